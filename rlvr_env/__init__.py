@@ -1,0 +1,1 @@
+"""Reasoning tasks as Gymnasium environments."""
