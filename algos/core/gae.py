@@ -11,19 +11,18 @@ from dataclasses import dataclass
 
 import torch
 
+from algos.core.aggregation import masked_mean
+
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Float[...], Float[...] -> Float[] mean of x over mask (0 when the mask is empty)."""
-    mask = mask.to(x.dtype)
-    return torch.where(mask.bool(), x, 0.0).sum() / mask.sum().clamp(min=1.0)
+    """Float[B, T], Long[B, T] -> Float[] mean over mask; masked entries may hold NaN/inf."""
+    return masked_mean(torch.where(mask.bool(), x, 0.0), mask)
 
 
-def _masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
-    """Float[...], Float[...] -> Float[] variance of x over mask (Bessel-corrected by default)."""
-    count = mask.to(x.dtype).sum()
+def _masked_var(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Float[B, T], Long[B, T] -> Float[] Bessel-corrected variance over mask."""
     centered = torch.where(mask.bool(), x - _masked_mean(x, mask), 0.0)
-    denominator = (count - 1.0) if unbiased else count
-    return centered.pow(2).sum() / denominator.clamp(min=1.0)
+    return centered.pow(2).sum() / (mask.to(x.dtype).sum() - 1.0).clamp(min=1.0)
 
 
 def last_valid_index(mask: torch.Tensor) -> torch.Tensor:
