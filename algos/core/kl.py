@@ -1,0 +1,26 @@
+"""Per-token KL estimators between the policy and a reference (Schulman's k1, k2, k3)."""
+
+from __future__ import annotations
+
+import torch
+
+ESTIMATORS = ("k1", "k2", "k3")
+
+
+def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3", clamp: float = 10.0) -> torch.Tensor:
+    """[B, T] log pi, [B, T] log pi_ref -> [B, T] per-token KL(pi || pi_ref) estimate, clamped to [-clamp, clamp].
+
+    k1 = log(pi/pi_ref); k2 = 0.5 * log(pi/pi_ref)^2; k3 = pi_ref/pi - log(pi_ref/pi) - 1 (unbiased, >= 0).
+    The clamp keeps one wildly off-policy token from producing inf (verl clamps at 10 too).
+    """
+    if estimator not in ESTIMATORS:
+        raise ValueError(f"KL estimator must be one of {ESTIMATORS}, got {estimator!r}")
+    log_ratio = logp.float() - ref_logp.float()
+    if estimator == "k1":
+        kl = log_ratio
+    elif estimator == "k2":
+        kl = 0.5 * log_ratio.square()
+    else:
+        ref_over_pi = (-log_ratio).clamp(-clamp, clamp)  # keep exp() finite before the output clamp
+        kl = ref_over_pi.exp() - ref_over_pi - 1
+    return kl.clamp(-clamp, clamp)

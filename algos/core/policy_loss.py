@@ -1,0 +1,80 @@
+"""The clipped surrogate (PPO/GRPO/DAPO), with asymmetric clipping, dual clip and GSPO's sequence ratio."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from algos.core.aggregation import masked_mean
+
+RATIO_LEVELS = ("token", "sequence")
+
+
+@dataclass
+class PolicyLossOutput:
+    """per_token_loss: [B, T] (aggregate it with algos.core.aggregation); stats: detached scalars."""
+
+    per_token_loss: torch.Tensor
+    stats: dict[str, float]
+
+
+def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] log pi, [B, T] log pi_old, [B, T] mask -> [B, T] GSPO log-ratio: each row's mean token log-ratio, broadcast."""
+    log_ratio = (logp - old_logp) * mask
+    per_sequence = log_ratio.sum(-1) / mask.sum(-1).clamp(min=1)
+    return per_sequence.unsqueeze(-1).expand_as(logp)
+
+
+def clipped_policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    dual_clip: float | None = None,
+    ratio_level: str = "token",
+) -> PolicyLossOutput:
+    """[B, T] log pi, [B, T] log pi_old, [B] or [B, T] advantages, [B, T] mask -> [B, T] loss -min(rA, clip(r)A) + stats.
+
+    dual_clip = c (> 1) bounds the loss of negative-advantage tokens at -c*A (Ye et al. 2020).
+    ratio_level "sequence" uses GSPO's per-sequence geometric-mean ratio for every token of a row.
+    Stats over valid tokens: clip_frac_low / clip_frac_high (clipping active, gradient zeroed, on
+    each side), dual_clip_frac, ratio_min / ratio_mean / ratio_max.
+    """
+    if ratio_level not in RATIO_LEVELS:
+        raise ValueError(f"ratio_level must be one of {RATIO_LEVELS}, got {ratio_level!r}")
+    if dual_clip is not None and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
+    mask = mask.to(logp.dtype)
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    advantages = advantages.to(logp.dtype).expand_as(logp)
+    if ratio_level == "sequence":
+        log_ratio = sequence_log_ratio(logp, old_logp, mask)
+    else:
+        log_ratio = logp - old_logp
+    ratio = torch.exp(log_ratio.clamp(max=20.0))  # exp(20) ~ 5e8: finite, and such tokens are clipped anyway
+    clipped_ratio = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
+    loss = torch.maximum(-advantages * ratio, -advantages * clipped_ratio)
+    dual_clipped = torch.zeros_like(mask, dtype=torch.bool)
+    if dual_clip is not None:
+        bound = -advantages * dual_clip
+        dual_clipped = (advantages < 0) & (loss > bound)
+        loss = torch.where(advantages < 0, torch.minimum(loss, bound), loss)
+
+    with torch.no_grad():
+        valid = mask > 0
+        clipped_low = (ratio < 1.0 - eps_low) & (advantages < 0)
+        clipped_high = (ratio > 1.0 + eps_high) & (advantages > 0)
+        valid_ratios = ratio[valid]
+        stats = {
+            "clip_frac_low": masked_mean(clipped_low.to(mask.dtype), mask).item(),
+            "clip_frac_high": masked_mean(clipped_high.to(mask.dtype), mask).item(),
+            "dual_clip_frac": masked_mean(dual_clipped.to(mask.dtype), mask).item(),
+            "ratio_min": valid_ratios.min().item() if valid_ratios.numel() else 1.0,
+            "ratio_mean": valid_ratios.mean().item() if valid_ratios.numel() else 1.0,
+            "ratio_max": valid_ratios.max().item() if valid_ratios.numel() else 1.0,
+        }
+    return PolicyLossOutput(per_token_loss=loss * mask, stats=stats)

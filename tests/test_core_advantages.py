@@ -1,0 +1,58 @@
+import math
+
+import pytest
+import torch
+
+from algos.core.advantages import (
+    group_advantages,
+    mean_only_advantages,
+    process_advantages,
+    zero_std_group_fraction,
+)
+
+
+def test_group_normalised_advantages_by_hand():
+    # group 1: [1, 0, 0, 1] mean 0.5, unbiased std sqrt(1/3); group 2: all equal -> 0.
+    scores = torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0])
+    adv = group_advantages(scores, group_size=4, eps=0.0)
+    s = 0.5 / math.sqrt(1 / 3)
+    torch.testing.assert_close(adv[:4], torch.tensor([s, -s, -s, s]))
+    torch.testing.assert_close(group_advantages(scores, group_size=4)[4:], torch.zeros(4))
+
+
+def test_batch_scaling_uses_the_batch_std():
+    scores = torch.tensor([1.0, 0.0, 3.0, 3.0])
+    adv = group_advantages(scores, group_size=2, scale="batch", eps=0.0)
+    std = scores.std().item()  # unbiased std of [1, 0, 3, 3]
+    torch.testing.assert_close(adv, torch.tensor([0.5, -0.5, 0.0, 0.0]) / std)
+
+
+def test_dr_grpo_is_mean_only():
+    scores = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    torch.testing.assert_close(mean_only_advantages(scores, 4), torch.tensor([0.75, -0.25, -0.25, -0.25]))
+    torch.testing.assert_close(group_advantages(scores, 4, scale="none"), mean_only_advantages(scores, 4))
+
+
+def test_zero_std_group_fraction():
+    assert zero_std_group_fraction(torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 0.0]), 2) == pytest.approx(2 / 3)
+
+
+def test_bad_group_size_and_scale_are_errors():
+    with pytest.raises(ValueError, match="groups of 3"):
+        group_advantages(torch.zeros(4), 3)
+    with pytest.raises(ValueError, match="scale"):
+        group_advantages(torch.zeros(4), 2, scale="rank")
+    with pytest.raises(ValueError, match="group_size >= 2"):
+        group_advantages(torch.zeros(4), 1)
+
+
+def test_process_advantages_sum_normalised_future_steps():
+    # One group of 2 completions, T = 4. Steps end at tokens (row 0: 1, 3), (row 1: 2).
+    rewards = torch.tensor([[0.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 0.0]])
+    rewards[0, 3] = 4.0
+    step_mask = torch.tensor([[0, 1, 0, 1], [0, 0, 1, 0]], dtype=torch.bool)
+    adv = process_advantages(rewards, step_mask, group_size=2, eps=0.0)
+    # steps [1, 4, 1]: mean 2, unbiased std sqrt(3) -> normalised [-1, 2, -1] / sqrt(3)
+    n = 1 / math.sqrt(3)
+    expected = torch.tensor([[n, n, 2 * n, 2 * n], [-n, -n, -n, 0.0]])
+    torch.testing.assert_close(adv, expected)

@@ -1,0 +1,54 @@
+import math
+
+import pytest
+import torch
+
+from algos.core.logprobs import logprobs_from_hidden, logprobs_from_logits
+
+
+def test_logprob_and_entropy_match_hand_computed_values():
+    # logits [0, ln 3] at temperature 1 -> probs [1/4, 3/4].
+    logits = torch.tensor([[[0.0, math.log(3.0)]]])
+    logp, entropy = logprobs_from_logits(logits, torch.tensor([[1]]))
+    assert logp.item() == pytest.approx(math.log(0.75))
+    assert entropy.item() == pytest.approx(-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)))
+
+
+def test_temperature_divides_logits():
+    # logits [0, 2 ln 3] at temperature 2 -> same [1/4, 3/4].
+    logits = torch.tensor([[[0.0, 2 * math.log(3.0)]]])
+    logp, _ = logprobs_from_logits(logits, torch.tensor([[0]]), temperature=2.0)
+    assert logp.item() == pytest.approx(math.log(0.25))
+
+
+@pytest.mark.parametrize("chunk_size", [1, 3, 7, 1000])
+def test_chunked_hidden_path_equals_full_log_softmax_values_and_grads(chunk_size):
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 5, 8, requires_grad=True)
+    weight = torch.randn(11, 8, requires_grad=True)
+    tokens = torch.randint(0, 11, (3, 5))
+    logp, entropy = logprobs_from_hidden(hidden, weight, tokens, temperature=0.7, chunk_size=chunk_size)
+    full = torch.log_softmax((hidden @ weight.T) / 0.7, dim=-1)
+    expected = full.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(logp, expected)
+    torch.testing.assert_close(entropy, -(full.exp() * full).sum(-1))
+    grads = torch.autograd.grad(logp.sum() + entropy.sum(), (hidden, weight))
+    expected_grads = torch.autograd.grad(expected.sum() - (full.exp() * full).sum(), (hidden, weight))
+    for got, want in zip(grads, expected_grads):
+        torch.testing.assert_close(got, want)
+
+
+def test_bf16_logits_are_upcast_per_chunk():
+    logits = torch.randn(2, 4, 9).to(torch.bfloat16)
+    tokens = torch.randint(0, 9, (2, 4))
+    logp, _ = logprobs_from_logits(logits, tokens, chunk_size=3)
+    assert logp.dtype == torch.float32
+    expected = torch.log_softmax(logits.float(), -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    torch.testing.assert_close(logp, expected)
+
+
+def test_bad_shapes_and_temperature_are_named():
+    with pytest.raises(ValueError, match="disagree"):
+        logprobs_from_logits(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="temperature"):
+        logprobs_from_logits(torch.zeros(1, 1, 4), torch.zeros(1, 1, dtype=torch.long), temperature=0.0)

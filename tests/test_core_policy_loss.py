@@ -1,0 +1,67 @@
+import math
+
+import pytest
+import torch
+
+from algos.core.policy_loss import clipped_policy_loss
+
+
+def _logp(ratios):
+    return torch.log(torch.tensor([ratios]))
+
+
+def test_clipped_surrogate_by_hand_with_asymmetric_clip():
+    # ratios 0.5, 1.1, 1.5, 0.7 with A = +1, +1, +1, -1; eps_low 0.2, eps_high 0.28.
+    logp = _logp([0.5, 1.1, 1.5, 0.7])
+    old = torch.zeros_like(logp)
+    adv = torch.tensor([[1.0, 1.0, 1.0, -1.0]])
+    mask = torch.ones_like(logp)
+    out = clipped_policy_loss(logp, old, adv, mask, eps_low=0.2, eps_high=0.28)
+    # loss = max(-A r, -A clip(r)): [-0.5, -1.1, -1.28, 0.8]
+    torch.testing.assert_close(out.per_token_loss, torch.tensor([[-0.5, -1.1, -1.28, 0.8]]))
+    assert out.stats["clip_frac_high"] == pytest.approx(0.25)  # 1.5 with A > 0
+    assert out.stats["clip_frac_low"] == pytest.approx(0.25)  # 0.7 with A < 0
+    assert out.stats["ratio_min"] == pytest.approx(0.5)
+    assert out.stats["ratio_max"] == pytest.approx(1.5)
+    assert out.stats["ratio_mean"] == pytest.approx(3.8 / 4)
+
+
+def test_gradient_is_zero_where_clipping_is_active():
+    logp = _logp([1.5, 0.7]).requires_grad_()
+    out = clipped_policy_loss(logp, torch.zeros(1, 2), torch.tensor([[1.0, -1.0]]), torch.ones(1, 2))
+    out.per_token_loss.sum().backward()
+    assert logp.grad.abs().max().item() == 0.0
+
+
+def test_dual_clip_bounds_negative_advantage_loss():
+    logp = _logp([5.0, 5.0])
+    adv = torch.tensor([[-1.0, 1.0]])
+    out = clipped_policy_loss(logp, torch.zeros(1, 2), adv, torch.ones(1, 2), dual_clip=3.0)
+    # A<0: min(max(5, 1.2), 3) = 3 ; A>0: max(-5, -1.2) = -1.2
+    torch.testing.assert_close(out.per_token_loss, torch.tensor([[3.0, -1.2]]))
+    assert out.stats["dual_clip_frac"] == pytest.approx(0.5)
+
+
+def test_masked_tokens_are_zero_and_excluded_from_stats():
+    logp = _logp([2.0, 100.0])
+    out = clipped_policy_loss(logp, torch.zeros(1, 2), torch.tensor([1.0]), torch.tensor([[1, 0]]))
+    assert out.per_token_loss[0, 1].item() == 0.0
+    assert out.stats["ratio_max"] == pytest.approx(2.0)
+
+
+def test_gspo_sequence_ratio_is_geometric_mean_of_valid_tokens():
+    # token ratios 2 and 1/2 (and a masked 9): geometric mean 1 -> unclipped, loss -A.
+    logp = _logp([2.0, 0.5, 9.0])
+    mask = torch.tensor([[1, 1, 0]])
+    out = clipped_policy_loss(logp, torch.zeros(1, 3), torch.tensor([2.0]), mask, ratio_level="sequence")
+    torch.testing.assert_close(out.per_token_loss, torch.tensor([[-2.0, -2.0, 0.0]]))
+    assert out.stats["ratio_mean"] == pytest.approx(1.0)
+    assert math.isclose(out.stats["clip_frac_high"], 0.0)
+
+
+def test_bad_options_are_named():
+    z = torch.zeros(1, 1)
+    with pytest.raises(ValueError, match="ratio_level"):
+        clipped_policy_loss(z, z, z, z, ratio_level="word")
+    with pytest.raises(ValueError, match="dual_clip"):
+        clipped_policy_loss(z, z, z, z, dual_clip=0.5)
