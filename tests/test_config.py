@@ -1,0 +1,88 @@
+from dataclasses import dataclass, field
+
+import pytest
+
+from algos.config import DAPO_PRESET, GRPOConfig, load_config, parse_overrides, save_config
+
+
+def test_defaults_validate_and_match_spec():
+    config = load_config(GRPOConfig)
+    assert config.grpo.eps_low == 0.2 and config.grpo.beta == 0.04 and config.optim.lr == 1e-6
+
+
+def test_dapo_preset_turns_on_its_four_parts_and_drops_kl():
+    config = load_config(GRPOConfig, preset=DAPO_PRESET)
+    g = config.grpo
+    assert (g.eps_low, g.eps_high, g.loss_agg, g.beta) == (0.2, 0.28, "token-mean", 0.0)
+    assert g.dynamic_sampling and g.overlong_filter and g.soft_overlong
+
+
+def test_toml_then_cli_overrides(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('[grpo]\ngroup_size = 4\nbeta = 0.1\n[env]\nkwargs = { max_digits = 2 }\n[optim]\nbetas = [0.9, 0.95]\n')
+    config = load_config(
+        GRPOConfig, path, ["--grpo.beta", "0", "--lr=3e-5", "--dual_clip", "3", "--system_prompt", "none"]
+    )
+    assert config.grpo.group_size == 4 and config.grpo.beta == 0.0
+    assert config.optim.lr == 3e-5 and config.optim.betas == (0.9, 0.95)
+    assert config.grpo.dual_clip == 3.0 and config.env.system_prompt is None
+    assert config.env.kwargs == {"max_digits": 2}
+
+
+def test_yaml_round_trip(tmp_path):
+    config = load_config(GRPOConfig, overrides={"grpo.dynamic_sampling": "true", "env.kwargs": "{a: 1}"})
+    save_config(config, tmp_path / "c.yaml")
+    assert load_config(GRPOConfig, tmp_path / "c.yaml") == config
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["--grpo.bogus", "1"], "unknown config key 'grpo.bogus'"),
+        (["--bogus", "1"], "unknown config key 'bogus'"),
+        (["--grpo.group_size", "four"], "'grpo.group_size': expected int"),
+        (["--grpo.group_size", "1"], "grpo.group_size"),
+        (["--grpo.loss_agg", "sum"], "grpo.loss_agg"),
+        (["--optim.betas", "[0.9]"], "'optim.betas': expected 2 items"),
+        (["--grpo.overlong_filter", "maybe"], "expected true/false"),
+        (["--grpo.beta"], "has no value"),
+    ],
+)
+def test_bad_overrides_name_the_key(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        load_config(GRPOConfig, overrides=overrides)
+
+
+def test_unknown_key_in_file_is_named(tmp_path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("optim:\n  learning_rate: 1e-5\n")
+    with pytest.raises(ValueError, match="unknown config key 'optim.learning_rate'"):
+        load_config(GRPOConfig, path)
+
+
+def test_bare_key_resolves_to_its_only_section():
+    assert parse_overrides(["--run.seed", "3"]) == {"run.seed": "3"}
+    assert load_config(GRPOConfig, overrides=["--seed", "3"]).run.seed == 3
+
+
+@dataclass
+class _Section:
+    size: int = 1
+
+    def validate(self):
+        pass
+
+
+@dataclass
+class _TwoSections:
+    a: _Section = field(default_factory=_Section)
+    b: _Section = field(default_factory=_Section)
+
+    def validate(self):
+        pass
+
+
+def test_ambiguous_bare_key_lists_the_options():
+    with pytest.raises(ValueError, match="ambiguous: use one of a.size, b.size"):
+        load_config(_TwoSections, overrides=["--size", "2"])
+    assert load_config(_TwoSections, overrides=["--b.size", "2"]).b.size == 2
