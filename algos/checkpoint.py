@@ -1,0 +1,131 @@
+"""Checkpoints with everything needed for an exact resume, written atomically.
+
+A checkpoint is a directory `checkpoint-<step>` holding the model (`model/`, a
+transformers directory usable with `--model`) and `trainer.pt` (optimizer,
+scheduler, python/numpy/torch RNG states, and the loop's own state such as the
+data position). It is written under a temporary name and renamed into place,
+so a run killed mid-write never leaves a checkpoint that looks complete.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+TRAINER_FILE = "trainer.pt"
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _fsync_tree(path: Path) -> None:
+    for file in path.rglob("*"):
+        if file.is_file():
+            with file.open("rb") as fh:
+                os.fsync(fh.fileno())
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    output_dir = Path(output_dir)
+    if not output_dir.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in output_dir.iterdir() if (m := CHECKPOINT_RE.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    checkpoints = list_checkpoints(output_dir)
+    return checkpoints[-1] if checkpoints else None
+
+
+def save_checkpoint(
+    output_dir: str | Path,
+    step: int,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any = None,
+    tokenizer: Any = None,
+    state: dict[str, Any] | None = None,
+    keep_last: int = 2,
+) -> Path:
+    """Write checkpoint-<step> atomically, then delete all but the `keep_last` newest."""
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    final = output_dir / f"checkpoint-{step}"
+    tmp = output_dir / f".checkpoint-{step}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    model.save_pretrained(tmp / "model", safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(tmp / "model")
+    torch.save(
+        {
+            "step": step,
+            "optimizer": optimizer.state_dict(),
+            "scheduler": scheduler.state_dict() if scheduler is not None else None,
+            "rng": rng_state(),
+            "state": state or {},
+        },
+        tmp / TRAINER_FILE,
+    )
+    _fsync_tree(tmp)
+    if final.exists():  # re-saving a step (e.g. after a resume): move the old one out of the way first
+        stale = output_dir / f".checkpoint-{step}.stale-{os.getpid()}"
+        final.rename(stale)
+        shutil.rmtree(stale)
+    tmp.rename(final)
+    for old in list_checkpoints(output_dir)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(
+    path: str | Path,
+    *,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any = None,
+) -> dict[str, Any]:
+    """Restore model weights, optimizer, scheduler and RNG states in place; return {'step', 'state'}."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    weights = {}
+    for file in sorted((path / "model").glob("*.safetensors")):
+        weights.update(load_file(file, device=str(next(model.parameters()).device)))
+    if not weights:
+        raise FileNotFoundError(f"checkpoint {path} has no model weights (model/*.safetensors)")
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    loaded = {model.state_dict()[k].data_ptr() for k in weights if k in model.state_dict()}
+    # save_pretrained drops tied copies (lm_head = embeddings); those share storage with a loaded tensor.
+    truly_missing = [k for k in missing if model.state_dict()[k].data_ptr() not in loaded]
+    if truly_missing or unexpected:
+        raise ValueError(f"checkpoint {path} does not match the model: missing {truly_missing}, unexpected {unexpected}")
+    trainer = torch.load(path / TRAINER_FILE, weights_only=False)  # our own file: holds numpy RNG state
+    optimizer.load_state_dict(trainer["optimizer"])
+    if scheduler is not None and trainer["scheduler"] is not None:
+        scheduler.load_state_dict(trainer["scheduler"])
+    set_rng_state(trainer["rng"])
+    return {"step": trainer["step"], "state": trainer["state"]}

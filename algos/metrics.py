@@ -1,0 +1,125 @@
+"""Training metrics: JSONL every step, TensorBoard when installed, a live tqdm bar, PNG curves at the end."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+METRICS_FILE = "metrics.jsonl"
+PLOT_FILE = "curves.png"
+# Shown in the progress bar when present (short names keep the bar on one line).
+PROGRESS_KEYS = {"reward_mean": "reward", "accuracy": "acc", "entropy": "ent", "kl": "kl", "eval_accuracy": "eval"}
+# Curves drawn at the end, in this order, when the run logged them.
+PLOT_KEYS = (
+    "reward_mean", "accuracy", "eval_accuracy", "entropy", "kl", "clip_frac_low", "clip_frac_high",
+    "grad_norm", "completion_len_mean", "truncation_rate", "zero_std_group_frac", "generation_rounds",
+    "value_loss", "explained_variance",
+)
+
+
+def _json_safe(value: Any) -> Any:
+    """Floats that JSON cannot hold (NaN, inf) become null; tensors/numpy scalars become floats."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def read_metrics(output_dir: str | Path) -> list[dict[str, Any]]:
+    """All records of a run's metrics.jsonl, in order."""
+    path = Path(output_dir) / METRICS_FILE
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class MetricsLogger:
+    """Logs one dict of scalars per step. Resuming at `start_step` drops records after it,
+    so a killed-and-resumed run leaves the same metrics.jsonl as an uninterrupted one."""
+
+    def __init__(
+        self,
+        output_dir: str | Path,
+        total_steps: int,
+        *,
+        start_step: int = 0,
+        tensorboard: bool = True,
+        progress: bool = True,
+    ) -> None:
+        self.output_dir = Path(output_dir)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.output_dir / METRICS_FILE
+        kept = [r for r in read_metrics(self.output_dir) if r.get("step", 0) <= start_step] if start_step else []
+        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        self._file = self.path.open("a")
+        self._tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # tensorboard is an optional extra
+                pass
+            else:
+                self._tb = SummaryWriter(log_dir=str(self.output_dir / "tensorboard"), purge_step=start_step + 1)
+        self._bar = tqdm(total=total_steps, initial=start_step, desc="train", dynamic_ncols=True, disable=not progress)
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        record = {"step": step, **{k: _json_safe(v) for k, v in metrics.items()}}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        if self._tb is not None:
+            for key, value in record.items():
+                if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self._tb.add_scalar(key, value, step)
+        shown = {short: record[key] for key, short in PROGRESS_KEYS.items() if record.get(key) is not None}
+        self._bar.set_postfix({k: f"{v:.3g}" for k, v in shown.items()}, refresh=False)
+        self._bar.update(max(0, step - self._bar.n))
+
+    def write(self, message: str) -> None:
+        """A line of text that does not break the progress bar."""
+        self._bar.write(message)
+
+    def close(self, plot: bool = True) -> Path | None:
+        """Flush everything; draw the curves when `plot`. Returns the PNG path (or None)."""
+        self._bar.close()
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+        return plot_metrics(self.output_dir) if plot else None
+
+
+def plot_metrics(output_dir: str | Path, keys: tuple[str, ...] = PLOT_KEYS) -> Path | None:
+    """Draw each logged key of metrics.jsonl against step into one PNG; None when nothing was logged."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; no display needed
+    import matplotlib.pyplot as plt
+
+    records = read_metrics(output_dir)
+    series = {}
+    for key in keys:
+        points = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
+        if points:
+            series[key] = points
+    if not series:
+        return None
+    cols = min(3, len(series))
+    rows = math.ceil(len(series) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3 * rows), squeeze=False)
+    for ax, (key, points) in zip(axes.flat, series.items()):
+        steps, values = zip(*points)
+        ax.plot(steps, values, marker="." if len(steps) < 50 else None)
+        ax.set_title(key)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(series):]:
+        ax.axis("off")
+    fig.tight_layout()
+    path = Path(output_dir) / PLOT_FILE
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

@@ -1,0 +1,69 @@
+"""The trainer machinery GRPO/DAPO/PPO share: metrics logging and checkpoints."""
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from algos.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from algos.metrics import MetricsLogger, read_metrics
+from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+
+
+def test_metrics_jsonl_plot_and_resume_truncation(tmp_path):
+    logger = MetricsLogger(tmp_path, total_steps=3, tensorboard=True, progress=False)
+    for step in (1, 2, 3):
+        logger.log(step, {"reward_mean": step / 3, "entropy": torch.tensor(1.0 / step), "kl": float("nan")})
+    plot = logger.close()
+    assert plot is not None and plot.stat().st_size > 0
+    records = read_metrics(tmp_path)
+    assert [r["step"] for r in records] == [1, 2, 3]
+    assert records[0]["kl"] is None and records[2]["entropy"] == pytest.approx(1 / 3)
+    assert any((tmp_path / "tensorboard").iterdir())
+    # Resuming from step 2 forgets step 3, which the new run will log again.
+    MetricsLogger(tmp_path, total_steps=3, start_step=2, tensorboard=False, progress=False).close(plot=False)
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def _tiny():
+    model = build_tiny_model(build_char_tokenizer(), hidden_size=16, num_layers=1, num_heads=2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: 1.0 / (1 + s))
+    return model, optimizer, scheduler
+
+
+def _train_step(model, optimizer, scheduler):
+    ids = torch.randint(4, 50, (2, 6))
+    model(input_ids=ids, labels=ids).loss.backward()
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()
+
+
+def test_checkpoint_round_trip_restores_weights_optimizer_rng(tmp_path):
+    model, optimizer, scheduler = _tiny()
+    _train_step(model, optimizer, scheduler)
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    save_checkpoint(tmp_path, 1, model=model, optimizer=optimizer, scheduler=scheduler, state={"position": 7})
+    expected_draws = (random.random(), np.random.rand(), torch.rand(1))
+    _train_step(model, optimizer, scheduler)
+    expected_params = [p.detach().clone() for p in model.parameters()]
+
+    fresh, fresh_opt, fresh_sched = _tiny()
+    loaded = load_checkpoint(latest_checkpoint(tmp_path), model=fresh, optimizer=fresh_opt, scheduler=fresh_sched)
+    assert loaded == {"step": 1, "state": {"position": 7}}
+    assert (random.random(), np.random.rand(), torch.rand(1)) == expected_draws
+    _train_step(fresh, fresh_opt, fresh_sched)
+    for got, want in zip(fresh.parameters(), expected_params):
+        assert torch.equal(got, want)
+
+
+def test_only_complete_checkpoints_count_and_old_ones_are_pruned(tmp_path):
+    model, optimizer, _ = _tiny()
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, step, model=model, optimizer=optimizer, keep_last=2)
+    (tmp_path / ".checkpoint-4.tmp-123").mkdir()  # what a kill mid-write leaves behind
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-3"]
+    assert latest_checkpoint(tmp_path).name == "checkpoint-3"
