@@ -20,6 +20,8 @@ import copy
 import torch
 from torch import nn
 
+from algos.trainer import position_ids_from_mask
+
 VALUE_MODEL_KINDS = ("head", "separate")
 
 
@@ -47,7 +49,12 @@ class ValueModel(nn.Module):
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Long[B, L], Long[B, L] -> Float[B, L, H] the backbone's last hidden state."""
-        return self.backbone(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        return self.backbone(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),  # left padding: count from the first real token
+            use_cache=False,
+        ).last_hidden_state
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Long[B, L], Long[B, L] -> Float[B, L] value at every position."""

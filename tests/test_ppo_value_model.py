@@ -36,7 +36,7 @@ def test_separate_critic_is_a_copy_that_trains_alone(policy_and_batch):
     # Same backbone weights at start: identical hidden states.
     torch.testing.assert_close(
         critic.hidden_states(batch.input_ids, batch.attention_mask),
-        policy.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state,
+        build_value_model(policy, "head").hidden_states(batch.input_ids, batch.attention_mask),
     )
     torch.nn.init.normal_(critic.head.weight)
     before = [p.detach().clone() for p in policy.parameters()]

@@ -1,0 +1,85 @@
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from algos.reward_model import (
+    PreferencePair,
+    RewardModel,
+    bradley_terry_loss,
+    load_preference_pairs,
+    preference_accuracy,
+)
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train_reward_model.py"
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("train_reward_model", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bradley_terry_loss_matches_formula():
+    chosen, rejected = torch.tensor([2.0, 0.0]), torch.tensor([0.0, 1.0])
+    expected = -(torch.sigmoid(torch.tensor(2.0)).log() + torch.sigmoid(torch.tensor(-1.0)).log()) / 2
+    torch.testing.assert_close(bradley_terry_loss(chosen, rejected), expected)
+    with_margin = bradley_terry_loss(chosen, rejected, margin=torch.tensor([2.0, -1.0]))
+    torch.testing.assert_close(with_margin, -torch.sigmoid(torch.tensor(0.0)).log())
+
+
+def test_preference_file_errors_name_row_and_field(tmp_path):
+    path = tmp_path / "prefs.jsonl"
+    path.write_text(json.dumps({"prompt": "p", "chosen": "a", "rejected": "b"}) + "\n\n"
+                    + json.dumps({"prompt": "p", "chosen": 3, "rejected": "b"}) + "\n")
+    with pytest.raises(ValueError, match=r"row 3 field 'chosen' must be a string"):
+        load_preference_pairs(path)
+    path.write_text(json.dumps({"prompt": "p", "chosen": "a"}) + "\n")
+    with pytest.raises(ValueError, match=r"row 1 field 'rejected' is missing"):
+        load_preference_pairs(path)
+    path.write_text("{not json\n")
+    with pytest.raises(ValueError, match=r"row 1 is not valid JSON"):
+        load_preference_pairs(path)
+
+
+def test_example_trains_a_bradley_terry_model_that_ranks_held_out_pairs(tmp_path):
+    example = load_example()
+    pairs = example.synthetic_format_pairs(240, seed=1)
+    pairs_file = tmp_path / "prefs.jsonl"
+    pairs_file.write_text("".join(json.dumps(vars(p)) + "\n" for p in pairs))
+    out = tmp_path / "rm"
+    summary = example.main(["--pairs", str(pairs_file), "--out", str(out), "--seed", "1"])
+    assert summary["held_out_pairs"] == 48
+    assert summary["held_out_accuracy_before"] < 0.8
+    assert summary["held_out_accuracy_after"] >= 0.95
+
+    reloaded = RewardModel.from_pretrained(out)
+    fresh = example.synthetic_format_pairs(50, seed=99)
+    assert preference_accuracy(reloaded, fresh) >= 0.95
+    # Batching and padding do not change a pair's score.
+    prompts, completions = ["7+5=", "1+1="], ["\\boxed{12}", "2"]
+    together = reloaded.score(prompts, completions)
+    alone = torch.cat([reloaded.score(prompts[i : i + 1], completions[i : i + 1]) for i in range(2)])
+    torch.testing.assert_close(together, alone, rtol=1e-4, atol=1e-4)
+
+
+def test_reward_model_rejects_a_multi_label_head():
+    example = load_example()
+    reward_model = example.tiny_reward_model(seed=0)
+    reward_model.model.config.num_labels = 2
+    with pytest.raises(ValueError, match="num_labels=1"):
+        RewardModel(reward_model.model, reward_model.tokenizer)
+    with pytest.raises(ValueError, match="2 prompts but 1 completions"):
+        example.tiny_reward_model(seed=0).score(["a", "b"], ["c"])
+
+
+def test_preference_accuracy_counts_strict_wins():
+    class ConstantModel:
+        def score(self, prompts, completions):
+            return torch.tensor([len(c) for c in completions], dtype=torch.float32)
+
+    pairs = [PreferencePair("p", "long", "s"), PreferencePair("p", "s", "long"), PreferencePair("p", "ab", "cd")]
+    assert preference_accuracy(ConstantModel(), pairs) == pytest.approx(1 / 3)
