@@ -1,0 +1,272 @@
+"""Structural equivalence of two answer trees (see latex.py), with a pluggable scalar test.
+
+The same code runs twice: in the caller's process with `exact_scalar_equal`
+(fractions only, bounded, answers True/False/None) and, only when some leaf is
+undecided (None), inside the time-limited worker with sympy's scalar test.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Callable, Optional
+
+Verdict = Optional[bool]  # None: cannot decide here (needs the symbolic worker)
+ScalarEqual = Callable[[tuple, tuple], Verdict]
+
+MAX_RESULT_BITS = 4096  # size guard: exact arithmetic refuses numbers larger than this
+MAX_FACTORIAL = 300
+MAX_SET_ITEMS = 64
+
+
+class TooLarge(ArithmeticError):
+    """A number would exceed the size guard (exponent towers, huge factorials)."""
+
+
+def exact_value(node: tuple) -> Fraction | None:
+    """Exact rational value of a tree, or None if it has symbols/irrationals. Raises TooLarge."""
+    kind = node[0]
+    if kind == "num":
+        return node[1]
+    if kind == "neg":
+        inner = exact_value(node[1])
+        return None if inner is None else -inner
+    if kind in ("add", "mul"):
+        values = [exact_value(part) for part in node[1]]
+        if any(v is None for v in values):
+            return None
+        total = Fraction(0) if kind == "add" else Fraction(1)
+        for v in values:
+            total = total + v if kind == "add" else total * v
+            _guard(total)
+        return total
+    if kind == "div":
+        num, den = exact_value(node[1]), exact_value(node[2])
+        if num is None or den is None or den == 0:
+            return None
+        return num / den
+    if kind == "pct":
+        inner = exact_value(node[1])
+        return None if inner is None else inner / 100
+    if kind == "pow":
+        base, exponent = exact_value(node[1]), exact_value(node[2])
+        if base is None or exponent is None or exponent.denominator != 1 or (base == 0 and exponent < 0):
+            return None
+        bits = max(base.numerator.bit_length(), base.denominator.bit_length())
+        if abs(exponent) * max(bits, 1) > MAX_RESULT_BITS and abs(base) != 1 and base != 0:
+            raise TooLarge("power too large")
+        return base ** int(exponent)
+    if kind == "fn" and node[1] == "factorial":
+        arg = exact_value(node[2][0])
+        if arg is None or arg.denominator != 1 or arg < 0:
+            return None
+        if arg > MAX_FACTORIAL:
+            raise TooLarge("factorial too large")
+        result = 1
+        for k in range(2, int(arg) + 1):
+            result *= k
+        return Fraction(result)
+    return None
+
+
+def _guard(value: Fraction) -> None:
+    if value.numerator.bit_length() > MAX_RESULT_BITS or value.denominator.bit_length() > MAX_RESULT_BITS:
+        raise TooLarge("intermediate value too large")
+
+
+def decimal_places(node: tuple) -> int | None:
+    """Decimals written in a plain (possibly negated) decimal literal, else None."""
+    while node[0] == "neg":
+        node = node[1]
+    return node[2] if node[0] == "num" else None
+
+
+def rationals_match(pred: Fraction, gold: Fraction, pred_places: int | None, gold_places: int | None) -> bool:
+    """Exact equality, or a decimal written to >= 2 places that is the other value rounded."""
+    if pred == gold:
+        return True
+    for written, other, places in ((pred, gold, pred_places), (gold, pred, gold_places)):
+        if places is not None and places >= 2 and abs(written) * 10**places >= 10:
+            if abs(written - other) <= Fraction(1, 2 * 10**places):
+                return True
+    return False
+
+
+def canonical(node: tuple) -> tuple:
+    """Order-independent shape: sorted add/mul operands, numbers by value (0.5 and 1/2 alike)."""
+    kind = node[0]
+    if kind == "num":
+        return ("num", node[1])
+    if kind in ("add", "mul", "set"):
+        return (kind, tuple(sorted((canonical(p) for p in node[1]), key=repr)))
+    if kind in ("sym", "const", "text"):
+        return node
+    if kind == "fn":
+        return ("fn", node[1], tuple(canonical(a) for a in node[2]))
+    if kind == "rel":
+        return ("rel", node[1], canonical(node[2]), canonical(node[3]))
+    if kind == "interval":
+        return ("interval", node[1], canonical(node[2]), canonical(node[3]), node[4])
+    if kind == "matrix":
+        return ("matrix", tuple(tuple(canonical(x) for x in row) for row in node[1]))
+    if kind in ("tuple", "chain"):
+        return (kind, tuple(canonical(p) for p in node[1]))
+    if kind == "union":
+        return (kind, tuple(sorted((canonical(p) for p in node[1]), key=repr)))
+    if kind == "unit":
+        return (kind, canonical(node[1]), node[2])
+    return (kind, *(canonical(p) for p in node[1:]))  # neg, div, pow, pct, eq
+
+
+def exact_scalar_equal(pred: tuple, gold: tuple) -> Verdict:
+    """Fast leaf test in the caller's process: exact rationals, else same canonical shape, else undecided."""
+    pred_value, gold_value = exact_value(pred), exact_value(gold)
+    if pred_value is not None and gold_value is not None:
+        return rationals_match(pred_value, gold_value, decimal_places(pred), decimal_places(gold))
+    if canonical(pred) == canonical(gold):
+        return True
+    if _is_text(pred) or _is_text(gold):
+        return False
+    return None
+
+
+def _is_text(node: tuple) -> bool:
+    return node[0] == "text"
+
+
+def _all(verdicts) -> Verdict:
+    undecided = False
+    for verdict in verdicts:
+        if verdict is False:
+            return False
+        undecided |= verdict is None
+    return None if undecided else True
+
+
+def _any(verdicts) -> Verdict:
+    undecided = False
+    for verdict in verdicts:
+        if verdict is True:
+            return True
+        undecided |= verdict is None
+    return None if undecided else False
+
+
+_CONTAINERS = ("tuple", "set", "interval", "union", "matrix", "eq", "rel", "chain")
+
+
+def equivalent(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
+    """Is the predicted tree the gold answer? True / False / None (undecided by this scalar test)."""
+    if pred[0] == "unit" or gold[0] == "unit":
+        pred_unit = pred[2] if pred[0] == "unit" else None
+        gold_unit = gold[2] if gold[0] == "unit" else None
+        if pred_unit and gold_unit and pred_unit != gold_unit:
+            return False  # '5 m' is not '5 cm'
+        return equivalent(pred[1] if pred_unit else pred, gold[1] if gold_unit else gold, scalar_equal)
+    if pred[0] == "pct" or gold[0] == "pct":
+        return _percent(pred, gold, scalar_equal)
+    pred, gold = _as_interval(pred), _as_interval(gold)
+    # "x = 3" against "3": judge the value; both equations: compare them as equations
+    if pred[0] == "eq" and gold[0] != "eq":
+        return equivalent(pred[2], gold, scalar_equal)
+    if gold[0] == "eq" and pred[0] != "eq" and gold[1][0] == "sym":
+        return equivalent(pred, gold[2], scalar_equal)
+    kind = gold[0]
+    if kind in ("tuple", "set", "interval", "union", "matrix") or pred[0] in ("tuple", "set", "interval", "union", "matrix"):
+        return _containers(pred, gold, scalar_equal)
+    if kind == "eq" and pred[0] == "eq":
+        return _any((
+            _all((equivalent(pred[1], gold[1], scalar_equal), equivalent(pred[2], gold[2], scalar_equal))),
+            _all((equivalent(pred[1], gold[2], scalar_equal), equivalent(pred[2], gold[1], scalar_equal))),
+        ))
+    if kind == "rel" or pred[0] == "rel":
+        if pred[0] != gold[0] or pred[1] != gold[1]:
+            return False
+        return _all((equivalent(pred[2], gold[2], scalar_equal), equivalent(pred[3], gold[3], scalar_equal)))
+    if kind == "chain" or pred[0] == "chain":
+        if pred[0] != gold[0] or len(pred[1]) != len(gold[1]):
+            return False
+        return _all(equivalent(p, g, scalar_equal) for p, g in zip(pred[1], gold[1]))
+    if kind == "text" and pred[0] == "text":
+        return pred[1] == gold[1]
+    return scalar_equal(pred, gold)
+
+
+def _percent(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
+    """28% matches 0.28, and 28 (a gold of 28% answered without the sign): both spellings count."""
+    if pred[0] == "pct" and gold[0] == "pct":
+        return equivalent(pred[1], gold[1], scalar_equal)
+    pct, other = (pred, gold) if pred[0] == "pct" else (gold, pred)
+    as_fraction = ("div", pct[1], ("num", Fraction(100), None))
+    return _any((equivalent(other, pct[1], scalar_equal), equivalent(other, as_fraction, scalar_equal)))
+
+
+def _as_interval(node: tuple) -> tuple:
+    """x > 3 -> (3, oo); 1 <= x < 2 -> [1, 2): a one-variable inequality is its solution interval."""
+    inf = ("const", "inf")
+    if node[0] == "rel" and node[1] in ("<", "<="):
+        closed = node[1] == "<="
+        if node[2][0] == "sym" and node[3][0] != "sym":
+            return ("interval", False, ("neg", inf), node[3], closed)
+        if node[3][0] == "sym" and node[2][0] != "sym":
+            return ("interval", closed, node[2], inf, False)
+    if node[0] == "chain" and len(node[1]) == 2:
+        (_, op1, lo, var1), (_, op2, var2, hi) = node[1][0], node[1][1]
+        if node[1][0][0] == node[1][1][0] == "rel" and var1 == var2 and var1[0] == "sym":
+            return ("interval", op1 == "<=", lo, hi, op2 == "<=")
+    return node
+
+
+def _containers(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
+    kinds = {pred[0], gold[0]}
+    if kinds == {"interval", "tuple"}:  # (a, b) is both a pair and the open interval
+        pair, interval = (pred, gold) if pred[0] == "tuple" else (gold, pred)
+        if len(pair[1]) != 2 or interval[1] or interval[4]:
+            return False
+        return _all(equivalent(p, g, scalar_equal) for p, g in zip(pair[1], interval[2:4]))
+    if pred[0] != gold[0] and kinds != {"set", "union"}:
+        return False
+    kind = gold[0]
+    if kind == "interval":
+        if pred[1] != gold[1] or pred[4] != gold[4]:
+            return False
+        return _all((equivalent(pred[2], gold[2], scalar_equal), equivalent(pred[3], gold[3], scalar_equal)))
+    if kind == "tuple":
+        if len(pred[1]) != len(gold[1]):
+            return False
+        return _all(equivalent(p, g, scalar_equal) for p, g in zip(pred[1], gold[1]))
+    if kind == "matrix":
+        if len(pred[1]) != len(gold[1]) or any(len(p) != len(g) for p, g in zip(pred[1], gold[1])):
+            return False
+        return _all(equivalent(p, g, scalar_equal) for prow, grow in zip(pred[1], gold[1]) for p, g in zip(prow, grow))
+    return _unordered(pred[1], gold[1], scalar_equal)
+
+
+def _unordered(pred_items: tuple, gold_items: tuple, scalar_equal: ScalarEqual) -> Verdict:
+    """Same items in any order (a perfect matching), duplicates ignored as in a set."""
+    pred_items, gold_items = tuple(dict.fromkeys(pred_items)), tuple(dict.fromkeys(gold_items))
+    if len(pred_items) != len(gold_items):
+        return False
+    if len(gold_items) > MAX_SET_ITEMS:
+        raise TooLarge("set too large")
+    table = [[equivalent(p, g, scalar_equal) for g in gold_items] for p in pred_items]
+    if _has_matching(table, lambda v: v is True):
+        return True
+    if not _has_matching(table, lambda v: v is not False):
+        return False
+    return None
+
+
+def _has_matching(table: list[list[Verdict]], usable: Callable[[Verdict], bool]) -> bool:
+    """Bipartite perfect matching (Kuhn's augmenting paths; sets here are small)."""
+    match_of_gold: dict[int, int] = {}
+
+    def augment(p: int, seen: set[int]) -> bool:
+        for g, verdict in enumerate(table[p]):
+            if usable(verdict) and g not in seen:
+                seen.add(g)
+                if g not in match_of_gold or augment(match_of_gold[g], seen):
+                    match_of_gold[g] = p
+                    return True
+        return False
+
+    return all(augment(p, set()) for p in range(len(table)))

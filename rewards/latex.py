@@ -1,0 +1,550 @@
+"""Parse a short math answer (bare LaTeX or plain text) into a small tree we control.
+
+No `eval`, no `sympify`: a tokenizer and a recursive-descent parser build tuples
+that `compare.py` checks exactly (fractions) and `symbolic.py` turns into sympy
+only inside the time-limited worker. Every loop here is linear in the input and
+inputs are size-guarded, so parsing is bounded in time.
+
+Node shapes (all tuples, hashable):
+  ("num", Fraction, places)     places = decimals written, or None for an integer/fraction
+  ("sym", name) ("const", "pi"|"e"|"i"|"inf") ("text", words)
+  ("add", terms) ("mul", factors) ("div", a, b) ("neg", a) ("pow", base, exp)
+  ("fn", name, args) ("pct", a)
+  ("tuple", items) ("set", items) ("interval", lo_closed, lo, hi, hi_closed) ("union", items)
+  ("matrix", rows) ("eq", lhs, rhs) ("rel", op, lhs, rhs)   op in "<", "<=", "!="
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+from functools import lru_cache
+
+MAX_ANSWER_CHARS = 1000  # longer "answers" are compared as strings only
+MAX_DEPTH = 60  # parser recursion bound (deep braces)
+
+
+class ParseError(ValueError):
+    """The answer is not in the grammar; callers fall back to string comparison."""
+
+
+_UNICODE = {
+    "\u2212": "-", "\u2013": "-", "\u00d7": r"\times ", "\u00f7": "/", "\u00b7": r"\cdot ", "\u03c0": r"\pi ",
+    "\u221e": r"\infty ", "\u221a": r"\sqrt ", "\u2264": r"\le ", "\u2265": r"\ge ", "\u2260": r"\ne ",
+    "\u00b0": r"^\circ", "\u00b2": "^2", "\u00b3": "^3", "\u00a0": " ", "\u00b1": r"\pm ", "\u222a": r"\cup ",
+}
+_UNICODE_RE = re.compile("|".join(map(re.escape, _UNICODE)))
+
+# Spacing, sizing and style commands that never change the value.
+_DROP_RE = re.compile(
+    r"\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg|displaystyle|textstyle|limits)(?![a-zA-Z])"
+    r"|(?<!\\)\\[!,;:> ]|\\q?quad(?![a-zA-Z])|\\(?:hspace|vspace)\*?\{[^{}]*\}|~"
+)
+_DEGREES_RE = re.compile(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree|\s*degrees?\b")
+_FRAC_SPELLINGS_RE = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
+_STYLE_CMDS = ("text", "textbf", "textit", "textrm", "mathrm", "mathbf", "mathit", "mbox", "operatorname", "boxed", "fbox")
+_STYLE_RE = re.compile(r"\\(" + "|".join(_STYLE_CMDS) + r")\s*\{")
+_UNITS = (
+    "cm|mm|km|m|kg|mg|g|s|sec|seconds?|minutes?|min|hours?|hrs?|h|days?|weeks?|years?|ml|mL|l|L|"
+    "inch(?:es)?|in|feet|foot|ft|yards?|yd|miles?|mi|mph|meters?|metres?|centimeters?|kilometers?|grams?|"
+    "kilograms?|pounds?|lbs?|ounces?|oz|dollars?|cents?|units?|sq|square|cubic|cm\\^2|m\\^2|cm\\^3|m\\^3|"
+    "degrees?|radians?|rad|people|students|apples|marbles|points|times|ways|liters?|litres?|gallons?"
+)
+_UNIT_TAIL_RE = re.compile(r"^(.*?[\d}.])\s*((?:(?:square|cubic|sq)\s+)?(?:" + _UNITS + r")(?:\s*\^\s*\{?[23]\}?)?)$")
+_MIXED_PLAIN_RE = re.compile(r"^([+-]?)(\d+)\s+(\d+)\s*/\s*(\d+)$")
+_MIXED_LATEX_RE = re.compile(r"^([+-]?)(\d+)\s*\\frac\s*\{?\s*(\d+)\s*\}?\s*\{?\s*(\d+)\s*\}?$")
+_SPACED_THOUSANDS_RE = re.compile(r"^[+-]?\d{1,3}(?: \d{3})+(?:\.\d+)?$")
+_NUMBER_RE = re.compile(r"\d+(?:\.\d*)?|\.\d+")
+_THOUSANDS_RE = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])")
+_SCI_RE = re.compile(r"[eE]([+-]?\d{1,4})(?![a-zA-Z\d])|\s*(?:\\times|\*|x)\s*10\s*\^\s*\{?\s*([+-]?\d{1,4})\s*\}?")
+_WORD_RE = re.compile(r"[a-zA-Z]+")
+
+_FUNCTIONS = {
+    "sin", "cos", "tan", "cot", "sec", "csc", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh",
+    "log", "ln", "exp", "lg",
+}
+_CONSTANT_CMDS = {"pi": ("const", "pi"), "infty": ("const", "inf"), "infinity": ("const", "inf"), "inf": ("const", "inf")}
+_GREEK = {
+    "alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta", "vartheta", "iota",
+    "kappa", "lambda", "mu", "nu", "xi", "rho", "sigma", "tau", "upsilon", "phi", "varphi", "chi", "psi", "omega",
+    "Gamma", "Delta", "Theta", "Lambda", "Xi", "Sigma", "Phi", "Psi", "Omega",
+}
+_RELATIONS = {
+    "=": "=", "<": "<", ">": ">", "<=": "<=", ">=": ">=", "!=": "!=", r"\le": "<=", r"\leq": "<=",
+    r"\leqslant": "<=", r"\ge": ">=", r"\geq": ">=", r"\geqslant": ">=", r"\ne": "!=", r"\neq": "!=", r"\lt": "<",
+    r"\gt": ">",
+}
+
+
+def _brace_group(s: str, open_index: int) -> int:
+    """Index just past the brace group opening at s[open_index] == '{'; -1 if unbalanced."""
+    depth = 0
+    for i in range(open_index, len(s)):
+        ch = s[i]
+        if ch == "\\":
+            continue
+        if ch == "{" and (i == 0 or s[i - 1] != "\\"):
+            depth += 1
+        elif ch == "}" and (i == 0 or s[i - 1] != "\\"):
+            depth -= 1
+            if depth == 0:
+                return i + 1
+    return -1
+
+
+def _unwrap_style_commands(s: str) -> str:
+    """Replace \\text{X}, \\mathrm{X}, \\boxed{X}, ... by X (their braces kept as a group)."""
+    out, pos = [], 0
+    for _ in range(len(s)):
+        match = _STYLE_RE.search(s, pos)
+        if not match:
+            break
+        end = _brace_group(s, match.end() - 1)
+        if end < 0:
+            break
+        out.append(s[pos:match.start()])
+        inner = s[match.end():end - 1]
+        # text words keep a space around them so "5\text{cm}" reads as "5 cm"
+        out.append(" " + inner + " " if match.group(1).startswith(("text", "mbox", "mathrm")) else "{" + inner + "}")
+        pos = end
+    out.append(s[pos:])
+    return "".join(out)
+
+
+def normalize(answer: str) -> str:
+    """Canonical string form of an answer: the first, cheap equality test (SPEC.md 'string normal form')."""
+    s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], answer).strip()
+    for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
+        while len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
+            s = s[len(left):len(s) - len(right)].strip()
+    s = _DROP_RE.sub(" ", s)
+    s = _FRAC_SPELLINGS_RE.sub(r"\\frac", s).replace(r"\dbinom", r"\binom").replace(r"\tbinom", r"\binom")
+    s = _DEGREES_RE.sub("", s)
+    s = _unwrap_style_commands(s)
+    s = s.replace("{,}", ",").replace(r"\$", "").replace("$", "").replace(r"\%", "%")
+    s = re.sub(r"\s*(?:percent(?:age)?|pct)\b", "%", s)
+    s = re.sub(r"\s+", " ", s).strip().rstrip(".").strip()
+    s = re.sub(r"^[a-zA-Z]\s*\\in\s*", "", s)  # "x \in [2,5)" -> "[2,5)"
+    return s
+
+
+def split_unit(s: str) -> tuple[str, str | None]:
+    """'5 cm' -> ('5', 'cm'); the unit is compared separately so '5 m' never equals '5 cm'."""
+    match = _UNIT_TAIL_RE.match(s)
+    if not match or not _NUMBER_RE.search(match.group(1)):
+        return s, None
+    unit = re.sub(r"\s+|[{}]", "", match.group(2))
+    unit = re.sub(r"(es|s)$", "", unit) if len(unit) > 3 else unit  # plural words
+    return match.group(1).strip(), unit
+
+
+# ---------------------------------------------------------------- tokenizer
+_TOKEN_RE = re.compile(
+    r"(?P<num>\d+(?:\.\d*)?|\.\d+)"
+    r"|(?P<cmd>\\[a-zA-Z]+|\\\{|\\\}|\\\\|\\\|)"
+    r"|(?P<word>[a-zA-Z]+)"
+    r"|(?P<op><=|>=|!=|[-+*/^_=<>(),\[\]{}|!&;%'])"
+    r"|(?P<space>\s+)"
+)
+
+
+def tokenize(s: str) -> list[tuple[str, str]]:
+    tokens: list[tuple[str, str]] = []
+    pos = 0
+    while pos < len(s):
+        match = _TOKEN_RE.match(s, pos)
+        if not match:
+            raise ParseError(f"unexpected character {s[pos]!r} at {pos}")
+        kind = match.lastgroup
+        if kind == "word":
+            # plain words: a known function, a constant, or single-letter variables multiplied
+            word = match.group()
+            if len(tokens) >= 2 and tokens[-1][1] == "{" and tokens[-2][1] in (r"\begin", r"\end"):
+                tokens.append(("env", word))
+            elif word in ("or", "and"):
+                tokens.append(("text", word))  # hedged answers ("3 or 4") are not values
+            elif word in _FUNCTIONS or word in ("sqrt", "pi", "inf", "infinity", "oo"):
+                tokens.append(("cmd", "\\" + ("infty" if word in ("inf", "infinity", "oo") else word)))
+            elif len(word) > 3 and word.lower() not in _FUNCTIONS:
+                tokens.append(("text", word))
+            else:
+                tokens.extend(("word", ch) for ch in word)
+        elif kind != "space":
+            tokens.append((kind, match.group()))
+        pos = match.end()
+    return tokens
+
+
+# ---------------------------------------------------------------- parser
+def _num(value: Fraction, places: int | None = None) -> tuple:
+    return ("num", value, places)
+
+
+def _number_token(text: str) -> tuple:
+    if "." in text:
+        whole, _, frac = text.partition(".")
+        return _num(Fraction(int(whole or "0") * 10 ** len(frac) + int(frac or "0"), 10 ** len(frac)), len(frac))
+    return _num(Fraction(int(text)))
+
+
+class _Parser:
+    def __init__(self, tokens: list[tuple[str, str]]):
+        self.tokens = tokens
+        self.pos = 0
+        self.depth = 0
+
+    def peek(self, offset: int = 0) -> tuple[str, str]:
+        i = self.pos + offset
+        return self.tokens[i] if i < len(self.tokens) else ("eof", "")
+
+    def take(self) -> tuple[str, str]:
+        token = self.peek()
+        self.pos += 1
+        return token
+
+    def expect(self, value: str) -> None:
+        token = self.take()
+        if token[1] != value:
+            raise ParseError(f"expected {value!r}, got {token[1]!r}")
+
+    def at(self, *values: str) -> bool:
+        return self.peek()[1] in values
+
+    def enter(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise ParseError("nesting too deep")
+
+    # relation := additive (relop additive)*
+    def relation(self) -> tuple:
+        self.enter()
+        left = self.additive()
+        chain = []
+        while self.peek()[1] in _RELATIONS:
+            op = _RELATIONS[self.take()[1]]
+            right = self.additive()
+            chain.append((op, left, right))
+            left = right
+        self.depth -= 1
+        if not chain:
+            return left
+        if len(chain) == 1:
+            return _relation(*chain[0])
+        return ("chain", tuple(_relation(*link) for link in chain))
+
+    def additive(self) -> tuple:
+        terms = [self.term()]
+        pm = None
+        while self.at("+", "-", r"\pm", r"\mp"):
+            op = self.take()[1]
+            right = self.term()
+            if op in (r"\pm", r"\mp"):
+                if pm is not None:
+                    raise ParseError("more than one \\pm")
+                pm = (_flat("add", terms), right)
+                terms = [("num", Fraction(0), None)]
+                continue
+            terms.append(right if op == "+" else ("neg", right))
+        rest = _flat("add", terms)
+        if pm is None:
+            return rest
+        base, offset = pm
+        base = _flat("add", [base, rest]) if rest != ("num", Fraction(0), None) else base
+        return ("set", (_flat("add", [base, offset]), _flat("add", [base, ("neg", offset)])))
+
+    def term(self) -> tuple:
+        factors = [self.unary()]
+        while True:
+            kind, value = self.peek()
+            if value in ("*", r"\cdot", r"\times"):
+                self.take()
+                factors.append(self.unary())
+            elif value in ("/", r"\div"):
+                self.take()
+                factors = [("div", _flat("mul", factors), self.unary())]
+            elif value == "%":
+                self.take()
+                factors = [("pct", _flat("mul", factors))]
+            elif self._starts_atom(kind, value):
+                factors.append(self.power())  # implicit multiplication: 2x, 3\sqrt{2}, (a)(b)
+            else:
+                return _flat("mul", factors)
+
+    @staticmethod
+    def _starts_atom(kind: str, value: str) -> bool:
+        if kind in ("num", "word"):
+            return True
+        if kind == "cmd":
+            return value not in _RELATIONS and value not in (
+                r"\pm", r"\mp", r"\cdot", r"\times", r"\div", r"\cup", r"\cap", "\\\\", r"\}", r"\to", r"\implies",
+                r"\quad", r"\text", r"\end",
+            )
+        return value in ("(", "{", "[", "|") and value != "|"
+
+    def unary(self) -> tuple:
+        if self.at("-"):
+            self.take()
+            return ("neg", self.unary())
+        if self.at("+"):
+            self.take()
+            return self.unary()
+        return self.power()
+
+    def power(self) -> tuple:
+        self.enter()
+        base = self.postfix()
+        if self.at("^"):
+            self.take()
+            exponent = self.unary() if self.at("-", "+") else self.postfix()
+            base = ("pow", base, exponent)
+        self.depth -= 1
+        return base
+
+    def postfix(self) -> tuple:
+        node = self.atom()
+        while self.at("!", "'"):
+            if self.take()[1] == "'":
+                raise ParseError("primes are not values")
+            node = ("fn", "factorial", (node,))
+        return node
+
+    def group(self) -> tuple:
+        """A braced argument {..} or a single token (\\frac12, \\sqrt3, x^2)."""
+        if self.at("{"):
+            self.take()
+            inner = self.relation()
+            self.expect("}")
+            return inner
+        kind, value = self.take()
+        if kind == "num":
+            # \frac12 means 1/2: a single-digit argument
+            if len(value) > 1 and "." not in value:
+                self.tokens.insert(self.pos, ("num", value[1:]))
+                value = value[0]
+            return _number_token(value)
+        if kind == "word":
+            return ("sym", value)
+        if kind == "cmd":
+            self.pos -= 1
+            return self.atom()
+        raise ParseError(f"expected an argument, got {value!r}")
+
+    def atom(self) -> tuple:
+        self.enter()
+        kind, value = self.take()
+        self.depth -= 1
+        if kind == "num":
+            node = _number_token(value)
+            if self.at("_"):
+                raise ParseError("subscripted number")
+            return node
+        if kind == "word":
+            if self.at("_"):
+                self.take()
+                sub = self.group()
+                return ("sym", value + "_" + _plain(sub))
+            if value in ("e", "i") and not self.at("("):
+                return ("const", value)
+            return ("sym", value)
+        if kind == "text":
+            raise ParseError(f"word {value!r}")
+        if value in ("(", "["):
+            return self.bracketed(value)
+        if value == "{":
+            inner = self.relation()
+            self.expect("}")
+            return inner
+        if value == "|":
+            inner = self.additive()
+            self.expect("|")
+            return ("fn", "abs", (inner,))
+        if value == r"\{":
+            items = self.items(r"\}")
+            return ("set", tuple(items))
+        if kind == "cmd":
+            return self.command(value)
+        raise ParseError(f"unexpected {value!r}")
+
+    def items(self, closer: str) -> list[tuple]:
+        items = [] if self.at(closer) else [self.relation()]
+        while self.at(",", ";"):
+            self.take()
+            items.append(self.relation())
+        self.expect(closer)
+        return items
+
+    def bracketed(self, opener: str) -> tuple:
+        items = [self.relation()]
+        while self.at(",", ";"):
+            self.take()
+            items.append(self.relation())
+        closer = self.take()[1]
+        if closer not in (")", "]"):
+            raise ParseError(f"unclosed {opener!r}")
+        if len(items) == 1:
+            if opener == "(" and closer == ")" or opener == "[" and closer == "]":
+                return items[0]
+            raise ParseError("half-open bracket around one value")
+        if len(items) == 2 and (opener, closer) != ("(", ")"):
+            return ("interval", opener == "[", items[0], items[1], closer == "]")
+        if opener == "(" and closer == ")":
+            return ("tuple", tuple(items))  # (a, b) is also the open interval; compare.py knows
+        if opener == "[" and closer == "]":
+            return ("tuple", tuple(items))
+        raise ParseError("mismatched brackets")
+
+    def command(self, name: str) -> tuple:
+        bare = name[1:]
+        if bare in _CONSTANT_CMDS:
+            return _CONSTANT_CMDS[bare]
+        if bare == "frac":
+            return ("div", self.group(), self.group())
+        if bare == "binom":
+            return ("fn", "binom", (self.group(), self.group()))
+        if bare == "sqrt":
+            index = None
+            if self.at("["):
+                self.take()
+                index = self.additive()
+                self.expect("]")
+            arg = self.group()
+            return ("pow", arg, ("div", _num(Fraction(1)), index)) if index is not None else ("fn", "sqrt", (arg,))
+        if bare in _FUNCTIONS:
+            base = None
+            if bare == "log" and self.at("_"):
+                self.take()
+                base = self.group()
+            exponent = None
+            if self.at("^"):
+                self.take()
+                exponent = self.group()
+            arg = self.power() if not self.at("(") else self.atom()
+            node = ("fn", bare, (arg,) if base is None else (arg, base))
+            return ("pow", node, exponent) if exponent is not None else node
+        if bare in _GREEK:
+            return ("sym", bare)
+        if bare == "begin":
+            return self.matrix()
+        if bare in ("emptyset", "varnothing"):
+            return ("set", ())
+        raise ParseError(f"unsupported command {name}")
+
+    def matrix(self) -> tuple:
+        self.expect("{")
+        env = self.take()[1]
+        self.expect("}")
+        if env not in ("pmatrix", "bmatrix", "matrix", "Bmatrix", "smallmatrix", "array"):
+            raise ParseError(f"environment {env!r}")
+        if env == "array" and self.at("{"):  # column spec
+            while not self.at("}", ""):
+                self.take()
+            self.expect("}")
+        rows, row = [], [self.additive()]
+        while True:
+            value = self.take()[1]
+            if value == "&":
+                row.append(self.additive())
+            elif value == "\\\\":
+                rows.append(tuple(row))
+                if self.at(r"\end"):
+                    row = []
+                    continue
+                row = [self.additive()]
+            elif value == r"\end":
+                if row:
+                    rows.append(tuple(row))
+                self.expect("{")
+                self.take()
+                self.expect("}")
+                break
+            else:
+                raise ParseError(f"unexpected {value!r} in matrix")
+        if len({len(r) for r in rows}) != 1:
+            raise ParseError("ragged matrix")
+        return ("matrix", tuple(rows))
+
+
+def _relation(op: str, left: tuple, right: tuple) -> tuple:
+    if op == "=":
+        return ("eq", left, right)
+    if op in (">", ">="):
+        return ("rel", "<" if op == ">" else "<=", right, left)
+    return ("rel", op, left, right)
+
+
+def _flat(kind: str, parts: list[tuple]) -> tuple:
+    """n-ary add/mul, flattened so a+(b+c) and (a+b)+c get the same shape."""
+    if len(parts) == 1:
+        return parts[0]
+    flat: list[tuple] = []
+    for part in parts:
+        flat.extend(part[1] if part[0] == kind else (part,))
+    return (kind, tuple(flat))
+
+
+def _plain(node: tuple) -> str:
+    if node[0] == "num":
+        return str(node[1])
+    if node[0] in ("sym", "const"):
+        return node[1]
+    raise ParseError("complex subscript")
+
+
+def _join_top_level_commas(s: str) -> str:
+    """'1,234,567' -> '1234567' (only groups of exactly three digits, outside brackets)."""
+    return _THOUSANDS_RE.sub(lambda m: m.group(0).replace(",", ""), s)
+
+
+@lru_cache(maxsize=4096)
+def parse_answer(answer: str) -> tuple:
+    """Tree of one answer; raises ParseError outside the grammar. Cached: gold answers repeat."""
+    if len(answer) > MAX_ANSWER_CHARS:
+        raise ParseError(f"answer longer than {MAX_ANSWER_CHARS} characters")
+    s = normalize(answer)
+    if not s:
+        raise ParseError("empty answer")
+    s, unit = split_unit(s)
+    node = _parse_value(s)
+    return ("unit", node, unit) if unit else node
+
+
+def _parse_value(s: str) -> tuple:
+    mixed = _MIXED_PLAIN_RE.match(s) or _MIXED_LATEX_RE.match(s)
+    if mixed and int(mixed.group(3)) < int(mixed.group(4)):
+        sign, whole, num, den = mixed.groups()
+        value = int(whole) + Fraction(int(num), int(den))
+        return _num(-value if sign == "-" else value)
+    if _SPACED_THOUSANDS_RE.match(s):
+        s = s.replace(" ", "")
+    s = _sci_to_pow(s)
+    if not s.startswith(("(", "[", r"\{")) or s.count(",") != 1:
+        s = _join_top_level_commas(s)
+    tokens = tokenize(s)
+    if any(kind == "text" for kind, _ in tokens):
+        if all(kind in ("text", "word") for kind, _ in tokens):
+            return ("text", " ".join(v for _, v in tokens).lower())
+        raise ParseError("words mixed with math")
+    parser = _Parser(tokens)
+    items = [parser.relation()]
+    union = []
+    while parser.at(",", ";", r"\cup"):
+        sep = parser.take()[1]
+        (union if sep == r"\cup" else items).append(parser.relation())
+    if parser.peek()[0] != "eof":
+        raise ParseError(f"trailing {parser.peek()[1]!r}")
+    if union:
+        if len(items) != 1:
+            raise ParseError("union mixed with a list")
+        return ("union", tuple([items[0], *union]))
+    # a bare comma list is the MATH convention for "all answers, any order"
+    return items[0] if len(items) == 1 else ("set", tuple(items))
+
+
+def _sci_to_pow(s: str) -> str:
+    """1.5e3 and 1.5 \\times 10^{3} -> 1.5*10^{3} so both spellings read the same."""
+    def repl(match: re.Match) -> str:
+        return "*10^{" + (match.group(1) or match.group(2)) + "}"
+
+    if not re.search(r"\d", s):
+        return s
+    return re.sub(r"(?<=[\d.])" + _SCI_RE.pattern, repl, s)

@@ -1,0 +1,92 @@
+"""Math answer equivalence: `math_equal` (bool) and `math_verifier` (VerifyResult).
+
+Fast path in the caller's process, bounded by construction: extraction, string
+normal form, our own parser with size guards, exact fractions. Only answers it
+cannot decide (symbolic algebra, irrationals) go to a killable worker process
+that runs sympy under a hard time limit (sandbox.py).
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from typing import Any
+
+from .compare import TooLarge, equivalent, exact_scalar_equal
+from .extract import extract_answer
+from .latex import MAX_ANSWER_CHARS, ParseError, normalize, parse_answer
+from .result import ERROR, NO_ANSWER, OK, TIMEOUT, VerifyResult
+from .sandbox import CheckTimeout, WorkerError, run_limited
+
+DEFAULT_TIMEOUT_S = 5.0  # math-verify's default per comparison
+# score_batch sets this so verifiers called without an explicit timeout use the batch's limit
+CHECK_TIMEOUT_S: ContextVar[float] = ContextVar("rewards_check_timeout_s", default=DEFAULT_TIMEOUT_S)
+
+
+def _symbolic_check(pred: str, gold: str) -> bool | None:
+    """Runs inside the worker: the full comparison with sympy leaves."""
+    from .symbolic import sympy_scalar_equal
+
+    return equivalent(parse_answer(pred), parse_answer(gold), sympy_scalar_equal)
+
+
+def _gold_text(answer: Any) -> str:
+    if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+        return repr(answer)
+    if not isinstance(answer, str):
+        raise TypeError(f"gold answer must be a string or a number, got {type(answer).__name__}")
+    boxed = extract_answer(answer) if ("\\boxed" in answer or "\\fbox" in answer or "####" in answer) else None
+    return boxed if boxed is not None else answer
+
+
+def compare_answers(pred: str, gold: str, timeout: float) -> tuple[float, str, dict]:
+    """(score, status, details) for an extracted answer against the gold answer."""
+    details: dict[str, Any] = {"pred": pred[:200], "gold": gold[:200]}
+    if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:  # too long to parse: exact text only
+        return float(pred.strip() == gold.strip()), OK, {**details, "method": "string"}
+    if normalize(pred) == normalize(gold):
+        return 1.0, OK, {**details, "method": "string"}
+    try:
+        pred_tree, gold_tree = parse_answer(pred), parse_answer(gold)
+    except (ParseError, RecursionError) as exc:
+        return 0.0, OK, {**details, "method": "unparsed", "reason": str(exc)[:200]}
+    try:
+        verdict = equivalent(pred_tree, gold_tree, exact_scalar_equal)
+    except TooLarge:
+        verdict = None
+    if verdict is not None:
+        return float(verdict), OK, {**details, "method": "exact"}
+    try:
+        verdict = run_limited(_symbolic_check, (pred, gold), timeout)
+    except CheckTimeout:
+        return 0.0, TIMEOUT, {**details, "method": "symbolic", "timeout_s": timeout}
+    except WorkerError as exc:
+        return 0.0, ERROR, {**details, "method": "symbolic", "reason": str(exc)[:300]}
+    except Exception as exc:  # in a worker the check runs in-process; its failure is a status, not a crash
+        return 0.0, ERROR, {**details, "method": "symbolic", "reason": f"{type(exc).__name__}: {str(exc)[:300]}"}
+    return float(bool(verdict)), OK, {**details, "method": "symbolic"}
+
+
+def math_verifier(completion: str, *, answer: Any, timeout: float | None = None, **info: Any) -> VerifyResult:
+    """1.0 if the completion's final answer equals `answer`, else 0.0; status says why (ok/no_answer/timeout/error).
+
+    `timeout` (seconds) bounds the symbolic step; default CHECK_TIMEOUT_S (5 s unless score_batch sets it).
+    """
+    if not isinstance(completion, str):
+        return VerifyResult(0.0, ERROR, {"reason": f"completion is {type(completion).__name__}, not str"})
+    try:
+        gold = _gold_text(answer)
+    except TypeError as exc:
+        return VerifyResult(0.0, ERROR, {"reason": str(exc)})
+    pred = extract_answer(completion)
+    if pred is None:
+        return VerifyResult(0.0, NO_ANSWER, {"gold": gold[:200]})
+    score, status, details = compare_answers(pred, gold, CHECK_TIMEOUT_S.get() if timeout is None else timeout)
+    return VerifyResult(score, status, details)
+
+
+math_verifier.in_process_safe = True  # bounded: its only unbounded step runs in the sandbox
+
+
+def math_equal(pred: str, gold: str, *, timeout: float | None = None) -> bool:
+    """Is `pred` (a short answer or a whole response) the same answer as `gold`? False if it cannot tell."""
+    return math_verifier(pred, answer=gold, timeout=timeout).score == 1.0

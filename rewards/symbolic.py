@@ -1,0 +1,94 @@
+"""Symbolic leaf test with sympy, built from our own trees (never from raw text).
+
+Only the time-limited worker (sandbox.py) imports this module: sympy can hang in
+C code on hostile input, and only a killable process bounds that.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import sympy
+
+from .compare import MAX_FACTORIAL, MAX_RESULT_BITS, TooLarge, Verdict, decimal_places, exact_value, rationals_match
+
+_CONSTANTS = {"pi": sympy.pi, "e": sympy.E, "i": sympy.I, "inf": sympy.oo}
+_FUNCTIONS = {
+    "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan, "cot": sympy.cot, "sec": sympy.sec, "csc": sympy.csc,
+    "arcsin": sympy.asin, "arccos": sympy.acos, "arctan": sympy.atan, "sinh": sympy.sinh, "cosh": sympy.cosh,
+    "tanh": sympy.tanh, "exp": sympy.exp, "ln": sympy.log, "sqrt": sympy.sqrt, "abs": sympy.Abs,
+}
+_MAX_EXPONENT = 10_000
+
+
+def to_sympy(node: tuple) -> sympy.Expr:
+    """Sympy expression of a scalar tree; raises TooLarge before building anything huge."""
+    kind = node[0]
+    if kind == "num":
+        return sympy.Rational(node[1].numerator, node[1].denominator)
+    if kind == "sym":
+        return sympy.Symbol(node[1], real=True)
+    if kind == "const":
+        return _CONSTANTS[node[1]]
+    if kind == "neg":
+        return -to_sympy(node[1])
+    if kind == "add":
+        return sympy.Add(*(to_sympy(p) for p in node[1]))
+    if kind == "mul":
+        return sympy.Mul(*(to_sympy(p) for p in node[1]))
+    if kind == "div":
+        return to_sympy(node[1]) / to_sympy(node[2])
+    if kind == "pct":
+        return to_sympy(node[1]) / 100
+    if kind == "pow":
+        exponent = to_sympy(node[2])
+        if exponent.is_number and not exponent.has(sympy.oo) and abs(exponent.evalf(15)) > _MAX_EXPONENT:
+            raise TooLarge("exponent too large")
+        base = to_sympy(node[1])
+        if base.is_number and exponent.is_number:
+            size = abs(exponent.evalf(15)) * float(sympy.log(abs(base.evalf(15)) + 2, 2))
+            if size > MAX_RESULT_BITS:
+                raise TooLarge("power too large")
+        return sympy.Pow(base, exponent)
+    if kind == "fn":
+        name, args = node[1], [to_sympy(a) for a in node[2]]
+        if name == "factorial":
+            if args[0].is_number and args[0] > MAX_FACTORIAL:
+                raise TooLarge("factorial too large")
+            return sympy.factorial(args[0])
+        if name == "binom":
+            return sympy.binomial(*args)
+        if name in ("log", "lg"):
+            base = args[1] if len(args) > 1 else (10 if name == "lg" else sympy.E)
+            return sympy.log(args[0], base)
+        return _FUNCTIONS[name](args[0])
+    raise TypeError(f"not a scalar: {kind}")
+
+
+def sympy_scalar_equal(pred: tuple, gold: tuple) -> Verdict:
+    """Leaf test in the worker: exact first, then simplify(a - b) == 0, then a decimal-rounding check."""
+    try:
+        pred_value, gold_value = exact_value(pred), exact_value(gold)
+    except TooLarge:
+        pred_value = gold_value = None
+    if pred_value is not None and gold_value is not None:
+        return rationals_match(pred_value, gold_value, decimal_places(pred), decimal_places(gold))
+    a, b = to_sympy(pred), to_sympy(gold)
+    if a == b:
+        return True
+    if a.has(sympy.oo, -sympy.oo) or b.has(sympy.oo, -sympy.oo):
+        return False
+    difference = sympy.simplify(a - b)
+    if difference == 0:
+        return True
+    if a.free_symbols or b.free_symbols:
+        return bool(sympy.expand(difference) == 0)
+    # a decimal against an irrational (1.414 vs sqrt(2)): the decimal must be the value rounded
+    for written, other in ((pred, b), (gold, a)):
+        places = decimal_places(written)
+        value = exact_value(written)
+        if places is not None and value is not None:
+            approx = other.evalf(places + 15)
+            if approx.is_real and rationals_match(value, Fraction(str(approx)), places, None):
+                return True
+    return False
