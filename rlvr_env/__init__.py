@@ -1,1 +1,57 @@
-"""Reasoning tasks as Gymnasium environments."""
+"""Reasoning tasks as Gymnasium environments.
+
+``import rlvr_env`` registers the built-in tasks (``rlvr/Arithmetic-v0``,
+``rlvr/Countdown-v0``, ``rlvr/GSM8K-v0``, ``rlvr/MATH-v0``); reasoning-gym
+datasets are registered by :func:`register_reasoning_gym`. TokenVectorEnv
+imports torch on first use only, so the text-level envs work without it.
+"""
+
+from rlvr_env.completion_env import CompletionEnv
+from rlvr_env.curriculum import Curriculum, CurriculumWrapper
+from rlvr_env.registry import make_task, register_reasoning_gym, register_task, registered_tasks
+from rlvr_env.task import Problem, Task, TaskConfig
+from rlvr_env.token_env import TokenEnv
+from rlvr_env.tasks.arithmetic import ArithmeticTask
+from rlvr_env.tasks.competition_math import MATHTask
+from rlvr_env.tasks.countdown import CountdownTask
+from rlvr_env.tasks.gsm8k import GSM8KTask
+
+register_task("Arithmetic", ArithmeticTask)
+register_task("Countdown", CountdownTask)
+register_task("GSM8K", GSM8KTask)
+register_task("MATH", MATHTask)
+
+_TORCH_VIEWS = {
+    "TokenVectorEnv": "rlvr_env.token_vector_env",
+    "RolloutResult": "rlvr_env.token_vector_env",
+}
+
+
+def __getattr__(name: str):
+    # TokenVectorEnv keeps its state in torch tensors; import torch only when it is asked for.
+    if name in _TORCH_VIEWS:
+        import importlib
+
+        return getattr(importlib.import_module(_TORCH_VIEWS[name]), name)
+    raise AttributeError(f"module 'rlvr_env' has no attribute {name!r}")
+
+
+__all__ = [
+    "ArithmeticTask",
+    "CompletionEnv",
+    "CountdownTask",
+    "Curriculum",
+    "CurriculumWrapper",
+    "GSM8KTask",
+    "MATHTask",
+    "Problem",
+    "RolloutResult",
+    "Task",
+    "TaskConfig",
+    "TokenEnv",
+    "TokenVectorEnv",
+    "make_task",
+    "register_reasoning_gym",
+    "register_task",
+    "registered_tasks",
+]

@@ -1,0 +1,61 @@
+"""Answer rewards shared by the numeric/maths tasks (Arithmetic, GSM8K, MATH).
+
+Equivalence and extraction come from :mod:`rewards`; this module only adds the
+task-side policy: a lenient last-number fallback (small base models rarely
+write ``\\boxed{}``) and a small, separately reported credit for using it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import rewards
+from rewards.result import NO_ANSWER, OK, VerifyResult
+
+# A signed integer/decimal, allowing thousands separators ("1,234.5").
+_NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?")
+# Somewhere a \boxed{...} with something other than blanks inside.
+FILLED_BOXED_PATTERN = r".*\\boxed\s*\{\s*[^\s}].*"
+
+
+def last_number(text: str) -> str | None:
+    """The last number written in ``text`` (separators removed), or None."""
+    numbers = _NUMBER.findall(text)
+    return numbers[-1].replace(",", "") if numbers else None
+
+
+@dataclass(frozen=True)
+class LenientAnswer:
+    """1.0 when the answer equals the gold: extracted by ``rewards.math_verifier``
+    (``\\boxed``, "answer is", ...), else, if ``fallback_last_number``, the last
+    number in the completion."""
+
+    fallback_last_number: bool = True
+    in_process_safe = True  # math_verifier bounds itself; the regex is linear
+
+    def __call__(self, completion: str, *, answer: Any, **info: Any) -> VerifyResult:
+        result = rewards.math_verifier(completion, answer=answer, **info)
+        if result.status != NO_ANSWER or not self.fallback_last_number:
+            return result
+        number = last_number(completion)
+        if number is None:
+            return result
+        correct = rewards.math_equal(number, str(answer))
+        return VerifyResult(float(correct), OK, {"extracted": number, "extraction": "last_number"})
+
+
+def answer_reward(correct_weight: float, format_weight: float, fallback_last_number: bool):
+    """The weighted sum reported as components "correct" and (when weighted) "format"."""
+    parts = [("correct", LenientAnswer(fallback_last_number), correct_weight)]
+    if format_weight:
+        parts.append(("format", rewards.format_reward(FILLED_BOXED_PATTERN), format_weight))
+    return rewards.WeightedSum(parts)
+
+
+def validate_answer_weights(correct_weight: float, format_weight: float) -> None:
+    if not correct_weight > 0:
+        raise ValueError(f"correct_weight must be > 0, got {correct_weight}")
+    if format_weight < 0:
+        raise ValueError(f"format_weight must be >= 0, got {format_weight}")

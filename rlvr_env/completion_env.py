@@ -1,0 +1,108 @@
+"""CompletionEnv: observation = prompt text, action = the whole completion, one step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+from rewards.result import VerifyResult
+from rlvr_env.prompting import render_prompt
+from rlvr_env.registry import make_task
+from rlvr_env.spaces import outside_charset, text_space
+from rlvr_env.task import Problem, Task
+
+# How many indices a procedural task draws from.
+PROCEDURAL_INDEX_RANGE = 2**31
+
+
+def problem_from_options(task: Task, np_random, problem_seed: int, options: dict[str, Any] | None) -> tuple[int, Problem]:
+    """The episode's problem: ``options["problem_index"]`` or a draw from ``np_random``,
+    after applying ``options["task"]`` (config changes such as difficulty)."""
+    options = dict(options or {})
+    task_changes = options.pop("task", None)
+    index = options.pop("problem_index", None)
+    if options:
+        raise ValueError(f"unknown reset option {sorted(options)[0]!r}; known: problem_index, task")
+    if task_changes:
+        task.configure(**task_changes)
+    if index is None:
+        index = int(np_random.integers(0, task.size or PROCEDURAL_INDEX_RANGE))
+    return int(index), task.problem(int(index), problem_seed)
+
+
+def outcome_info(task: Task, problem: Problem, result: VerifyResult) -> dict[str, Any]:
+    """The final step's info: gold answer, each verifier component, status, success."""
+    return {
+        "answer": problem.answer,
+        "reward_components": dict(result.details.get("components", {})),
+        "verifier_status": result.status,
+        "success": task.is_success(result),
+    }
+
+
+class CompletionEnv(gym.Env):
+    """One episode = one problem. ``reset`` returns the prompt (rendered through the
+    tokenizer's chat template when a tokenizer with one is given); ``step(completion)``
+    scores it and ends the episode (``terminated=True``). A completion longer than
+    ``max_completion_chars`` is scored on its first ``max_completion_chars`` characters
+    and returns ``truncated=True`` as well.
+
+    ``reset(options=...)``: ``{"problem_index": i}`` picks a problem, ``{"task": {...}}``
+    changes task config fields (difficulty) from this episode on.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(
+        self,
+        task: Task,
+        tokenizer=None,
+        use_chat_template: bool = True,
+        max_prompt_chars: int = 16_384,
+        max_completion_chars: int = 16_384,
+        problem_seed: int = 0,
+    ) -> None:
+        if max_prompt_chars < 1 or max_completion_chars < 1:
+            raise ValueError("max_prompt_chars and max_completion_chars must be positive")
+        self.task = task
+        self.tokenizer = tokenizer
+        self.use_chat_template = use_chat_template
+        self.max_completion_chars = max_completion_chars
+        self.problem_seed = problem_seed
+        self.observation_space = text_space(max_prompt_chars, min_length=1)
+        self.action_space = text_space(max_completion_chars)
+        self.problem: Problem | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        index, self.problem = problem_from_options(self.task, self.np_random, self.problem_seed, options)
+        messages = self.task.messages(self.problem)
+        prompt = render_prompt(messages, self.tokenizer, self.use_chat_template)
+        if len(prompt) > self.observation_space.max_length:
+            raise ValueError(f"prompt of problem {index} has {len(prompt)} characters > max_prompt_chars={self.observation_space.max_length}")
+        if outside_charset(prompt):
+            raise ValueError(f"prompt of problem {index} has characters outside the text space: {sorted(outside_charset(prompt))[:5]}")
+        self._prompt = prompt
+        return prompt, {"problem_index": int(index), "messages": messages}
+
+    def step(self, action: str):
+        if self.problem is None:
+            raise RuntimeError("call reset() before step()")
+        if not isinstance(action, str):
+            raise TypeError(f"action must be the completion text (str), got {type(action).__name__}")
+        truncated = len(action) > self.max_completion_chars
+        result = self.task.verify(action[: self.max_completion_chars], self.problem)
+        info = outcome_info(self.task, self.problem, result)
+        self.problem = None  # one step per episode
+        return self._prompt, float(result.score), True, truncated, info
+
+
+# CompletionEnv's own keyword arguments; everything else given to gymnasium.make is a task config field.
+ENV_ARGUMENTS = ("tokenizer", "use_chat_template", "max_prompt_chars", "max_completion_chars", "problem_seed")
+
+
+def make_completion_env(task_id: str, **kwargs: Any) -> CompletionEnv:
+    """Gymnasium entry point of every registered task id."""
+    env_kwargs = {key: kwargs.pop(key) for key in ENV_ARGUMENTS if key in kwargs}
+    return CompletionEnv(make_task(task_id, **kwargs), **env_kwargs)

@@ -1,0 +1,121 @@
+"""The task contract: a problem source plus a verifier.
+
+A task turns ``(index, seed)`` into a :class:`Problem` deterministically, so item
+``i`` can be fetched without generating items ``0..i-1``, and scores a completion
+through a picklable verifier from :mod:`rewards` (batch scoring may run it in
+worker processes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from rewards.result import VerifyResult
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One item of a task: the user-facing prompt text, the gold answer the verifier
+    compares against, and task-specific facts (index, difficulty, source line...)."""
+
+    prompt: str
+    answer: Any
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TaskConfig:
+    """Prompt settings every task shares; subclasses add their own knobs.
+
+    ``system_prompt`` becomes the system turn in chat form (prepended in plain
+    text); ``few_shot`` holds ``(prompt, completion)`` pairs shown before the
+    problem as earlier user/assistant turns.
+    """
+
+    system_prompt: str | None = None
+    few_shot: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        # gymnasium.make / YAML hand over lists; keep the config hashable and uniform.
+        if isinstance(self.few_shot, (list, tuple)):
+            self.few_shot = tuple(tuple(pair) if isinstance(pair, (list, tuple)) else pair for pair in self.few_shot)
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad field."""
+        if self.system_prompt is not None and not isinstance(self.system_prompt, str):
+            raise ValueError(f"system_prompt must be a string or None, got {type(self.system_prompt).__name__}")
+        if not isinstance(self.few_shot, tuple):
+            raise ValueError(f"few_shot must be a list of (prompt, completion) pairs, got {type(self.few_shot).__name__}")
+        for i, pair in enumerate(self.few_shot):
+            if not (isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(s, str) for s in pair)):
+                raise ValueError(f"few_shot[{i}] must be a (prompt, completion) pair of strings, got {pair!r}")
+
+
+def build_config(config_cls: type[TaskConfig], base: TaskConfig | None, changes: dict[str, Any]) -> TaskConfig:
+    """A validated ``config_cls`` from ``base`` (or the defaults) with ``changes`` applied."""
+    known = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = sorted(set(changes) - known)
+    if unknown:
+        raise ValueError(f"{config_cls.__name__} has no field {unknown[0]!r}; fields: {', '.join(sorted(known))}")
+    if base is not None and not isinstance(base, config_cls):
+        raise ValueError(f"config must be a {config_cls.__name__}, got {type(base).__name__}")
+    config = dataclasses.replace(base, **changes) if base is not None else config_cls(**changes)
+    config.validate()
+    return config
+
+
+class Task:
+    """Base class of every task. Subclasses set ``config_cls`` and implement
+    ``problem``, ``verifier`` and ``gold_completion``."""
+
+    config_cls: ClassVar[type[TaskConfig]] = TaskConfig
+
+    def __init__(self, config: TaskConfig | None = None, **kwargs: Any) -> None:
+        self.config = build_config(self.config_cls, config, kwargs)
+
+    def configure(self, **changes: Any) -> bool:
+        """Change config fields (e.g. difficulty) in place, validated like the constructor;
+        True when the config actually changed."""
+        config = build_config(self.config_cls, self.config, changes)
+        changed, self.config = config != self.config, config
+        return changed
+
+    @property
+    def size(self) -> int | None:
+        """Number of distinct problems, or None for procedural tasks."""
+        return None
+
+    def problem(self, index: int, seed: int) -> Problem:
+        raise NotImplementedError
+
+    @property
+    def verifier(self):
+        """A picklable ``(completion, *, answer, **info) -> VerifyResult`` for this task's problems;
+        ``details["components"]`` holds each part's score."""
+        raise NotImplementedError
+
+    def gold_completion(self, problem: Problem) -> str:
+        """A completion that must score 1.0 (the gold self-test)."""
+        raise NotImplementedError
+
+    def verify(self, completion: str, problem: Problem) -> VerifyResult:
+        return self.verifier(completion, answer=problem.answer)
+
+    def is_success(self, result: VerifyResult) -> bool:
+        """Whether a result counts as solved (curriculum, accuracy): the "correct"
+        component when the verifier reports one, else a full score."""
+        components = result.details.get("components", {})
+        return float(components.get("correct", result.score)) >= 1.0
+
+    def curriculum_levels(self) -> list[dict[str, Any]]:
+        """Config changes from easiest to hardest, for CurriculumWrapper; empty if none."""
+        return []
+
+    def messages(self, problem: Problem) -> list[dict[str, str]]:
+        """The chat turns for ``problem``: system prompt, few-shot pairs, then the problem."""
+        turns = [{"role": "system", "content": self.config.system_prompt}] if self.config.system_prompt else []
+        for prompt, completion in self.config.few_shot:
+            turns += [{"role": "user", "content": prompt}, {"role": "assistant", "content": completion}]
+        return turns + [{"role": "user", "content": problem.prompt}]

@@ -1,0 +1,1 @@
+"""Built-in tasks, one per file."""

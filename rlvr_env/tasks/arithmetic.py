@@ -1,0 +1,102 @@
+"""rlvr/Arithmetic-v0: procedural integer arithmetic with difficulty knobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from rlvr_env.answers import answer_reward, validate_answer_weights
+from rlvr_env.task import Problem, Task, TaskConfig
+
+OPERATORS = "+-*/"
+
+
+@dataclass
+class ArithmeticConfig(TaskConfig):
+    """Difficulty: ``digits`` per operand, ``terms`` operands, ``operators`` drawn
+    uniformly from this string (a subset of "+-*/"; "/" always divides exactly).
+    Reward: ``correct_weight`` for the right value (extracted from ``\\boxed``/"answer
+    is", else the last number when ``fallback_last_number``) plus ``format_weight``
+    for filling ``\\boxed{}`` (defaults sum to 1.0, so a perfect answer scores 1.0;
+    a base model gets signal from the last-number fallback before it learns ``\\boxed{}``)."""
+
+    digits: int = 2
+    terms: int = 2
+    operators: str = "+"
+    prompt_template: str = "What is {expression}? Put your final answer within \\boxed{{}}."
+    correct_weight: float = 0.9
+    format_weight: float = 0.1
+    fallback_last_number: bool = True
+
+    def validate(self) -> None:
+        super().validate()
+        if not isinstance(self.digits, int) or not 1 <= self.digits <= 9:
+            raise ValueError(f"digits must be an integer in 1..9, got {self.digits!r}")
+        if not isinstance(self.terms, int) or not 2 <= self.terms <= 10:
+            raise ValueError(f"terms must be an integer in 2..10, got {self.terms!r}")
+        if not self.operators or not isinstance(self.operators, str) or set(self.operators) - set(OPERATORS):
+            raise ValueError(f"operators must be a non-empty string of characters from {OPERATORS!r}, got {self.operators!r}")
+        try:
+            self.prompt_template.format(expression="1 + 1")
+        except (KeyError, IndexError, ValueError, AttributeError) as error:
+            raise ValueError(f"prompt_template must format with only {{expression}} (braces doubled): {error!r}") from None
+        if "{expression}" not in self.prompt_template:
+            raise ValueError("prompt_template must contain {expression}")
+        validate_answer_weights(self.correct_weight, self.format_weight)
+
+
+class ArithmeticTask(Task):
+    config_cls = ArithmeticConfig
+
+    def problem(self, index: int, seed: int) -> Problem:
+        cfg = self.config
+        rng = np.random.default_rng([seed, index])
+        low, high = (0 if cfg.digits == 1 else 10 ** (cfg.digits - 1)), 10**cfg.digits - 1
+        ops = [cfg.operators[i] for i in rng.integers(0, len(cfg.operators), size=cfg.terms - 1)]
+        numbers = [int(rng.integers(low, high + 1))]
+        # Evaluate with precedence as we go: `total` holds the finished +/- part,
+        # `product` the running */ chain; a "/" picks a divisor of that chain so it divides exactly.
+        total, product, sign = Fraction(0), Fraction(numbers[0]), 1
+        for i, op in enumerate(ops):
+            if op == "/":
+                divisors = [d for d in range(max(low, 1), high + 1) if product % d == 0]
+                if divisors:
+                    number = divisors[int(rng.integers(0, len(divisors)))]
+                    product /= number
+                else:  # e.g. a chain value of 0 or a prime with too few digits: multiply instead
+                    op, ops[i] = "*", "*"
+            if op != "/":
+                number = int(rng.integers(low, high + 1))
+                if op == "*":
+                    product *= number
+                else:
+                    total += sign * product
+                    product, sign = Fraction(number), (1 if op == "+" else -1)
+            numbers.append(number)
+        value = total + sign * product
+        expression = " ".join([str(numbers[0])] + [f"{op} {n}" for op, n in zip(ops, numbers[1:])])
+        return Problem(
+            prompt=cfg.prompt_template.format(expression=expression),
+            answer=str(int(value)),
+            metadata={"index": index, "expression": expression, "digits": cfg.digits, "terms": cfg.terms},
+        )
+
+    @property
+    def verifier(self):
+        cfg = self.config
+        return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number)
+
+    def gold_completion(self, problem: Problem) -> str:
+        return f"{problem.metadata['expression']} = {problem.answer}, so the answer is \\boxed{{{problem.answer}}}."
+
+    def curriculum_levels(self) -> list[dict[str, Any]]:
+        return [
+            {"digits": 1, "terms": 2},
+            {"digits": 2, "terms": 2},
+            {"digits": 2, "terms": 3},
+            {"digits": 3, "terms": 3},
+            {"digits": 3, "terms": 4},
+        ]

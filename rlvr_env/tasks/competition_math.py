@@ -1,0 +1,89 @@
+"""rlvr/MATH-v0: competition problems from a local MATH (Hendrycks) file.
+
+Rows are the public format: ``{"problem", "solution" (with a final \\boxed{}),
+"level": "Level 3", "type": "Algebra"}``; an ``"answer"`` field (MATH-500) wins
+over the solution's last ``\\boxed{}``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import rewards
+from rlvr_env.answers import answer_reward, validate_answer_weights
+from rlvr_env.data import DataFileError, DatasetTask, require_str
+from rlvr_env.task import Problem, Task, TaskConfig
+
+ENV_VAR = "RLVR_MATH_PATH"
+_LEVEL = re.compile(r"Level\s+(\d)")
+
+
+@dataclass
+class MATHConfig(TaskConfig):
+    """``data_path``: .jsonl or .parquet (default: $RLVR_MATH_PATH). ``levels`` (1..5) and
+    ``types`` ("Algebra", ...) keep only matching rows; empty keeps all. Answers are
+    expressions, so the last-number fallback is off by default."""
+
+    data_path: str | None = None
+    levels: tuple[int, ...] = ()
+    types: tuple[str, ...] = ()
+    prompt_template: str = "{problem}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+    correct_weight: float = 1.0
+    format_weight: float = 0.0
+    fallback_last_number: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.levels = tuple(self.levels) if isinstance(self.levels, (list, tuple)) else self.levels
+        self.types = tuple(self.types) if isinstance(self.types, (list, tuple)) else self.types
+
+    def validate(self) -> None:
+        super().validate()
+        if not isinstance(self.levels, tuple) or any(level not in (1, 2, 3, 4, 5) for level in self.levels):
+            raise ValueError(f"levels must be a list of integers in 1..5, got {self.levels!r}")
+        if not isinstance(self.types, tuple) or not all(isinstance(t, str) for t in self.types):
+            raise ValueError(f"types must be a list of strings, got {self.types!r}")
+        if "{problem}" not in self.prompt_template:
+            raise ValueError("prompt_template must contain {problem}")
+        validate_answer_weights(self.correct_weight, self.format_weight)
+
+
+class MATHTask(DatasetTask, Task):
+    config_cls = MATHConfig
+    env_var = ENV_VAR
+
+    def parse(self, records, path: Path) -> list[Problem]:
+        cfg = self.config
+        problems = []
+        for line, record in records:
+            text = require_str(record, "problem", path, line)
+            level_match = _LEVEL.search(str(record.get("level", "")))
+            level = int(level_match.group(1)) if level_match else None
+            kind = record.get("type")
+            if cfg.levels and level not in cfg.levels or cfg.types and kind not in cfg.types:
+                continue
+            if "answer" in record:
+                answer = str(record["answer"]).strip()
+                if not answer:
+                    raise DataFileError(f"{path}:{line}: field 'answer' is empty")
+            else:
+                answer = rewards.extract_answer(require_str(record, "solution", path, line))
+                if answer is None:
+                    raise DataFileError(f"{path}:{line}: field 'solution' has no final \\boxed{{...}} answer")
+            prompt = cfg.prompt_template.format(problem=text)
+            problems.append(Problem(prompt, answer, {"index": len(problems), "line": line, "level": level, "type": kind}))
+        return problems
+
+    @property
+    def verifier(self):
+        cfg = self.config
+        return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number)
+
+    def gold_completion(self, problem: Problem) -> str:
+        return f"The answer is \\boxed{{{problem.answer}}}."
+
+    def curriculum_levels(self) -> list[dict[str, Any]]:
+        return [{"levels": tuple(range(1, top + 1))} for top in range(1, 6)]

@@ -1,0 +1,166 @@
+"""rlvr/Countdown-v0: reach a target from given numbers with + - * / and parentheses.
+
+The completion's expression is parsed with :mod:`ast` (a parser, nothing is
+executed) and evaluated over exact fractions on a whitelist of node types.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections import Counter
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+import rewards
+from rewards.result import ERROR, NO_ANSWER, OK, VerifyResult
+from rlvr_env.task import Problem, Task, TaskConfig
+
+_BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
+# Only what an arithmetic expression needs; anything else is rejected before parsing.
+_ALLOWED_CHARS = re.compile(r"[\d\s+\-*/().]*")
+MAX_EXPRESSION_CHARS = 200
+
+
+class ExpressionError(ValueError):
+    """The completion's expression is not a plain arithmetic expression."""
+
+
+def evaluate_expression(expression: str) -> tuple[Fraction, list[int]]:
+    """Exact value of an arithmetic expression and the integer literals it uses.
+    Raises ExpressionError for anything but numbers, + - * /, unary minus, parentheses."""
+    if len(expression) > MAX_EXPRESSION_CHARS:
+        raise ExpressionError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
+    if not _ALLOWED_CHARS.fullmatch(expression):
+        raise ExpressionError("expression may only contain digits, + - * /, parentheses")
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except (SyntaxError, RecursionError, MemoryError) as error:
+        raise ExpressionError(f"not an expression: {error}") from None
+    numbers: list[int] = []
+
+    def value(node: ast.AST) -> Fraction:
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Add):
+                return left + right
+            if isinstance(node.op, ast.Sub):
+                return left - right
+            if isinstance(node.op, ast.Mult):
+                return left * right
+            if right == 0:
+                raise ExpressionError("division by zero")
+            return left / right
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -value(node.operand)
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            numbers.append(node.value)
+            return Fraction(node.value)
+        raise ExpressionError(f"unsupported element {type(node).__name__}")
+
+    return value(tree.body), numbers
+
+
+@dataclass(frozen=True)
+class CountdownVerifier:
+    """1.0 when the extracted expression uses the given numbers (each at most as
+    often as given; all of them when ``use_all_numbers``) and equals the target."""
+
+    use_all_numbers: bool = True
+    in_process_safe = True  # expressions are capped at MAX_EXPRESSION_CHARS, so evaluation is bounded
+
+    def __call__(self, completion: str, *, answer: Any, **info: Any) -> VerifyResult:
+        extracted = rewards.extract_answer(completion)
+        if extracted is None:
+            return VerifyResult(0.0, NO_ANSWER)
+        expression = extracted.split("=")[0]  # "3 * 8 = 24" -> the left side
+        try:
+            result, used = evaluate_expression(expression)
+        except ExpressionError as error:
+            return VerifyResult(0.0, ERROR, {"extracted": extracted, "error": str(error)})
+        given, used_counts = Counter(answer["numbers"]), Counter(used)
+        numbers_ok = used_counts == given if self.use_all_numbers else not (used_counts - given)
+        correct = numbers_ok and result == answer["target"]
+        return VerifyResult(float(correct), OK, {"extracted": extracted, "value": str(result), "numbers_ok": numbers_ok})
+
+
+@dataclass
+class CountdownConfig(TaskConfig):
+    """``num_numbers`` numbers in ``1..max_number``; the target is the value of a random
+    expression over all of them (every intermediate a positive integer, at most
+    ``max_target``), so each problem is solvable. ``use_all_numbers`` as in TinyZero."""
+
+    num_numbers: int = 4
+    max_number: int = 99
+    max_target: int = 1000
+    use_all_numbers: bool = True
+    prompt_template: str = (
+        "Using the numbers {numbers}, create an equation that equals {target}. "
+        "You can use + - * / and parentheses, and each number {usage}. "
+        "Put the expression alone inside \\boxed{{}}, e.g. \\boxed{{(1 + 2) * 3}}."
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        if not isinstance(self.num_numbers, int) or not 2 <= self.num_numbers <= 8:
+            raise ValueError(f"num_numbers must be an integer in 2..8, got {self.num_numbers!r}")
+        if not isinstance(self.max_number, int) or self.max_number < 2:
+            raise ValueError(f"max_number must be an integer >= 2, got {self.max_number!r}")
+        if not isinstance(self.max_target, int) or self.max_target < 1:
+            raise ValueError(f"max_target must be a positive integer, got {self.max_target!r}")
+        try:
+            self.prompt_template.format(numbers="[1, 2]", target=3, usage="once")
+        except (KeyError, IndexError, ValueError) as error:
+            raise ValueError(f"prompt_template may use only {{numbers}}, {{target}}, {{usage}}: {error!r}") from None
+
+
+class CountdownTask(Task):
+    config_cls = CountdownConfig
+    _MAX_ATTEMPTS = 200
+
+    def problem(self, index: int, seed: int) -> Problem:
+        cfg = self.config
+        rng = np.random.default_rng([seed, index])
+        for _ in range(self._MAX_ATTEMPTS):
+            numbers = [int(n) for n in rng.integers(1, cfg.max_number + 1, size=cfg.num_numbers)]
+            solution = self._random_solution(numbers, rng)
+            if solution is not None:
+                break
+        else:  # the sum is always a solution, though it may pass max_target
+            solution = (" + ".join(map(str, numbers)), sum(numbers))
+        expression, target = solution
+        usage = "must be used exactly once" if cfg.use_all_numbers else "can be used at most once"
+        return Problem(
+            prompt=cfg.prompt_template.format(numbers=numbers, target=target, usage=usage),
+            answer={"target": target, "numbers": numbers},
+            metadata={"index": index, "solution": expression},
+        )
+
+    def _random_solution(self, numbers: list[int], rng: np.random.Generator) -> tuple[str, int] | None:
+        """Combine random pairs until one value is left; None if a step leaves the positive integers."""
+        items = [(str(n), n) for n in numbers]
+        while len(items) > 1:
+            i, j = rng.choice(len(items), size=2, replace=False)
+            (left, a), (right, b) = items[i], items[j]
+            op = "+-*/"[int(rng.integers(0, 4))]
+            if op == "-" and a <= b or op == "/" and a % b:
+                return None
+            combined = {"+": a + b, "-": a - b, "*": a * b, "/": a // b}[op]
+            items = [item for k, item in enumerate(items) if k not in (i, j)] + [(f"({left} {op} {right})", combined)]
+        expression, target = items[0]
+        if target > self.config.max_target:
+            return None
+        return expression[1:-1], target  # the last combination's parentheses wrap everything
+
+    @property
+    def verifier(self):
+        return rewards.WeightedSum([("correct", CountdownVerifier(self.config.use_all_numbers), 1.0)])
+
+    def gold_completion(self, problem: Problem) -> str:
+        return f"\\boxed{{{problem.metadata['solution']}}}"
+
+    def curriculum_levels(self) -> list[dict[str, Any]]:
+        return [{"num_numbers": n} for n in (3, 4, 5, 6)]

@@ -1,0 +1,66 @@
+"""rlvr/GSM8K-v0: grade-school word problems from a local GSM8K file.
+
+Rows are the public format: ``{"question": ..., "answer": "...reasoning...\\n#### 42"}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlvr_env.answers import answer_reward, validate_answer_weights
+from rlvr_env.data import DataFileError, DatasetTask, require_str
+from rlvr_env.task import Problem, Task, TaskConfig
+
+ENV_VAR = "RLVR_GSM8K_PATH"
+
+
+@dataclass
+class GSM8KConfig(TaskConfig):
+    """``data_path``: a .jsonl or .parquet file (default: $RLVR_GSM8K_PATH). Reward as in
+    Arithmetic: ``correct_weight`` for the right number (last number as fallback when
+    ``fallback_last_number``, the usual GSM8K grading) plus ``format_weight`` for ``\\boxed{}``."""
+
+    data_path: str | None = None
+    prompt_template: str = "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
+    correct_weight: float = 1.0
+    format_weight: float = 0.0
+    fallback_last_number: bool = True
+
+    def validate(self) -> None:
+        super().validate()
+        if "{question}" not in self.prompt_template:
+            raise ValueError("prompt_template must contain {question}")
+        validate_answer_weights(self.correct_weight, self.format_weight)
+
+
+def final_answer(solution: str) -> str | None:
+    """The number after GSM8K's last ``####`` marker, thousands separators removed."""
+    if "####" not in solution:
+        return None
+    answer = solution.rsplit("####", 1)[1].strip().replace(",", "")
+    return answer or None
+
+
+class GSM8KTask(DatasetTask, Task):
+    config_cls = GSM8KConfig
+    env_var = ENV_VAR
+
+    def parse(self, records, path: Path) -> list[Problem]:
+        problems = []
+        for line, record in records:
+            question = require_str(record, "question", path, line)
+            answer = final_answer(require_str(record, "answer", path, line))
+            if answer is None:
+                raise DataFileError(f"{path}:{line}: field 'answer' has no final '#### <number>'")
+            prompt = self.config.prompt_template.format(question=question)
+            problems.append(Problem(prompt, answer, {"index": len(problems), "line": line}))
+        return problems
+
+    @property
+    def verifier(self):
+        cfg = self.config
+        return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number)
+
+    def gold_completion(self, problem: Problem) -> str:
+        return f"The answer is \\boxed{{{problem.answer}}}."
