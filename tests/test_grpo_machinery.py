@@ -67,3 +67,32 @@ def test_only_complete_checkpoints_count_and_old_ones_are_pruned(tmp_path):
     (tmp_path / ".checkpoint-4.tmp-123").mkdir()  # what a kill mid-write leaves behind
     assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-3"]
     assert latest_checkpoint(tmp_path).name == "checkpoint-3"
+
+
+def test_completion_logprobs_match_full_logits_with_left_padding():
+    from algos.trainer import completion_logprobs, position_ids_from_mask
+
+    model, _, _ = _tiny()
+    ids = torch.randint(4, 50, (2, 7))
+    mask = torch.ones_like(ids)
+    mask[0, :2] = 0  # row 0's prompt is left-padded by 2
+    logp, entropy = completion_logprobs(model, ids, mask, prompt_width=4, chunk_size=3)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
+    full = torch.log_softmax(logits[:, 3:-1].float(), -1)
+    torch.testing.assert_close(logp, full.gather(-1, ids[:, 4:].unsqueeze(-1)).squeeze(-1))
+    torch.testing.assert_close(entropy, -(full.exp() * full).sum(-1))
+
+
+def test_nonfinite_gradients_skip_the_update_and_keep_weights():
+    from algos.trainer import guarded_optimizer_step
+
+    model, optimizer, _ = _tiny()
+    before = [p.detach().clone() for p in model.parameters()]
+    ids = torch.randint(4, 50, (2, 6))
+    (model(input_ids=ids, labels=ids).loss * float("nan")).backward()
+    outcome = guarded_optimizer_step(model, optimizer, max_grad_norm=1.0)
+    assert not outcome.applied and all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), before)) and not optimizer.state
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert guarded_optimizer_step(model, optimizer, max_grad_norm=1.0).applied
+    assert not all(torch.equal(a, b) for a, b in zip(model.parameters(), before))

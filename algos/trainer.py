@@ -1,0 +1,113 @@
+"""Trainer machinery every agent shares: device and seeding, AdamW + LR schedule, the policy's
+completion log-probs, the NaN-guarded optimizer step, task accuracy and held-out evaluation.
+
+GRPO/DAPO (algos/grpo.py) and PPO (algos/ppo.py) build their loops from these pieces plus
+algos.config, algos.metrics and algos.checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from algos.config import OptimConfig
+from algos.core.logprobs import logprobs_from_hidden
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str) -> torch.device:
+    """'auto' -> cuda when available, else cpu; anything else as torch spells it."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_steps: int):
+    """Linear warm-up over cfg.warmup_steps, then constant / linear / cosine decay to 0 at total_steps."""
+
+    def factor(step: int) -> float:
+        if step < cfg.warmup_steps:
+            return (step + 1) / (cfg.warmup_steps + 1)
+        if cfg.schedule == "constant":
+            return 1.0
+        progress = min(1.0, (step - cfg.warmup_steps) / max(1, total_steps - cfg.warmup_steps))
+        if cfg.schedule == "linear":
+            return 1.0 - progress
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """[B, L] attention mask (left padding) -> [B, L] positions counting from each row's first real token."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def completion_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_width: int,
+    temperature: float = 1.0,
+    chunk_size: int = 1024,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, P+T] ids and mask -> ([B, T] log-probs of the completion tokens, [B, T] entropy), fp32.
+
+    Runs the backbone only and projects hidden states through the LM head in chunks,
+    so the full [B, T, V] logits are never materialised.
+    """
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear) or head.bias is not None:
+        raise TypeError(f"completion_logprobs needs a bias-free linear LM head, got {type(head).__name__}")
+    hidden = model.get_decoder()(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+    ).last_hidden_state
+    # Position j predicts token j + 1: completion tokens P..P+T-1 come from hidden states P-1..P+T-2.
+    return logprobs_from_hidden(
+        hidden[:, prompt_width - 1 : -1], head.weight, input_ids[:, prompt_width:], temperature, chunk_size
+    )
+
+
+@dataclass
+class StepOutcome:
+    applied: bool  # False when the loss or gradients were not finite and the update was skipped
+    grad_norm: float
+
+
+def guarded_optimizer_step(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float, loss_finite: bool = True
+) -> StepOutcome:
+    """Clip and apply the accumulated gradients unless the loss or any gradient is NaN/inf.
+
+    A skipped update leaves the weights and optimizer state untouched; gradients are cleared either way.
+    """
+    params = [p for p in model.parameters() if p.grad is not None]
+    if params:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"))
+        grad_norm = norm.item()
+    else:
+        grad_norm = 0.0
+    applied = loss_finite and math.isfinite(grad_norm)
+    if applied:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return StepOutcome(applied=applied, grad_norm=grad_norm)
