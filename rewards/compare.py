@@ -86,7 +86,7 @@ def rationals_match(pred: Fraction, gold: Fraction, pred_places: int | None, gol
         return True
     for written, other, places in ((pred, gold, pred_places), (gold, pred, gold_places)):
         if places is not None and places >= 2 and abs(written) * 10**places >= 10:
-            if abs(written - other) <= Fraction(1, 2 * 10**places):
+            if abs(written - other) < Fraction(1, 2 * 10**places):
                 return True
     return False
 

@@ -282,6 +282,10 @@ class _Parser:
         return value in ("(", "{", "[", "|") and value != "|"
 
     def unary(self) -> tuple:
+        if self.at(r"\pm", r"\mp"):  # "\pm 3" is the pair {3, -3}
+            self.take()
+            value = self.term()
+            return ("set", (value, ("neg", value)))
         if self.at("-"):
             self.take()
             return ("neg", self.unary())
@@ -509,6 +513,8 @@ def parse_answer(answer: str) -> tuple:
 
 
 def _parse_value(s: str) -> tuple:
+    if s.endswith("%") and len(s) > 1:  # applies to the whole value: "4 4/9%" is (40/9)%
+        return ("pct", _parse_value(s[:-1].rstrip()))
     mixed = _MIXED_PLAIN_RE.match(s) or _MIXED_LATEX_RE.match(s)
     if mixed and int(mixed.group(3)) < int(mixed.group(4)):
         sign, whole, num, den = mixed.groups()

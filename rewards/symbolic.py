@@ -78,17 +78,34 @@ def sympy_scalar_equal(pred: tuple, gold: tuple) -> Verdict:
         return True
     if a.has(sympy.oo, -sympy.oo) or b.has(sympy.oo, -sympy.oo):
         return False
-    difference = sympy.simplify(a - b)
-    if difference == 0:
+    if not (a.free_symbols or b.free_symbols):
+        # a decimal against an irrational (1.414 vs sqrt(2)): the decimal must be the value rounded
+        for written, other in ((pred, b), (gold, a)):
+            places, value = decimal_places(written), exact_value(written)
+            if places is not None and value is not None:
+                approx = other.evalf(places + 15)
+                return bool(approx.is_real) and rationals_match(value, Fraction(str(approx)), places, None)
+    difference = a - b
+    if _clearly_nonzero(difference):  # cheap rejection before simplify, which costs milliseconds
+        return False
+    if sympy.expand(difference) == 0:
         return True
-    if a.free_symbols or b.free_symbols:
-        return bool(sympy.expand(difference) == 0)
-    # a decimal against an irrational (1.414 vs sqrt(2)): the decimal must be the value rounded
-    for written, other in ((pred, b), (gold, a)):
-        places = decimal_places(written)
-        value = exact_value(written)
-        if places is not None and value is not None:
-            approx = other.evalf(places + 15)
-            if approx.is_real and rationals_match(value, Fraction(str(approx)), places, None):
-                return True
+    return bool(sympy.simplify(difference) == 0)
+
+
+# Deterministic, generic sample points (irrational-looking, away from 0, 1 and small integers).
+_SAMPLE_POINTS = (sympy.Rational(37, 101), sympy.Rational(173, 61), sympy.Rational(-59, 47))
+
+
+def _clearly_nonzero(expr: sympy.Expr) -> bool:
+    """True if expr evaluates far from zero at some sample point (then it is not identically zero)."""
+    symbols = sorted(expr.free_symbols, key=lambda s: s.name)
+    for offset, point in enumerate(_SAMPLE_POINTS):
+        values = {sym: _SAMPLE_POINTS[(offset + k) % len(_SAMPLE_POINTS)] + k for k, sym in enumerate(symbols)}
+        try:
+            value = complex(expr.subs(values).evalf(30))
+        except (TypeError, ValueError, ZeroDivisionError):
+            continue
+        if value == value and abs(value) > 1e-9 and abs(value) != float("inf"):
+            return True
     return False

@@ -1,0 +1,119 @@
+"""Accuracy and speed of rewards.math_equal against math-verify 0.9.0, measured in one run.
+
+Prints (1) accuracy per category on bench/data/verifier_cases.jsonl for both, with false
+positives / false negatives, and (2) single-process throughput and latency percentiles
+on long responses ending in \\boxed{}, with the ratio ours / math-verify.
+
+    .venv/bin/python bench/verifiers.py [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from math_verify import parse, verify
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from rewards import math_verifier  # noqa: E402
+
+CASES = Path(__file__).parent / "data" / "verifier_cases.jsonl"
+
+# A solution's working, with numbers that must not be taken as the answer.
+WORKING = (
+    "We begin by writing the condition as an equation. Let $n$ be the number of steps; the quantity starts at $17$ "
+    "and grows by $3$ per step, so after $n$ steps it equals $17 + 3n$. For $n = 4$ this gives $17 + 12 = 29$. "
+    "The second condition halves the value whenever it is even, so we track parity: $29$ is odd, $32/2 = 16$ is "
+    "even, and the sequence continues $a_1 = 20$, $a_2 = 23$, $a_3 = 26$. Checking the identity "
+    "$\\frac{a_{n+1} - a_n}{3} = 1$ for each $n$ confirms the pattern, and substituting back into the original "
+    "equation $x^2 - 5x + 6 = 0$ gives the roots $x = 2$ and $x = 3$, of which only one satisfies the constraint.\n\n"
+)
+
+
+def math_verify_equal(pred: str, gold: str) -> bool:
+    # math-verify's documented convention: a LaTeX gold goes in $...$ (it scores better than bare gold here)
+    wrapped = gold if "$" in gold or "\\boxed" in gold else f"${gold}$"
+    return bool(verify(parse(wrapped), parse(pred)))
+
+
+def ours_equal(pred: str, gold: str) -> bool:
+    return math_verifier(pred, answer=gold).score == 1.0
+
+
+def load_cases() -> list[dict]:
+    with CASES.open(encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def accuracy_table(cases: list[dict]) -> None:
+    stats = {name: defaultdict(lambda: [0, 0, 0, 0]) for name in ("ours", "math-verify")}  # right, total, FP, FN
+    for case in cases:
+        for name, equal in (("ours", ours_equal), ("math-verify", math_verify_equal)):
+            got = equal(case["pred"], case["gold"])
+            for key in (case["category"], "ALL"):
+                row = stats[name][key]
+                row[0] += got == case["equal"]
+                row[1] += 1
+                row[2] += got and not case["equal"]
+                row[3] += case["equal"] and not got
+    categories = sorted({c["category"] for c in cases}) + ["ALL"]
+    print(f"{'category':18} {'n':>4} | {'ours acc':>8} {'FP':>3} {'FN':>3} | {'math-verify acc':>15} {'FP':>3} {'FN':>3}")
+    print("-" * 70)
+    for category in categories:
+        o, m = stats["ours"][category], stats["math-verify"][category]
+        print(f"{category:18} {o[1]:4d} | {o[0] / o[1]:8.1%} {o[2]:3d} {o[3]:3d} | {m[0] / m[1]:15.1%} {m[2]:3d} {m[3]:3d}")
+
+
+def long_responses(cases: list[dict]) -> list[tuple[str, str]]:
+    """Every short case as a ~1.6 kB solution ending in \\boxed{pred}: what a policy emits during RL."""
+    short = [c for c in cases if "\\boxed" not in c["pred"] and "\n" not in c["pred"] and len(c["pred"]) < 80]
+    return [(WORKING * 2 + f"Therefore the answer is $\\boxed{{{c['pred']}}}$.", c["gold"]) for c in short]
+
+
+def time_one(equal, pairs: list[tuple[str, str]], repeat: int) -> tuple[float, float, float]:
+    latencies = []
+    for _ in range(repeat):
+        for pred, gold in pairs:
+            start = time.perf_counter()
+            equal(pred, gold)
+            latencies.append(time.perf_counter() - start)
+    latencies.sort()
+    throughput = len(latencies) / sum(latencies)
+    p50 = statistics.median(latencies)
+    p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+    return throughput, p50 * 1e3, p99 * 1e3
+
+
+def speed_table(cases: list[dict], repeat: int) -> None:
+    pairs = long_responses(cases)
+    for equal in (ours_equal, math_verify_equal):  # warm-up on other input: imports, our worker process
+        equal("\\boxed{\\sqrt{3}+x}", "x+\\sqrt{3}")
+    ours = time_one(ours_equal, pairs, repeat)
+    reference = time_one(math_verify_equal, pairs, repeat)
+    print(f"{len(pairs)} long responses (~{len(pairs[0][0])} chars, ending in \\boxed{{}}), x{repeat}, one process")
+    print(f"{'verifier':12} {'checks/s':>10} {'p50 ms':>8} {'p99 ms':>8}")
+    for name, (throughput, p50, p99) in (("ours", ours), ("math-verify", reference)):
+        print(f"{name:12} {throughput:10.0f} {p50:8.2f} {p99:8.2f}")
+    print(f"throughput ratio ours / math-verify: {ours[0] / reference[0]:.1f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="passes over the long responses when timing (later passes hit both libraries' caches)")
+    args = parser.parse_args()
+    cases = load_cases()
+    print(f"{len(cases)} labelled cases ({sum(c['equal'] for c in cases)} equal, "
+          f"{sum(not c['equal'] for c in cases)} not equal) from {CASES.name}\n")
+    speed_table(cases, args.repeat)  # first, so neither library's caches are warm from the accuracy pass
+    print()
+    accuracy_table(cases)
+
+
+if __name__ == "__main__":
+    main()
