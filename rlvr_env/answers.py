@@ -28,16 +28,18 @@ def last_number(text: str) -> str | None:
 
 @dataclass(frozen=True)
 class LenientAnswer:
-    """1.0 when the answer equals the gold: extracted by ``rewards.math_verifier``
-    (``\\boxed``, "answer is", ...), else, if ``fallback_last_number``, the last
-    number in the completion."""
+    """1.0 when the answer equals the gold: the one ``rewards.math_verifier`` extracts
+    (``\\boxed``, "answer is", ...), else, when the completion marks no answer and
+    ``fallback_last_number`` is set, the last number in it."""
 
     fallback_last_number: bool = True
     in_process_safe = True  # math_verifier bounds itself; the regex is linear
 
     def __call__(self, completion: str, *, answer: Any, **info: Any) -> VerifyResult:
         result = rewards.math_verifier(completion, answer=answer, **info)
-        if result.status != NO_ANSWER or not self.fallback_last_number:
+        # No marker found: either no answer at all, or a short completion taken whole as the answer.
+        unmarked = result.status == NO_ANSWER or result.details.get("pred") == completion.strip()
+        if result.score == 1.0 or not (unmarked and self.fallback_last_number):
             return result
         number = last_number(completion)
         if number is None:

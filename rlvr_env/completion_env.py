@@ -9,7 +9,7 @@ import gymnasium as gym
 from rewards.result import VerifyResult
 from rlvr_env.prompting import render_prompt
 from rlvr_env.registry import make_task
-from rlvr_env.spaces import outside_charset, text_space
+from rlvr_env.spaces import UnicodeText
 from rlvr_env.task import Problem, Task
 
 # How many indices a procedural task draws from.
@@ -70,8 +70,8 @@ class CompletionEnv(gym.Env):
         self.use_chat_template = use_chat_template
         self.max_completion_chars = max_completion_chars
         self.problem_seed = problem_seed
-        self.observation_space = text_space(max_prompt_chars, min_length=1)
-        self.action_space = text_space(max_completion_chars)
+        self.observation_space = UnicodeText(max_prompt_chars, min_length=1)
+        self.action_space = UnicodeText(max_completion_chars)
         self.problem: Problem | None = None
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -81,8 +81,6 @@ class CompletionEnv(gym.Env):
         prompt = render_prompt(messages, self.tokenizer, self.use_chat_template)
         if len(prompt) > self.observation_space.max_length:
             raise ValueError(f"prompt of problem {index} has {len(prompt)} characters > max_prompt_chars={self.observation_space.max_length}")
-        if outside_charset(prompt):
-            raise ValueError(f"prompt of problem {index} has characters outside the text space: {sorted(outside_charset(prompt))[:5]}")
         self._prompt = prompt
         return prompt, {"problem_index": int(index), "messages": messages}
 

@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import string
+from typing import Any
 
 from gymnasium import spaces
 
-# Printable ASCII plus the Unicode blocks prompts and completions use (Latin,
-# Greek, punctuation, currency, letter-like symbols, arrows, maths operators).
+# What ``sample()`` draws from: printable ASCII plus Latin, Greek, punctuation and maths symbols.
 _BLOCKS = [(0x00A0, 0x024F), (0x0370, 0x03FF), (0x2000, 0x22FF)]
-CHARSET = frozenset(string.printable) | frozenset(chr(c) for lo, hi in _BLOCKS for c in range(lo, hi + 1))
+SAMPLE_CHARSET = frozenset(string.printable) | frozenset(chr(c) for lo, hi in _BLOCKS for c in range(lo, hi + 1))
 
 
-def text_space(max_length: int, min_length: int = 0) -> spaces.Text:
-    return spaces.Text(max_length=max_length, min_length=min_length, charset=CHARSET)
+class UnicodeText(spaces.Text):
+    """A Text space that holds any Unicode string within its length bounds.
 
+    Prompts (box drawing, emoji in reasoning-gym puzzles) and model output can use
+    any character, and a charset of all of Unicode would not fit in memory; so
+    ``contains`` checks only the type and length, and ``sample`` draws from
+    ``SAMPLE_CHARSET``.
+    """
 
-def outside_charset(text: str) -> set[str]:
-    """Characters of ``text`` that a text space cannot hold."""
-    return set(text) - CHARSET
+    def __init__(self, max_length: int, min_length: int = 0) -> None:
+        super().__init__(max_length=max_length, min_length=min_length, charset=SAMPLE_CHARSET)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+    def __repr__(self) -> str:
+        return f"UnicodeText({self.min_length}, {self.max_length})"

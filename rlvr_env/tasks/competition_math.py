@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import rewards
+from rewards.extract import last_boxed
 from rlvr_env.answers import answer_reward, validate_answer_weights
 from rlvr_env.data import DataFileError, DatasetTask, require_str
 from rlvr_env.task import Problem, Task, TaskConfig
@@ -70,7 +70,7 @@ class MATHTask(DatasetTask, Task):
                 if not answer:
                     raise DataFileError(f"{path}:{line}: field 'answer' is empty")
             else:
-                answer = rewards.extract_answer(require_str(record, "solution", path, line))
+                answer = last_boxed(require_str(record, "solution", path, line))
                 if answer is None:
                     raise DataFileError(f"{path}:{line}: field 'solution' has no final \\boxed{{...}} answer")
             prompt = cfg.prompt_template.format(problem=text)

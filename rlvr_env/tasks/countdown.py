@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 import rewards
-from rewards.result import ERROR, NO_ANSWER, OK, VerifyResult
+from rewards.result import NO_ANSWER, OK, VerifyResult
 from rlvr_env.task import Problem, Task, TaskConfig
 
 _BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
@@ -79,8 +79,8 @@ class CountdownVerifier:
         expression = extracted.split("=")[0]  # "3 * 8 = 24" -> the left side
         try:
             result, used = evaluate_expression(expression)
-        except ExpressionError as error:
-            return VerifyResult(0.0, ERROR, {"extracted": extracted, "error": str(error)})
+        except ExpressionError as error:  # checked and wrong: not an arithmetic expression
+            return VerifyResult(0.0, OK, {"extracted": extracted, "reason": str(error)})
         given, used_counts = Counter(answer["numbers"]), Counter(used)
         numbers_ok = used_counts == given if self.use_all_numbers else not (used_counts - given)
         correct = numbers_ok and result == answer["target"]

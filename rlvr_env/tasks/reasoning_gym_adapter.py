@@ -15,11 +15,16 @@ from rewards.result import ERROR, NO_ANSWER, OK, VerifyResult
 from rlvr_env.task import Problem, Task, TaskConfig
 
 
+# Combines other datasets and has no default config, so it gets no id of its own.
+UNREGISTERED = frozenset({"composite"})
+
+
 @lru_cache(maxsize=256)
-def _dataset(name: str, seed: int, size: int, frozen_config: tuple):
+def _dataset(name: str, seed: int, size: int | None, frozen_config: tuple):
     import reasoning_gym
 
-    return reasoning_gym.create_dataset(name, seed=seed, size=size, **dict(frozen_config))
+    sized = {} if size is None else {"size": size}  # None: the dataset's own default (some precompute per item)
+    return reasoning_gym.create_dataset(name, seed=seed, **sized, **dict(frozen_config))
 
 
 def _freeze(config: dict[str, Any]) -> tuple:
@@ -31,7 +36,7 @@ class ReasoningGymVerifier:
     """The dataset's ``score_answer`` on the answer in ``<answer>``/``\\boxed{}`` (``rewards.extract_answer``)."""
 
     dataset: str
-    size: int
+    size: int | None
     frozen_config: tuple = ()
 
     def __call__(self, completion: str, *, answer: Any, **info: Any) -> VerifyResult:
@@ -49,11 +54,12 @@ class ReasoningGymVerifier:
 @dataclass
 class ReasoningGymConfig(TaskConfig):
     """``dataset``: a reasoning-gym name; ``dataset_config``: that dataset's own config
-    fields (difficulty, ...); ``size``: how many distinct indices the env draws from."""
+    fields (difficulty, ...); ``size``: how many distinct indices the env draws from
+    (None: the dataset's own default, usually 500; change ``problem_seed`` for more)."""
 
     dataset: str = "leg_counting"
     dataset_config: dict[str, Any] = field(default_factory=dict)
-    size: int = 100_000
+    size: int | None = None
     prompt_suffix: str = "\n\nGive only your final answer inside <answer></answer> tags."
 
     def validate(self) -> None:
@@ -64,8 +70,8 @@ class ReasoningGymConfig(TaskConfig):
             raise ValueError(f"dataset {self.dataset!r} is not a reasoning-gym dataset")
         if not isinstance(self.dataset_config, dict):
             raise ValueError(f"dataset_config must be a dict, got {type(self.dataset_config).__name__}")
-        if not isinstance(self.size, int) or self.size < 1:
-            raise ValueError(f"size must be a positive integer, got {self.size!r}")
+        if self.size is not None and (not isinstance(self.size, int) or self.size < 1):
+            raise ValueError(f"size must be a positive integer or None, got {self.size!r}")
         try:
             _dataset(self.dataset, 0, self.size, _freeze(self.dataset_config))
         except (TypeError, ValueError, AssertionError) as error:
@@ -77,7 +83,7 @@ class ReasoningGymTask(Task):
 
     @property
     def size(self) -> int:
-        return self.config.size
+        return len(_dataset(self.config.dataset, 0, self.config.size, _freeze(self.config.dataset_config)))
 
     def problem(self, index: int, seed: int) -> Problem:
         cfg = self.config
@@ -100,4 +106,4 @@ def reasoning_gym_names() -> list[str]:
         from reasoning_gym.factory import DATASETS
     except ImportError:
         return []
-    return sorted(DATASETS)
+    return sorted(set(DATASETS) - UNREGISTERED)

@@ -1,0 +1,229 @@
+"""Tasks: determinism, gold self-tests, reward components, config and data file errors."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import rlvr_env
+from rlvr_env.data import DataFileError
+from rlvr_env.tasks.countdown import ExpressionError, evaluate_expression
+
+DATA = Path(__file__).parent / "data"
+GSM8K = DATA / "gsm8k_tiny.jsonl"
+MATH = DATA / "math_tiny.jsonl"
+
+TASKS = {
+    "Arithmetic": {},
+    "Arithmetic-hard": {"digits": 3, "terms": 5, "operators": "+-*/"},
+    "Countdown": {},
+    "GSM8K": {"data_path": str(GSM8K)},
+    "MATH": {"data_path": str(MATH)},
+}
+
+
+def make(key):
+    return rlvr_env.make_task(key.split("-")[0], **TASKS[key])
+
+
+@pytest.mark.parametrize("key", TASKS)
+def test_gold_completion_scores_one(key):
+    task = make(key)
+    for index in range(min(task.size or 20, 20)):
+        problem = task.problem(index, seed=3)
+        result = task.verify(task.gold_completion(problem), problem)
+        assert result.score == pytest.approx(1.0), (problem, result)
+        assert result.status == "ok" and task.is_success(result)
+
+
+@pytest.mark.parametrize("key", TASKS)
+def test_problems_are_deterministic_in_seed_and_index(key):
+    first, second = make(key), make(key)
+    size = first.size or 1000
+    # item i is fetched directly, in any order, and equals itself across instances
+    assert [first.problem(i % size, 7) for i in (5, 1, 9)] == [second.problem(i % size, 7) for i in (5, 1, 9)]
+    if first.size is None:
+        assert first.problem(1, 7) != first.problem(1, 8)
+        assert first.problem(1, 7) != first.problem(2, 7)
+
+
+def test_arithmetic_reward_components_and_lenient_answer():
+    task = rlvr_env.make_task("Arithmetic")
+    problem = task.problem(0, 0)
+    answer = problem.answer
+    lenient = task.verify(f"I add them and get {answer}", problem)
+    assert lenient.details["components"] == {"correct": 1.0, "format": 0.0}
+    assert lenient.score == pytest.approx(0.9)
+    boxed_wrong = task.verify("\\boxed{0}", problem)
+    assert boxed_wrong.details["components"] == {"correct": 0.0, "format": 1.0}
+    assert not task.is_success(boxed_wrong)
+    # the last number decides, not any number the completion happens to mention
+    assert task.verify(f"{answer} is not it, it is 12345", problem).details["components"]["correct"] == 0.0
+    strict = rlvr_env.make_task("Arithmetic", fallback_last_number=False, format_weight=0.0, correct_weight=1.0)
+    result = strict.verify(f"Working it out step by step...\nso we get {answer}", problem)
+    assert result.score == 0.0 and result.status == "no_answer"
+
+
+def test_arithmetic_difficulty_knobs_and_prompt():
+    task = rlvr_env.make_task(
+        "Arithmetic", digits=3, terms=4, operators="*", prompt_template="Compute {expression}.",
+        system_prompt="You are careful.", few_shot=[["Compute 1 * 2.", "\\boxed{2}"]],
+    )
+    problem = task.problem(11, 0)
+    numbers = problem.metadata["expression"].split(" * ")
+    assert len(numbers) == 4 and all(len(n) == 3 for n in numbers)
+    assert problem.prompt == f"Compute {problem.metadata['expression']}."
+    roles = [m["role"] for m in task.messages(problem)]
+    assert roles == ["system", "user", "assistant", "user"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [
+        ({"digits": 0}, "digits"),
+        ({"terms": 1}, "terms"),
+        ({"operators": "+%"}, "operators"),
+        ({"prompt_template": "no slot"}, "prompt_template"),
+        ({"prompt_template": "{expression} {other}"}, "prompt_template"),
+        ({"correct_weight": 0}, "correct_weight"),
+        ({"format_weight": -1}, "format_weight"),
+        ({"few_shot": [["only one"]]}, "few_shot"),
+        ({"nonsense": 1}, "nonsense"),
+    ],
+)
+def test_arithmetic_config_errors_name_the_field(kwargs, field):
+    with pytest.raises(ValueError, match=field):
+        rlvr_env.make_task("Arithmetic", **kwargs)
+
+
+def test_configure_validates_and_reports_change():
+    task = rlvr_env.make_task("Arithmetic")
+    assert task.configure(digits=3) is True and task.config.digits == 3
+    assert task.configure(digits=3) is False
+    with pytest.raises(ValueError, match="terms"):
+        task.configure(terms=0)
+
+
+def test_countdown_checks_numbers_and_value():
+    task = rlvr_env.make_task("Countdown", num_numbers=3)
+    problem = task.problem(0, 0)
+    answer = {"target": 24, "numbers": [3, 8, 1]}
+    verify = task.verifier
+    assert verify("\\boxed{3 * 8 * 1}", answer=answer).score == 1.0
+    assert verify("<answer>(3 * 8) / 1 = 24</answer>", answer=answer).score == 1.0
+    assert verify("\\boxed{3 * 8}", answer=answer).score == 0.0  # 1 unused
+    assert verify("\\boxed{3 * 8 * 1 * 1}", answer=answer).score == 0.0  # 1 used twice
+    assert verify("\\boxed{24}", answer=answer).score == 0.0
+    assert verify("\\boxed{3 + 8 + 1}", answer=answer).score == 0.0
+    assert verify("Let me think.\nI am not sure.", answer=answer).status == "no_answer"
+    not_arithmetic = verify("\\boxed{import os}", answer=answer)
+    assert (not_arithmetic.score, not_arithmetic.status) == (0.0, "ok")
+    assert task.problem(0, 0) == problem
+    lenient = rlvr_env.make_task("Countdown", use_all_numbers=False).verifier
+    assert lenient("\\boxed{3 * 8}", answer=answer).score == 1.0
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["__import__('os').system('true')", "2 ** 100", "3 if 1 else 2", "[1, 2]", "1 / 0", "(" * 150 + "1" + ")" * 150, "1" * 300],
+)
+def test_countdown_parser_rejects_everything_but_arithmetic(expression):
+    with pytest.raises(ExpressionError):
+        evaluate_expression(expression)
+
+
+def test_countdown_parser_is_exact():
+    value, numbers = evaluate_expression("(7 - 1 / 3) * 3")
+    assert value == 20 and numbers == [7, 1, 3, 3]
+
+
+def test_gsm8k_reads_final_answers_and_grades_last_number():
+    task = rlvr_env.make_task("GSM8K", data_path=str(GSM8K))
+    assert len(task) == 3 and [task.problem(i, 0).answer for i in range(3)] == ["72", "10", "5000"]
+    assert task.problem(0, 0).prompt.startswith("Natalia sold clips")
+    assert task.verify("so she made 5,000 widgets", task.problem(2, 0)).score == 1.0
+    with pytest.raises(IndexError, match="out of range"):
+        task.problem(3, 0)
+
+
+def test_gsm8k_path_from_environment_variable(monkeypatch):
+    monkeypatch.setenv("RLVR_GSM8K_PATH", str(GSM8K))
+    assert rlvr_env.make_task("GSM8K").size == 3
+    monkeypatch.delenv("RLVR_GSM8K_PATH")
+    with pytest.raises(DataFileError, match="RLVR_GSM8K_PATH"):
+        rlvr_env.make_task("GSM8K")
+
+
+def test_math_filters_and_answers():
+    task = rlvr_env.make_task("MATH", data_path=str(MATH))
+    assert [task.problem(i, 0).answer for i in range(len(task))] == ["\\frac{3}{4}", "4", "2, 3", "5\\sqrt{2}", "10"]
+    assert task.verify("so it is \\boxed{0.75}", task.problem(0, 0)).score == 1.0
+    algebra = rlvr_env.make_task("MATH", data_path=str(MATH), types=["Algebra"])
+    assert [p.metadata["line"] for p in (algebra.problem(i, 0) for i in range(len(algebra)))] == [2, 3]
+    easy = rlvr_env.make_task("MATH", data_path=str(MATH), levels=[1, 2])
+    assert len(easy) == 2 and easy.problem(1, 0).metadata["level"] == 2
+    assert easy.configure(levels=[4]) and len(easy) == 1  # reloads with the new filter
+    with pytest.raises(DataFileError, match="no problems left"):
+        rlvr_env.make_task("MATH", data_path=str(MATH), levels=[5])
+    with pytest.raises(ValueError, match="levels"):
+        rlvr_env.make_task("MATH", data_path=str(MATH), levels=[6])
+
+
+def write(tmp_path, name, lines):
+    path = tmp_path / name
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "task, lines, message",
+    [
+        ("GSM8K", ['{"question": "q", "answer": "#### 1"}', "{not json"], r"bad\.jsonl:2: invalid JSON"),
+        ("GSM8K", ['{"question": "q"}'], r"bad\.jsonl:1: missing field 'answer'"),
+        ("GSM8K", ['{"question": "q", "answer": "just 4"}'], r"bad\.jsonl:1: field 'answer' has no final '####"),
+        ("GSM8K", ['{"question": "", "answer": "#### 4"}'], r"bad\.jsonl:1: field 'question' must be a non-empty string"),
+        ("GSM8K", ["[1, 2]"], r"bad\.jsonl:1: expected a JSON object"),
+        ("GSM8K", [""], r"bad\.jsonl: no records"),
+        ("MATH", ['{"problem": "p", "solution": "no box"}'], r"bad\.jsonl:1: field 'solution' has no final \\boxed"),
+        ("MATH", ['{"problem": "p", "solution": "\\\\boxed{1}"}', '{"solution": "s"}'], r"bad\.jsonl:2: missing field 'problem'"),
+    ],
+)
+def test_data_file_errors_name_path_line_and_field(tmp_path, task, lines, message):
+    with pytest.raises(DataFileError, match=message):
+        rlvr_env.make_task(task, data_path=write(tmp_path, "bad.jsonl", lines))
+
+
+def test_missing_data_file_names_the_path(tmp_path):
+    with pytest.raises(DataFileError, match="nowhere.jsonl.*does not exist"):
+        rlvr_env.make_task("MATH", data_path=str(tmp_path / "nowhere.jsonl"))
+
+
+def test_parquet_files_load_through_datasets(tmp_path):
+    datasets = pytest.importorskip("datasets")
+    rows = [json.loads(line) for line in GSM8K.read_text().splitlines()]
+    path = tmp_path / "train.parquet"
+    datasets.Dataset.from_list(rows).to_parquet(str(path))
+    task = rlvr_env.make_task("GSM8K", data_path=str(path))
+    assert [task.problem(i, 0).answer for i in range(len(task))] == ["72", "10", "5000"]
+    shutil.copy(path, tmp_path / "copy.parquet")  # row numbers stand in for line numbers
+    broken = tmp_path / "broken.parquet"
+    datasets.Dataset.from_list([{"question": "q", "answer": "no marker"}]).to_parquet(str(broken))
+    with pytest.raises(DataFileError, match=r"broken\.parquet:1: field 'answer'"):
+        rlvr_env.make_task("GSM8K", data_path=str(broken))
+
+
+def test_reasoning_gym_adapter_scores_with_its_own_score_answer():
+    reasoning_gym = pytest.importorskip("reasoning_gym")
+    ids = rlvr_env.register_reasoning_gym()
+    assert "rlvr/rg.leg_counting-v0" in ids and all(":" not in i for i in ids)
+    for name in ("leg_counting", "basic_arithmetic", "spell_backward", "number_sorting"):
+        task = rlvr_env.make_task(f"rg.{name}")
+        own = reasoning_gym.create_dataset(name, seed=5)
+        for index in range(5):
+            problem = task.problem(index, seed=5)
+            assert problem.answer == own[index]
+            assert task.verify(task.gold_completion(problem), problem).score == own.score_answer(own[index]["answer"], own[index]) == 1.0
+            assert task.verify("Thinking...\nno tags here", problem).status == "no_answer"
+    with pytest.raises(ValueError, match="dataset_config"):
+        rlvr_env.make_task("rg.leg_counting", dataset_config={"no_such_option": 3})
