@@ -64,7 +64,9 @@ class Worker:
     """One persistent child process running calls one at a time under a deadline."""
 
     def __init__(self) -> None:
-        env = dict(os.environ, **{IN_WORKER_ENV: "1"})
+        # the worker must import what the caller can (verifiers are pickled by module and name)
+        path = os.pathsep.join(p for p in sys.path if isinstance(p, str) and p)
+        env = dict(os.environ, **{IN_WORKER_ENV: "1", "PYTHONPATH": path})
         self.process = subprocess.Popen(
             [sys.executable, "-m", "rewards.sandbox"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, bufsize=0,
@@ -186,8 +188,9 @@ def _serve() -> None:
         if len(header) < 8:
             return
         (size,) = struct.unpack("<Q", header)
-        function, args = pickle.loads(source.read(size))
+        request = source.read(size)
         try:
+            function, args = pickle.loads(request)
             reply = {"result": to_plain(function(*args))}
         except Exception as exc:  # report any failure as data; the parent decides the status
             reply = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}

@@ -35,7 +35,8 @@ class FormatReward:
     def __reduce__(self):  # the compiled pattern is rebuilt, not pickled
         return (FormatReward, (self.pattern, self.score))
 
-    in_process_safe = True
+    # a user regex can backtrack for minutes: score_batch runs it under the pool's hard limit
+    in_process_safe = False
 
 
 def format_reward(pattern: str = DEFAULT_FORMAT_PATTERN, score: float = 1.0) -> FormatReward:
