@@ -1,0 +1,88 @@
+import pickle
+
+import pytest
+
+from rewards import (VerifyResult, WeightedSum, format_reward, math_verifier, overlong_filter_mask, score_batch,
+                     soft_overlong_penalty)
+from rewards.adapters import compute_score, make_trl_reward, reward_func
+
+
+@pytest.mark.parametrize("length,expected", [(0, 0.0), (16, 0.0), (17, -0.25), (18, -0.5), (20, -1.0), (21, -1.0)])
+def test_soft_overlong_penalty_is_dapo_r_len(length, expected):
+    assert soft_overlong_penalty(length, max_length=20, cache_length=4) == pytest.approx(expected)
+
+
+def test_soft_overlong_penalty_rejects_bad_config():
+    with pytest.raises(ValueError, match="cache_length"):
+        soft_overlong_penalty(5, max_length=10, cache_length=11)
+
+
+def test_overlong_filter_mask_keeps_only_complete_completions():
+    assert overlong_filter_mask([3, 10, 9], max_length=10) == [True, False, True]
+    assert overlong_filter_mask([3, 10], max_length=10, truncated=[True, False]) == [False, True]
+    with pytest.raises(ValueError, match="truncated"):
+        overlong_filter_mask([3], 10, truncated=[True, False])
+
+
+def test_format_reward_default_and_custom_patterns():
+    reward = format_reward()
+    assert reward("<think>work</think><answer>4</answer>").score == 1.0
+    assert reward("<think>work</think> so \\boxed{4}.").score == 1.0
+    assert reward("no thinking \\boxed{4}").score == 0.0
+    assert format_reward(r"^Answer: \d+$", score=0.5)("Answer: 12").score == 0.5
+    with pytest.raises(ValueError, match="pattern"):
+        format_reward("(unclosed")
+    assert pickle.loads(pickle.dumps(reward))("<think>a</think><answer>1</answer>").score == 1.0
+
+
+def test_weighted_sum_keeps_each_component():
+    combined = WeightedSum([("correct", math_verifier, 1.0), ("format", format_reward(), 0.2)])
+    result = combined("<think>2+2</think><answer>4</answer>", answer="4")
+    assert result.score == pytest.approx(1.2)
+    assert result.details["components"] == {"correct": 1.0, "format": 1.0}
+    missing = combined("<think>hmm</think> I am not sure and will keep thinking about the whole problem for a while.",
+                       answer="4")
+    assert missing.status == "no_answer" and missing.details["components"]["correct"] == 0.0
+    assert pickle.loads(pickle.dumps(combined))("\\boxed{4}", answer="4").score == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="unique"):
+        WeightedSum([("a", math_verifier, 1.0), ("a", math_verifier, 1.0)])
+
+
+def test_score_batch_keeps_order_in_process_and_in_the_pool():
+    completions = [f"so \\boxed{{{k}}}" for k in range(40)]
+    answers = [str(k if k % 3 else k + 1) for k in range(40)]
+    expected = [0.0 if k % 3 == 0 else 1.0 for k in range(40)]
+    assert [r.score for r in score_batch(completions, answers)] == expected
+    pooled = score_batch(completions, answers, workers=2,
+                         verifier=WeightedSum([("correct", math_verifier, 1.0), ("format", format_reward(), 1.0)]))
+    assert [r.score for r in pooled] == expected
+    assert all(isinstance(r, VerifyResult) for r in pooled)
+    with pytest.raises(ValueError, match="answers"):
+        score_batch(["a"], [])
+
+
+def test_trl_adapter_called_as_grpo_trainer_calls_it():
+    reward = make_trl_reward(answer_column="solution")
+    prompts = [[{"role": "user", "content": "2+2?"}]] * 2
+    completions = [[{"role": "assistant", "content": "\\boxed{4}"}], [{"role": "assistant", "content": "\\boxed{5}"}]]
+    # trl 1.16 GRPOTrainer._calculate_rewards: reward_func(prompts=, completions=, completion_ids=, **reward_kwargs)
+    scores = reward(prompts=prompts, completions=completions, completion_ids=[[1], [2]], solution=["4", "4"],
+                    level=["1", "2"], trainer_state=object(), log_extra=lambda *a: None, log_metric=lambda *a: None)
+    assert scores == [1.0, 0.0]
+    assert reward(prompts=["q"], completions=["\\boxed{4}"], completion_ids=[[1]], solution=["4"]) == [1.0]
+    with pytest.raises(KeyError, match="solution"):
+        reward(prompts=["q"], completions=["x"], completion_ids=[[1]], answer=["4"])
+
+
+def test_trl_names_the_reward():
+    from trl.trainer.utils import get_callable_name
+
+    assert get_callable_name(make_trl_reward(name="accuracy")) == "accuracy"
+
+
+def test_verl_and_openrlhf_adapters():
+    assert compute_score("lighteval/MATH", "so \\boxed{\\frac{1}{2}}", "0.5", extra_info={"index": 3}) == 1.0
+    assert compute_score("openai/gsm8k", "#### 71", "72") == 0.0
+    out = reward_func(["Q: 2+2? A: \\boxed{4}", "Q: 1+1? A: \\boxed{3}"], ["Q: 2+2? A: ", "Q: 1+1? A: "], ["4", "2"])
+    assert out["rewards"].tolist() == [1.0, 0.0]
+    assert set(out) == {"rewards", "scores", "extra_logs"}
