@@ -16,6 +16,7 @@ import numpy as np
 import torch
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
 
 import rewards
 from rlvr_env.completion_env import PROCEDURAL_INDEX_RANGE
@@ -97,7 +98,7 @@ class TokenVectorEnv(VectorEnv):
                 "num_generated": spaces.Box(0, self.max_new_tokens, (), np.int64),
             }
         )
-        self.observation_space = spaces.batch_space(self.single_observation_space, self.num_envs)
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
 
     @property
     def all_done(self) -> bool:

@@ -1,0 +1,110 @@
+"""TokenVectorEnv: groups, EOS/truncation, batch scoring, autoreset mode, device placement."""
+
+import pytest
+import torch
+from gymnasium.vector import AutoresetMode
+
+import rlvr_env
+from rlvr_env.testing import build_char_tokenizer
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_char_tokenizer()
+
+
+def ids(tokenizer, text):
+    return [tokenizer.convert_tokens_to_ids(c) for c in text]
+
+
+def make_env(tokenizer, num_envs=4, max_new_tokens=6, **kwargs):
+    task = rlvr_env.make_task("Arithmetic", digits=1)
+    return rlvr_env.TokenVectorEnv(task, tokenizer, num_envs=num_envs, max_new_tokens=max_new_tokens, **kwargs)
+
+
+def test_declares_disabled_autoreset_and_spaces(tokenizer):
+    env = make_env(tokenizer)
+    assert env.metadata["autoreset_mode"] == AutoresetMode.DISABLED
+    assert env.single_action_space.n == len(tokenizer) and env.action_space.shape == (4,)
+    obs, _ = env.reset(seed=0)
+    assert obs["input_ids"].shape == (4, env.prompt_width + 6)
+    assert env.observation_space["input_ids"].shape == (4, env.prompt_width + 6)
+
+
+def test_groups_share_prompts_and_rows_end_independently(tokenizer):
+    env = make_env(tokenizer, num_envs=4, max_new_tokens=4)
+    obs, info = env.reset(seed=3, options={"group_size": 2})
+    assert info["group_ids"].tolist() == [0, 0, 1, 1]
+    prompts = env.prompt_ids
+    assert torch.equal(prompts[0], prompts[1]) and torch.equal(prompts[2], prompts[3])
+    assert not torch.equal(prompts[0], prompts[2])
+    answer = env.problems[0].answer
+    eos = tokenizer.eos_token_id
+    a = tokenizer.convert_tokens_to_ids("a")
+    # row 0: the right answer then EOS; row 1: "a" then EOS; rows 2, 3 run to the budget
+    plan = [ids(tokenizer, answer)[0], a, a, a], [eos if len(answer) == 1 else ids(tokenizer, answer)[1], eos, a, a]
+    width = env.prompt_width
+    first = env.step(torch.tensor(plan[0]))
+    assert first[1].tolist() == [0.0] * 4 and not first[2].any()
+    _, reward, terminated, truncated, info = env.step(torch.tensor(plan[1]))
+    assert terminated.tolist()[:2] == [len(answer) == 1, True]
+    assert reward[1] == 0.0 and info["ended"][1]
+    while not env.all_done:
+        _, reward, terminated, truncated, _ = env.step(torch.full((4,), eos if len(answer) > 1 else a))
+    assert truncated.tolist()[2:] == [True, True] and not truncated[:2].any()
+    assert (terminated & truncated).sum() == 0
+    result = env.results()
+    assert result.completions[0] == answer and result.scores[0] == pytest.approx(0.9)
+    assert result.completions[1] == "a" and result.statuses[1] == "ok" and result.scores[1] == 0.0
+    assert result.completions[2] == "aaaa" and result.truncated.tolist() == [False, False, True, True]
+    assert set(result.reward_components) == {"correct", "format"}
+    assert result.reward_components["correct"].tolist()[:2] == [1.0, 0.0]
+    # response mask: generated tokens incl. EOS; finished rows' later actions stored as pad
+    assert result.response_mask[1].tolist() == [1, 1, 0, 0] and result.response_ids[1, 2] == tokenizer.pad_token_id
+    assert env.input_ids[1, width + 1] == eos and env.num_generated.tolist()[1:] == [2, 4, 4]
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(torch.zeros(4, dtype=torch.long))
+
+
+def test_left_padding_and_prompt_mask(tokenizer):
+    env = make_env(tokenizer, num_envs=2, max_new_tokens=2, use_chat_template=False)
+    env.reset(seed=0, options={"problem_indices": [0, 1], "task": {"digits": 1, "terms": 2}})
+    long_task = rlvr_env.make_task("Arithmetic", digits=1)
+    texts = [long_task.problem(i, 0).prompt for i in (0, 1)]
+    for row, text in enumerate(texts):
+        mask = env.prompt_mask[row]
+        assert tokenizer.decode(env.prompt_ids[row][mask.bool()]) == text
+        assert mask.tolist() == sorted(mask.tolist())  # pads on the left only
+
+
+def test_reset_errors(tokenizer):
+    env = make_env(tokenizer, num_envs=4, max_prompt_tokens=5)
+    with pytest.raises(ValueError, match="group_size"):
+        env.reset(options={"group_size": 3})
+    with pytest.raises(ValueError, match="problem_indices"):
+        env.reset(options={"group_size": 2, "problem_indices": [1]})
+    with pytest.raises(ValueError, match="max_prompt_tokens=5"):
+        env.reset(seed=0)
+    with pytest.raises(ValueError, match="unknown reset option 'groups'"):
+        env.reset(options={"groups": 2})
+    with pytest.raises(RuntimeError, match="finished batch"):
+        make_env(tokenizer).results()
+
+
+def test_same_seed_same_batch(tokenizer):
+    first, second = make_env(tokenizer), make_env(tokenizer)
+    assert torch.equal(first.reset(seed=9)[0]["input_ids"], second.reset(seed=9)[0]["input_ids"])
+
+
+devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", devices)
+def test_state_lives_on_the_chosen_device(tokenizer, device):
+    env = make_env(tokenizer, num_envs=2, max_new_tokens=3, device=device)
+    obs, _ = env.reset(seed=0)
+    assert all(t.device.type == device for t in obs.values())
+    _, reward, terminated, truncated, _ = env.step(torch.full((2,), tokenizer.eos_token_id, device=device))
+    assert reward.device.type == terminated.device.type == device and terminated.all()
+    result = env.results()
+    assert result.scores.device.type == result.response_ids.device.type == device
