@@ -16,8 +16,8 @@ from rewards.result import NO_ANSWER, OK, VerifyResult
 
 # A signed integer/decimal, allowing thousands separators ("1,234.5").
 _NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?")
-# Somewhere a \boxed{...} with something other than blanks inside.
-FILLED_BOXED_PATTERN = r".*\\boxed\s*\{\s*[^\s}].*"
+# A \boxed{...} with something other than blanks inside (searched, so linear time).
+_FILLED_BOXED = re.compile(r"\\boxed\s*\{\s*[^\s}]")
 
 
 def last_number(text: str) -> str | None:
@@ -48,11 +48,23 @@ class LenientAnswer:
         return VerifyResult(float(correct), OK, {"extracted": number, "extraction": "last_number"})
 
 
+@dataclass(frozen=True)
+class BoxedFormat:
+    """1.0 when the completion fills a ``\\boxed{}``; format only, never correctness.
+    A fixed linear-time pattern, so batch scoring may run it in-process (a user
+    regex in ``rewards.format_reward`` goes to the worker pool instead)."""
+
+    in_process_safe = True
+
+    def __call__(self, completion: str, *, answer: Any = None, **info: Any) -> VerifyResult:
+        return VerifyResult(1.0 if _FILLED_BOXED.search(completion) else 0.0)
+
+
 def answer_reward(correct_weight: float, format_weight: float, fallback_last_number: bool):
     """The weighted sum reported as components "correct" and (when weighted) "format"."""
     parts = [("correct", LenientAnswer(fallback_last_number), correct_weight)]
     if format_weight:
-        parts.append(("format", rewards.format_reward(FILLED_BOXED_PATTERN), format_weight))
+        parts.append(("format", BoxedFormat(), format_weight))
     return rewards.WeightedSum(parts)
 
 
