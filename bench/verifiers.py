@@ -4,7 +4,7 @@ Prints (1) accuracy per category on bench/data/verifier_cases.jsonl for both, wi
 positives / false negatives, and (2) single-process throughput and latency percentiles
 on long responses ending in \\boxed{}, with the ratio ours / math-verify.
 
-    .venv/bin/python bench/verifiers.py [--repeat 1]
+    .venv/bin/python bench/verifiers.py [--repeat 1] [--cases bench/data/verifier_cases.jsonl]
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def ours_equal(pred: str, gold: str) -> bool:
     return math_verifier(pred, answer=gold).score == 1.0
 
 
-def load_cases() -> list[dict]:
-    with CASES.open(encoding="utf-8") as handle:
+def load_cases(path: Path = CASES) -> list[dict]:
+    with path.open(encoding="utf-8") as handle:
         return [json.loads(line) for line in handle if line.strip()]
 
 
@@ -106,10 +106,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1,
                         help="passes over the long responses when timing (later passes hit both libraries' caches)")
+    parser.add_argument("--cases", type=Path, default=CASES, help="labelled cases (jsonl), default %(default)s")
     args = parser.parse_args()
-    cases = load_cases()
+    cases = load_cases(args.cases)
     print(f"{len(cases)} labelled cases ({sum(c['equal'] for c in cases)} equal, "
-          f"{sum(not c['equal'] for c in cases)} not equal) from {CASES.name}\n")
+          f"{sum(not c['equal'] for c in cases)} not equal) from {args.cases.name}\n")
     speed_table(cases, args.repeat)  # first, so neither library's caches are warm from the accuracy pass
     print()
     accuracy_table(cases)
