@@ -151,9 +151,6 @@ def _any(verdicts) -> Verdict:
     return None if undecided else False
 
 
-_CONTAINERS = ("tuple", "set", "interval", "union", "matrix", "eq", "rel", "chain")
-
-
 def equivalent(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
     """Is the predicted tree the gold answer? True / False / None (undecided by this scalar test)."""
     if pred[0] == "unit" or gold[0] == "unit":
@@ -209,9 +206,9 @@ def _as_interval(node: tuple) -> tuple:
             return ("interval", False, ("neg", inf), node[3], closed)
         if node[3][0] == "sym" and node[2][0] != "sym":
             return ("interval", closed, node[2], inf, False)
-    if node[0] == "chain" and len(node[1]) == 2:
-        (_, op1, lo, var1), (_, op2, var2, hi) = node[1][0], node[1][1]
-        if node[1][0][0] == node[1][1][0] == "rel" and var1 == var2 and var1[0] == "sym":
+    if node[0] == "chain" and len(node[1]) == 2 and node[1][0][0] == node[1][1][0] == "rel":  # links may be eq
+        (_, op1, lo, var1), (_, op2, var2, hi) = node[1]
+        if var1 == var2 and var1[0] == "sym":
             return ("interval", op1 == "<=", lo, hi, op2 == "<=")
     return node
 

@@ -12,6 +12,7 @@ Node shapes (all tuples, hashable):
   ("fn", name, args) ("pct", a)
   ("tuple", items) ("set", items) ("interval", lo_closed, lo, hi, hi_closed) ("union", items)
   ("matrix", rows) ("eq", lhs, rhs) ("rel", op, lhs, rhs)   op in "<", "<=", "!="
+  ("chain", links)              links are eq/rel nodes: "1 < x <= 2", "a = b < c"
 """
 
 from __future__ import annotations
@@ -230,6 +231,9 @@ class _Parser:
             return left
         if len(chain) == 1:
             return _relation(*chain[0])
+        if all(op == "=" for op, _, _ in chain):
+            # worked equalities "x = 5+5+1 = 11" state their result: the first member equals the last
+            return ("eq", chain[0][1], chain[-1][2])
         return ("chain", tuple(_relation(*link) for link in chain))
 
     def additive(self) -> tuple:

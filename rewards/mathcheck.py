@@ -61,8 +61,6 @@ def compare_answers(pred: str, gold: str, timeout: float) -> tuple[float, str, d
         return 0.0, TIMEOUT, {**details, "method": "symbolic", "timeout_s": timeout}
     except WorkerError as exc:
         return 0.0, ERROR, {**details, "method": "symbolic", "reason": str(exc)[:300]}
-    except Exception as exc:  # in a worker the check runs in-process; its failure is a status, not a crash
-        return 0.0, ERROR, {**details, "method": "symbolic", "reason": f"{type(exc).__name__}: {str(exc)[:300]}"}
     return float(bool(verdict)), OK, {**details, "method": "symbolic"}
 
 
@@ -77,10 +75,13 @@ def math_verifier(completion: str, *, answer: Any, timeout: float | None = None,
         gold = _gold_text(answer)
     except TypeError as exc:
         return VerifyResult(0.0, ERROR, {"reason": str(exc)})
-    pred = extract_answer(completion)
-    if pred is None:
-        return VerifyResult(0.0, NO_ANSWER, {"gold": gold[:200]})
-    score, status, details = compare_answers(pred, gold, CHECK_TIMEOUT_S.get() if timeout is None else timeout)
+    try:
+        pred = extract_answer(completion)
+        if pred is None:
+            return VerifyResult(0.0, NO_ANSWER, {"gold": gold[:200]})
+        score, status, details = compare_answers(pred, gold, CHECK_TIMEOUT_S.get() if timeout is None else timeout)
+    except Exception as exc:  # the contract: model output never raises; a checker bug is an error status
+        return VerifyResult(0.0, ERROR, {"gold": gold[:200], "reason": f"{type(exc).__name__}: {str(exc)[:300]}"})
     return VerifyResult(score, status, details)
 
 

@@ -130,6 +130,47 @@ def test_fuzz_never_raises(text):
     assert time.monotonic() - start < LIMIT_S + SLACK_S
 
 
+_OPERAND = st.sampled_from(["x", "z", "2", "-1", "1+1", "3+3", "\\frac{1}{2}", "\\sqrt{2}", "(1,2)", "[0,1)", "\\infty"])
+_RELATION = st.sampled_from(["=", "<", ">", "\\le", "\\geq", "\\ne", "<=", "!="])
+
+
+@st.composite
+def _relation_chains(draw):
+    """'z = 1 + 1 = 2', '1 < x \\le 3 = y': chains of any length mixing equalities and inequalities."""
+    parts = [draw(_OPERAND)]
+    for _ in range(draw(st.integers(1, 4))):
+        parts += [draw(_RELATION), draw(_OPERAND)]
+    text = " ".join(parts)
+    return draw(st.sampled_from([text, f"${text}$", f"\\boxed{{{text}}}"]))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_relation_chains(), _relation_chains())
+def test_fuzz_relation_chains_never_raise(pred, gold):
+    result = math_verifier(pred, answer=gold, timeout=LIMIT_S)
+    assert result.status in STATUSES and result.status != "error", result
+
+
+@pytest.mark.parametrize("pred,gold", [
+    ("$z = 3+3 = 2$", "z = 1 + 1 = 2"),  # an equality chain once crashed the in-process interval check
+    ("$a = b < c$", "a < b = c"),
+    ("1 < x = 2", "1 < x \\le 2"),
+])
+def test_relation_chains_are_checked_not_raised(pred, gold):
+    assert math_verifier(pred, answer=gold).status == "ok"
+
+
+def test_an_internal_error_is_a_status_not_an_exception(monkeypatch):
+    import rewards.mathcheck
+
+    def broken(*args):
+        raise ValueError("bug in the checker")
+
+    monkeypatch.setattr(rewards.mathcheck, "equivalent", broken)
+    result = math_verifier("\\boxed{3}", answer="4")
+    assert (result.score, result.status) == (0.0, "error") and "ValueError" in result.details["reason"]
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.text(max_size=60), st.text(max_size=20))
 def test_fuzz_unicode_never_raises(pred, gold):
