@@ -189,11 +189,13 @@ def equivalent(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
 
 
 def _percent(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
-    """28% matches 0.28, and 28 (a gold of 28% answered without the sign): both spellings count."""
+    """A gold of 28% matches 0.28 and 28 (the sign left off); a predicted 28% means 0.28, never 28."""
     if pred[0] == "pct" and gold[0] == "pct":
         return equivalent(pred[1], gold[1], scalar_equal)
     pct, other = (pred, gold) if pred[0] == "pct" else (gold, pred)
     as_fraction = ("div", pct[1], ("num", Fraction(100), None))
+    if pct is pred:  # the model wrote the sign: "4 4/9%" is 2/45, not the gold 40/9
+        return equivalent(as_fraction, gold, scalar_equal)
     return _any((equivalent(other, pct[1], scalar_equal), equivalent(other, as_fraction, scalar_equal)))
 
 

@@ -43,7 +43,7 @@ _DROP_RE = re.compile(
 )
 _DEGREES_RE = re.compile(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree|\s*degrees?\b")
 _FRAC_SPELLINGS_RE = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
-_STYLE_CMDS = ("text", "textbf", "textit", "textrm", "mathrm", "mathbf", "mathit", "mbox", "operatorname", "boxed", "fbox")
+_STYLE_CMDS = ("text", "textbf", "textit", "textrm", "textnormal", "mathrm", "mathbf", "mathit", "mbox", "operatorname", "boxed", "fbox")
 _STYLE_RE = re.compile(r"\\(" + "|".join(_STYLE_CMDS) + r")\s*\{")
 _UNITS = (
     "cm|mm|km|m|kg|mg|g|s|sec|seconds?|minutes?|min|hours?|hrs?|h|days?|weeks?|years?|ml|mL|l|L|"
@@ -57,6 +57,8 @@ _MIXED_LATEX_RE = re.compile(r"^([+-]?)(\d+)\s*\\frac\s*\{?\s*(\d+)\s*\}?\s*\{?\
 _SPACED_THOUSANDS_RE = re.compile(r"^[+-]?\d{1,3}(?: \d{3})+(?:\.\d+)?$")
 _NUMBER_RE = re.compile(r"\d+(?:\.\d*)?|\.\d+")
 _THOUSANDS_RE = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])")
+_BRACKET_OR_THOUSANDS_RE = re.compile(r"(\\\{|[(\[])|(\\\}|[)\]])|" + _THOUSANDS_RE.pattern)
+_LATEX_THOUSANDS_RE = re.compile(r"(?<=\d),\s*\\!\s*(?=\d{3})")  # MATH writes 1,\!000 and 11,\! 111
 _SCI_RE = re.compile(r"[eE]([+-]?\d{1,4})(?![a-zA-Z\d])|\s*(?:\\times|\*|x)\s*10\s*\^\s*\{?\s*([+-]?\d{1,4})\s*\}?")
 _WORD_RE = re.compile(r"[a-zA-Z]+")
 
@@ -118,13 +120,13 @@ def normalize(answer: str) -> str:
     for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         while len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
             s = s[len(left):len(s) - len(right)].strip()
-    s = _DROP_RE.sub(" ", s)
+    s = _DROP_RE.sub(" ", _LATEX_THOUSANDS_RE.sub(",", s))
     s = _FRAC_SPELLINGS_RE.sub(r"\\frac", s).replace(r"\dbinom", r"\binom").replace(r"\tbinom", r"\binom")
     s = _DEGREES_RE.sub("", s)
     s = _unwrap_style_commands(s)
     s = s.replace("{,}", ",").replace(r"\$", "").replace("$", "").replace(r"\%", "%")
     s = re.sub(r"\s*(?:percent(?:age)?|pct)\b", "%", s)
-    s = re.sub(r"\s+", " ", s).strip().rstrip(".").strip()
+    s = re.sub(r"\s+", " ", s).strip().rstrip(".,;").strip()  # sentence punctuation after the answer
     s = re.sub(r"^[a-zA-Z]\s*\\in\s*", "", s)  # "x \in [2,5)" -> "[2,5)"
     return s
 
@@ -358,10 +360,11 @@ class _Parser:
             raise ParseError(f"word {value!r}")
         if value in ("(", "["):
             return self.bracketed(value)
-        if value == "{":
-            inner = self.relation()
-            self.expect("}")
-            return inner
+        if value == "{":  # a group, or a set written with bare braces: {-2021, 2021}
+            items = self.items("}")
+            if not items:
+                raise ParseError("empty group")
+            return items[0] if len(items) == 1 else ("set", tuple(items))
         if value == "|":
             inner = self.additive()
             self.expect("|")
@@ -499,8 +502,20 @@ def _plain(node: tuple) -> str:
 
 
 def _join_top_level_commas(s: str) -> str:
-    """'1,234,567' -> '1234567' (only groups of exactly three digits, outside brackets)."""
-    return _THOUSANDS_RE.sub(lambda m: m.group(0).replace(",", ""), s)
+    """'1,234,567' -> '1234567': groups of exactly three digits, outside brackets ('(12,102)' is a pair)."""
+    depth = 0
+
+    def join(match: re.Match) -> str:
+        nonlocal depth
+        if match.group(1):
+            depth += 1
+        elif match.group(2):
+            depth = max(depth - 1, 0)
+        elif depth == 0:
+            return match.group(0).replace(",", "")
+        return match.group(0)
+
+    return _BRACKET_OR_THOUSANDS_RE.sub(join, s)
 
 
 @lru_cache(maxsize=4096)
@@ -527,8 +542,7 @@ def _parse_value(s: str) -> tuple:
     if _SPACED_THOUSANDS_RE.match(s):
         s = s.replace(" ", "")
     s = _sci_to_pow(s)
-    if not s.startswith(("(", "[", r"\{")) or s.count(",") != 1:
-        s = _join_top_level_commas(s)
+    s = _join_top_level_commas(s)
     tokens = tokenize(s)
     if any(kind == "text" for kind, _ in tokens):
         if all(kind in ("text", "word") for kind, _ in tokens):

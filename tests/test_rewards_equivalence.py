@@ -33,6 +33,15 @@ CASES = Path(__file__).resolve().parents[1] / "bench" / "data" / "verifier_cases
     ("1.414", "\\sqrt{2}", True),
     ("\\infty", "-\\infty", False),
     ("3 or 4", "3", False),  # hedged answers fail
+    ("\\$1,\\!000", "1000", True),  # MATH's thousands separator
+    ("11,\\! 111,\\! 111,\\! 100", "11111111100", True),
+    ("$\\frac{1}{3},$", "1/3", True),  # sentence punctuation after the answer
+    ("x \\in (2,12) \\cup (12,102)", "(2, 12) \\cup (12, 102)", True),  # 12,102 in brackets is not 12102
+    ("{-2021, 2021}", "\\pm 2021", True),  # a set in bare braces
+    ("125\\textnormal{ miles}", "125 miles", True),
+    ("28", "28\\%", True),  # the gold's percent sign may be left off
+    ("4 4/9\\%", "40/900", True),
+    ("4 4/9\\%", "40/9", False),  # the model's percent sign is binding
 ])
 def test_math_equal_on_the_hard_cases(pred, gold, equal):
     assert math_equal(pred, gold) is equal
