@@ -5,6 +5,14 @@ Order: the last \\boxed{} / \\fbox{} (balanced braces), then the last
 "Answer:", GSM8K's "#### 42", then a short response taken whole (a bare answer
 such as "(2,4)" or "3+2x"). A long response with none of these has no answer:
 a number that appears only in the working never counts. All scans are linear.
+
+Several boxes in the final sentence are read together: joined by "or" they are
+a hedge (scored wrong), joined only by "and"/commas they are one list answer;
+boxes in earlier sentences are revisions, and the last box wins. A "Final
+Answer:" statement written after the last box is the response's last word.
+A stated answer that is a sentence ("The volume is 120", "$x \\ge 5$ is the
+solution") is reduced to its value: what follows the last "is", else its one
+math span.
 """
 
 from __future__ import annotations
@@ -14,39 +22,70 @@ import re
 SHORT_ANSWER_CHARS = 80  # a response this short with no marker is itself the answer
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*(\{)|\\boxed +([^\s${}]+)")
+_BRACE_RE = re.compile(r"(?<!\\)[{}]")
 _ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
 _ANSWER_IS_RE = re.compile(
-    r"(?:final answer|the answer|answer)\s*(?:is|:)\s*(?::\s*)?(.+?)(?:\.\s|\.$|\n|$|\s*I hope)", re.I
+    r"(?:(?:final answer|the answer|answer)\s*(?:is|:)\s*(?::\s*)?|^[ \t]*(?:final )?answer\s*(?=\$|\\[(\[]))"
+    r"(.+?)(?:\.\s|\.$|\n|$|\s*I hope)",
+    re.I | re.M,
 )
+_SENTENCE_END_RE = re.compile(r"[.!?](?:\s|$)|\n\s*\n")
+_HEDGE_RE = re.compile(r"\bor\b", re.I)
+_LIST_JOINER_RE = re.compile(r"(?:\s|\$|\\[()\[\]]|[,;&]|\\q?quad\b|\\text\s*\{\s*and\s*\}|\band\b)*")
+_MATH_SPAN_RE = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+_PROSE_RE = re.compile(r"(?<![\\a-zA-Z])(?!(?:or|and)\b)[a-zA-Z]{2,}")  # "or"/"and" join values: no reduction
+_COPULA_RE = re.compile(r"\s(?:is|are|was|equals)\s(?!not\b)", re.I)
+_BOLD_RE = re.compile(r"^\*\*(.+)\*\*$", re.S)
 _GSM8K_RE = re.compile(r"####\s*([^\n]+)")
 
 
 def last_boxed(text: str) -> str | None:
     """Content of the last \\boxed{...} or \\fbox{...} with balanced braces (or `\\boxed 5`)."""
-    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
-    while start >= 0:
-        match = _BOX_RE.match(text, start)
-        if match:
-            if match.group(2) is not None:
-                return match.group(2)
-            content = _balanced(text, match.end(1))
-            if content is not None:
-                return content
-        start = max(text.rfind("\\boxed", 0, start), text.rfind("\\fbox", 0, start))
-    return None
+    return next((content for _, _, content in _boxes_from_last(text)), None)
 
 
-def _balanced(text: str, begin: int) -> str | None:
-    depth = 1
-    for i in range(begin, len(text)):
-        ch = text[i]
-        if ch == "{" and text[i - 1] != "\\":
-            depth += 1
-        elif ch == "}" and text[i - 1] != "\\":
-            depth -= 1
-            if depth == 0:
-                return text[begin:i]
-    return None
+def _boxes_from_last(text: str):
+    """(start, end, content) of each well-formed box, the last one first (linear: braces matched once)."""
+    boxes = list(_BOX_RE.finditer(text))
+    closing = _matching_braces(text) if boxes else {}
+    for match in reversed(boxes):
+        if match.group(2) is not None:
+            yield match.start(), match.end(), match.group(2)
+        elif match.start(1) in closing:
+            end = closing[match.start(1)]
+            yield match.start(), end + 1, text[match.end(1):end]
+
+
+def _matching_braces(text: str) -> dict[int, int]:
+    """Index of each unescaped '{' -> index of its matching '}'; unbalanced ones are left out."""
+    closing, stack = {}, []
+    for brace in _BRACE_RE.finditer(text):
+        if brace.group() == "{":
+            stack.append(brace.start())
+        elif stack:
+            closing[stack.pop()] = brace.start()
+    return closing
+
+
+def final_boxed(text: str) -> tuple[str, int] | None:
+    """The boxed answer of the final sentence and where it ends: a hedge, a list, or the last box."""
+    group: list[tuple[int, int, str]] = []  # boxes of the final sentence, last first
+    for box in _boxes_from_last(text):
+        if group and _SENTENCE_END_RE.search(text, box[1], group[-1][0]):
+            break
+        group.append(box)
+    if not group:
+        return None
+    end = group[0][1]
+    contents = list(dict.fromkeys(content.strip() for _, _, content in reversed(group)))
+    if len(contents) == 1:
+        return contents[0], end
+    joiners = [text[later[1]:earlier[0]] for earlier, later in zip(group, group[1:])]
+    if any(_HEDGE_RE.search(joiner) for joiner in joiners):
+        return " or ".join(contents), end  # "either 4 or 6": not a value, so it scores wrong
+    if all(_LIST_JOINER_RE.fullmatch(joiner) for joiner in joiners):
+        return ", ".join(contents), end  # "\\boxed{-2} and \\boxed{1}": the answers together
+    return group[0][2].strip(), end  # a revision within the sentence
 
 
 def _last_match(pattern: re.Pattern, text: str) -> str | None:
@@ -56,30 +95,59 @@ def _last_match(pattern: re.Pattern, text: str) -> str | None:
     return last.group(1).strip() if last else None
 
 
+def answer_in_sentence(sentence: str) -> str:
+    """The value a sentence states: 'The volume of $V$ is 120' -> '120', '$x \\ge 5$ is the solution' -> 'x \\ge 5'."""
+    sentence = sentence.strip()
+    bold = _BOLD_RE.match(sentence)
+    if bold:
+        sentence = bold.group(1).strip()
+    spans = list(_MATH_SPAN_RE.finditer(sentence))
+    if not _PROSE_RE.search(_MATH_SPAN_RE.sub(" ", sentence)):
+        return sentence
+    copulas = [m for m in _COPULA_RE.finditer(sentence) if not any(s.start() < m.start() < s.end() for s in spans)]
+    if copulas:
+        tail = sentence[copulas[-1].end():].strip()
+        if re.search(r"[\d$\\]", tail):
+            return answer_in_sentence(tail)
+    if len(spans) == 1:
+        return next(group for group in spans[0].groups() if group is not None).strip()
+    return sentence
+
+
+def _stated_answer(text: str) -> str | None:
+    """The value after the last "the answer is" / "Final Answer:" / "Answer $...$", if any."""
+    if "answer" not in text.lower():
+        return None
+    stated = _last_match(_ANSWER_IS_RE, text)
+    # "Final Answer: The final answer is 28" -> the innermost statement
+    while stated and "answer" in stated.lower() and _ANSWER_IS_RE.search(stated):
+        stated = _last_match(_ANSWER_IS_RE, stated)
+    return answer_in_sentence(stated.rstrip(".").strip()) if stated else None
+
+
 def extract_answer(text: str) -> str | None:
     """The final answer of a response, or None when it gives none."""
     if not isinstance(text, str) or not text.strip():
         return None
-    boxed = last_boxed(text)
+    boxed = final_boxed(text)
     if boxed is not None:
-        return boxed.strip()
+        after = text[boxed[1]:]
+        restated = _stated_answer(after) if "final answer" in after.lower() else None
+        # a "Final Answer: ... 10,455" written after the boxes is the last word; "final answer." is not a value
+        return restated if restated and re.search(r"[\d$\\]", restated) else boxed[0]
     if "<answer>" in text.lower():
         tagged = _last_match(_ANSWER_TAG_RE, text)
         if tagged is not None:
             inner = last_boxed(tagged)
             return (inner if inner is not None else tagged).strip()
-    if "answer" in text.lower():
-        stated = _last_match(_ANSWER_IS_RE, text)
-        # "Final Answer: The final answer is 28" -> the innermost statement
-        while stated and "answer" in stated.lower() and _ANSWER_IS_RE.search(stated):
-            stated = _last_match(_ANSWER_IS_RE, stated)
-        if stated:
-            return stated.strip().rstrip(".").strip()
+    stated = _stated_answer(text)
+    if stated:
+        return stated
     if "####" in text:
         marked = _last_match(_GSM8K_RE, text)
         if marked:
             return marked
     stripped = text.strip()
     if len(stripped) <= SHORT_ANSWER_CHARS and "\n" not in stripped:
-        return stripped
+        return answer_in_sentence(stripped)
     return None

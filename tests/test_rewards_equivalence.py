@@ -42,6 +42,9 @@ CASES = Path(__file__).resolve().parents[1] / "bench" / "data" / "verifier_cases
     ("28", "28\\%", True),  # the gold's percent sign may be left off
     ("4 4/9\\%", "40/900", True),
     ("4 4/9\\%", "40/9", False),  # the model's percent sign is binding
+    ("either $\\boxed{4}$ or $\\boxed{6}$ depending on the reading", "6", False),
+    ("the integers are \\boxed{-2} and \\boxed{1}.", "1,-2", True),
+    ("so $m \\in [\\sqrt{2}, +\\infty)$", "m\\geq\\sqrt2", True),
 ])
 def test_math_equal_on_the_hard_cases(pred, gold, equal):
     assert math_equal(pred, gold) is equal
@@ -65,6 +68,16 @@ def test_labelled_eval_set_has_no_false_positives():
     ("blah blah\nAnswer: 12", "12"),
     ("Natalia sold 24 clips.\n#### 72", "72"),
     ("(2,4)", "(2,4)"),
+    ("I believe it is either $\\boxed{4}$ or $\\boxed{6}$.", "4 or 6"),  # a hedge across boxes: not a value
+    ("\\[ \\boxed{-2} \\quad \\text{and} \\quad \\boxed{1}. \\]", "-2, 1"),  # boxes that form one answer
+    ("so \\boxed{200}. Wait, actually it is \\boxed{255}", "255"),  # a revision: the last box wins
+    ("\\boxed{200}. So $10,455 in all. Final Answer: The final answer is $10,455$.", "$10,455$"),
+    ("so \\boxed{5}. This is my final answer.", "5"),
+    ("Final Answer: The volume of $ABCDEFGH$ is 120. I hope it is correct.", "120"),
+    ("---\n\nFinal Answer: **73**", "73"),
+    ("Answer $ 9 $", "$ 9 $"),
+    ("Therefore $x \\geq 5$ is the solution.", "x \\geq 5"),
+    ("the number is not 10", "the number is not 10"),
 ])
 def test_extract_answer_follows_the_spec_order(text, answer):
     assert extract_answer(text) == answer
