@@ -161,6 +161,10 @@ def equivalent(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
         return equivalent(pred[1] if pred_unit else pred, gold[1] if gold_unit else gold, scalar_equal)
     if pred[0] == "pct" or gold[0] == "pct":
         return _percent(pred, gold, scalar_equal)
+    if pred[0] == gold[0] == "rel" and pred[1] == gold[1]:
+        sides = _all((equivalent(pred[2], gold[2], scalar_equal), equivalent(pred[3], gold[3], scalar_equal)))
+        # the same inequality with terms moved or scaled by a positive constant: x < 1 and -x > -1
+        return True if sides is True else _same_up_to_factor(pred, gold, scalar_equal, positive=pred[1] != "!=")
     pred, gold = _as_interval(pred), _as_interval(gold)
     # "x = 3" against "3": judge the value; both equations: compare them as equations
     if pred[0] == "eq" and gold[0] != "eq":
@@ -171,10 +175,14 @@ def equivalent(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
     if kind in ("tuple", "set", "interval", "union", "matrix") or pred[0] in ("tuple", "set", "interval", "union", "matrix"):
         return _containers(pred, gold, scalar_equal)
     if kind == "eq" and pred[0] == "eq":
-        return _any((
+        sides = _any((
             _all((equivalent(pred[1], gold[1], scalar_equal), equivalent(pred[2], gold[2], scalar_equal))),
             _all((equivalent(pred[1], gold[2], scalar_equal), equivalent(pred[2], gold[1], scalar_equal))),
         ))
+        if sides is True or _is_assignment(pred) or _is_assignment(gold):  # "2x = 6" does not answer "x = 3"
+            return sides
+        # the same curve written another way: 2x+4y-3=0 and y=-x/2+3/4, a plane with every sign flipped
+        return _any((sides, _same_up_to_factor(pred, gold, scalar_equal, positive=False)))
     if kind == "rel" or pred[0] == "rel":
         if pred[0] != gold[0] or pred[1] != gold[1]:
             return False
@@ -186,6 +194,75 @@ def equivalent(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
     if kind == "text" and pred[0] == "text":
         return pred[1] == gold[1]
     return scalar_equal(pred, gold)
+
+
+# Deterministic, generic sample values (irrational-looking, away from 0, 1 and small integers).
+_SAMPLE_VALUES = (Fraction(37, 101), Fraction(173, 61), Fraction(-59, 47))
+
+
+def sample_points(variables: list) -> list[dict]:
+    """A few generic points, each giving every variable (any hashable key) a distinct rational value."""
+    count = len(_SAMPLE_VALUES)
+    return [{var: _SAMPLE_VALUES[(offset + k) % count] + k for k, var in enumerate(variables)} for offset in range(count)]
+
+
+def _same_up_to_factor(pred: tuple, gold: tuple, scalar_equal: ScalarEqual, positive: bool) -> Verdict:
+    """Is lhs - rhs of pred a constant k != 0 (k > 0 if positive) times that of gold?
+
+    k is read off exactly at generic rational points, which also reject most non-matches in-process;
+    the identity pred_diff == k * gold_diff is then left to the scalar test (sympy in the worker).
+    """
+    # lhs - rhs: the last two fields of both ("eq", lhs, rhs) and ("rel", op, lhs, rhs)
+    pred_diff, gold_diff = (("add", (node[-2], ("neg", node[-1]))) for node in (pred, gold))
+    names = sorted(_symbols(pred_diff) | _symbols(gold_diff))
+    if not names:
+        return False
+    ratios = set()
+    try:
+        for values in sample_points(names):
+            p, g = exact_value(_at_point(pred_diff, values)), exact_value(_at_point(gold_diff, values))
+            if p is None or g is None:
+                return False  # not rational at a rational point (radicals, functions): not decided this way
+            if p == 0 or g == 0:
+                if p != g:
+                    return False
+                continue
+            ratios.add(p / g)
+    except TooLarge:
+        return False
+    if len(ratios) != 1:
+        return False
+    factor = ratios.pop()
+    if positive and factor < 0:
+        return False
+    return scalar_equal(pred_diff, ("mul", (("num", factor, None), gold_diff)))
+
+
+def _at_point(node: tuple, values: dict[str, Fraction]) -> tuple:
+    """The arithmetic tree with its symbols replaced by numbers (other kinds stay, and are not rational)."""
+    kind = node[0]
+    if kind == "sym":
+        return ("num", values[node[1]], None)
+    if kind in ("add", "mul"):
+        return (kind, tuple(_at_point(part, values) for part in node[1]))
+    if kind in ("neg", "pct"):
+        return (kind, _at_point(node[1], values))
+    if kind in ("div", "pow"):
+        return (kind, _at_point(node[1], values), _at_point(node[2], values))
+    return node
+
+
+def _symbols(node) -> set[str]:
+    if not isinstance(node, tuple):
+        return set()
+    if len(node) == 2 and node[0] == "sym":
+        return {node[1]}
+    return set().union(*(_symbols(part) for part in node))
+
+
+def _is_assignment(equation: tuple) -> bool:
+    """'x = 3', 'y = \\sqrt{2}': a variable given a value, which only the same value answers."""
+    return equation[1][0] == "sym" and not _symbols(equation[2])
 
 
 def _percent(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:

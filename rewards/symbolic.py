@@ -10,7 +10,9 @@ from fractions import Fraction
 
 import sympy
 
-from .compare import MAX_FACTORIAL, MAX_RESULT_BITS, TooLarge, Verdict, decimal_places, exact_value, rationals_match
+from .compare import (
+    MAX_FACTORIAL, MAX_RESULT_BITS, TooLarge, Verdict, decimal_places, exact_value, rationals_match, sample_points,
+)
 
 _CONSTANTS = {"pi": sympy.pi, "e": sympy.E, "i": sympy.I, "inf": sympy.oo}
 _FUNCTIONS = {
@@ -93,15 +95,10 @@ def sympy_scalar_equal(pred: tuple, gold: tuple) -> Verdict:
     return bool(sympy.simplify(difference) == 0)
 
 
-# Deterministic, generic sample points (irrational-looking, away from 0, 1 and small integers).
-_SAMPLE_POINTS = (sympy.Rational(37, 101), sympy.Rational(173, 61), sympy.Rational(-59, 47))
-
-
 def _clearly_nonzero(expr: sympy.Expr) -> bool:
     """True if expr evaluates far from zero at some sample point (then it is not identically zero)."""
-    symbols = sorted(expr.free_symbols, key=lambda s: s.name)
-    for offset, point in enumerate(_SAMPLE_POINTS):
-        values = {sym: _SAMPLE_POINTS[(offset + k) % len(_SAMPLE_POINTS)] + k for k, sym in enumerate(symbols)}
+    for point in sample_points(sorted(expr.free_symbols, key=lambda s: s.name)):
+        values = {sym: sympy.Rational(v.numerator, v.denominator) for sym, v in point.items()}
         try:
             value = complex(expr.subs(values).evalf(30))
         except (TypeError, ValueError, ZeroDivisionError):

@@ -45,6 +45,16 @@ CASES = Path(__file__).resolve().parents[1] / "bench" / "data" / "verifier_cases
     ("either $\\boxed{4}$ or $\\boxed{6}$ depending on the reading", "6", False),
     ("the integers are \\boxed{-2} and \\boxed{1}.", "1,-2", True),
     ("so $m \\in [\\sqrt{2}, +\\infty)$", "m\\geq\\sqrt2", True),
+    # relations equal up to moving terms and a constant factor (positive for inequalities)
+    ("-x>-1", "x<1", True),
+    ("-x<-1", "x<1", False),
+    ("y=-\\frac12x+\\frac34", "2x+4y-3=0", True),
+    ("-34x-45y+20z-100=0", "34x+45y-20z+100=0", True),
+    ("x^2/16 + y^2/12 = 1/4", "x^2/4 + y^2/3 = 1", True),
+    ("y=2x+2", "y=2x+1", False),
+    ("2x=6", "x=3", False),  # a solved value is answered only by the value
+    ("x^2=4", "x=2", False),
+    ("$z = 3+3 = 2$", "z = 1 + 1 = 2", True),  # an equality chain states first = last (math-verify's reading)
 ])
 def test_math_equal_on_the_hard_cases(pred, gold, equal):
     assert math_equal(pred, gold) is equal
