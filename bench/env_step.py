@@ -2,7 +2,9 @@
 
 Both replay the same pre-drawn token actions (EOS with a small probability per
 step, so rows finish at different steps and get scored as they do) for one full
-rollout of MAX_NEW_TOKENS steps; the ratio is measured in this run.
+rollout of MAX_NEW_TOKENS steps, and each row's episode is scored exactly once on
+both sides; the ratio is measured in this run. Scoring the B completions is the
+same work on both sides, so the script also times it alone: it bounds the ratio.
     python bench/env_step.py [--batch 64] [--max-new-tokens 128] [--device cpu]
 """
 
@@ -15,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+import rewards
 import rlvr_env
 from rlvr_env.testing import build_char_tokenizer
 
@@ -36,9 +39,28 @@ def run_vector(tokenizer, actions: np.ndarray, device: str) -> tuple[float, int]
     while not env.all_done:
         env.step(moves[taken])
         taken += 1
+    env.results()
     if device != "cpu":
         torch.cuda.synchronize()
     return time.perf_counter() - start, taken
+
+
+def time_scoring(tokenizer, actions: np.ndarray, device: str) -> float:
+    """Seconds to decode and score the batch's finished completions alone, in one batch."""
+    steps, batch = actions.shape
+    env = rlvr_env.TokenVectorEnv(rlvr_env.make_task("Arithmetic"), tokenizer, num_envs=batch, max_new_tokens=steps, device=device)
+    env.reset(seed=0)
+    for step in range(steps):
+        if env.all_done:
+            break
+        env.step(torch.as_tensor(actions[step], device=device))
+    result = env.results()
+    lengths = (result.response_mask.sum(1) - (~result.truncated).long()).tolist()
+    responses = [ids[:n] for ids, n in zip(result.response_ids.tolist(), lengths)]
+    start = time.perf_counter()
+    texts = tokenizer.batch_decode(responses, skip_special_tokens=True)
+    rewards.score_batch(texts, [p.answer for p in result.problems], verifier=env.task.verifier)
+    return time.perf_counter() - start
 
 
 def run_sync(tokenizer, actions: np.ndarray) -> tuple[float, int]:
@@ -51,9 +73,11 @@ def run_sync(tokenizer, actions: np.ndarray) -> tuple[float, int]:
     envs = gym.vector.SyncVectorEnv([make] * batch, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     envs.reset(seed=0)
     done = np.zeros(batch, dtype=bool)
+    # A finished row's restarted episode gets a token that never ends it: one scored episode per row.
+    filler = tokenizer.convert_tokens_to_ids(" ")
     start, taken = time.perf_counter(), 0
     while not done.all():
-        _, _, terminated, truncated, _ = envs.step(actions[taken])
+        _, _, terminated, truncated, _ = envs.step(np.where(done, filler, actions[taken]))
         done |= terminated | truncated
         taken += 1
     return time.perf_counter() - start, taken
@@ -65,18 +89,21 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--eos-probability", type=float, default=0.02)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     tokenizer = build_char_tokenizer()
     actions = draw_actions(tokenizer, args.batch, args.max_new_tokens, args.eos_probability, seed=0)
     run_vector(tokenizer, actions[:4], args.device)  # warm-up (allocation, first CUDA calls)
     vector = min(run_vector(tokenizer, actions, args.device) for _ in range(args.repeats))
     sync = min(run_sync(tokenizer, actions) for _ in range(args.repeats))
+    scoring = min(time_scoring(tokenizer, actions, args.device) for _ in range(args.repeats))
     vector_rate, sync_rate = vector[1] / vector[0], sync[1] / sync[0]
     print(f"B={args.batch} max_new_tokens={args.max_new_tokens} device={args.device} steps={vector[1]}")
     print(f"TokenVectorEnv           {vector_rate:10.1f} batch steps/s  ({vector_rate * args.batch:10.0f} row-steps/s)")
     print(f"SyncVectorEnv(TokenEnv)  {sync_rate:10.1f} batch steps/s  ({sync_rate * args.batch:10.0f} row-steps/s)")
     print(f"ratio                    {vector_rate / sync_rate:10.1f}x  (target >= 20x at B=64)")
+    print(f"scoring alone            {scoring * 1e3:10.2f} ms per rollout = {scoring / vector[0]:.0%} of TokenVectorEnv's time;"
+          f" ratio bound with free stepping {sync[0] / scoring:.1f}x")
 
 
 if __name__ == "__main__":

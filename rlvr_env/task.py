@@ -103,6 +103,18 @@ class Task:
     def verify(self, completion: str, problem: Problem) -> VerifyResult:
         return self.verifier(completion, answer=problem.answer)
 
+    @property
+    def process_step_end(self) -> str | None:
+        """The text that ends one reasoning step (e.g. ``"\\n"``) when the task gives per-step
+        process rewards; None (the default) for the outcome reward only."""
+        return None
+
+    def process_reward(self, problem: Problem, text_so_far: str) -> float:
+        """Reward for the last reasoning step of ``text_so_far``, which ends with that step
+        (a ``process_step_end``, or the completion's end). The token envs call it once per step,
+        when the token that ends the step is generated, and add it to that token's reward."""
+        raise NotImplementedError(f"{type(self).__name__} sets process_step_end but not process_reward")
+
     def is_success(self, result: VerifyResult) -> bool:
         """Whether a result counts as solved (curriculum, accuracy): the "correct"
         component when the verifier reports one, else a full score."""

@@ -4,6 +4,11 @@ Autoreset is DISABLED: one batch is one rollout. The agent resets, steps until
 ``all_done``, reads ``results()``, and resets again. Rows finish independently
 (a stop token -> terminated, ``max_new_tokens`` -> truncated); the rows that
 finish on a step are decoded and scored together through ``rewards.score_batch``.
+
+Stepping is a handful of in-place tensor ops on preallocated buffers and one
+host sync (whether any row ended); rows are decoded and scored only when they
+finish, and the task's process rewards (if any) only at steps that end a
+reasoning step.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import rewards
 from rlvr_env.completion_env import PROCEDURAL_INDEX_RANGE
 from rlvr_env.prompting import encode_prompts, render_prompt, uses_chat_template
 from rlvr_env.task import Problem, Task
-from rlvr_env.token_env import stop_ids_of
+from rlvr_env.token_env import credit_newest_step, step_end_flags, stop_ids_of
 
 
 @dataclass
@@ -38,6 +43,7 @@ class RolloutResult:
     truncated: torch.Tensor  # Bool[B]
     group_ids: torch.Tensor  # Long[B], rows sharing a prompt share an id
     problems: list[Problem]
+    process_rewards: torch.Tensor  # Float[B, T], the task's per-step rewards (all 0 when it gives none)
 
 
 class TokenVectorEnv(VectorEnv):
@@ -79,8 +85,14 @@ class TokenVectorEnv(VectorEnv):
         self.problem_seed = problem_seed
         self.score_workers = score_workers
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self.stop_ids = torch.tensor(stop_ids_of(tokenizer, stop_token_ids), device=self.device)
+        self._stop_id_set = frozenset(stop_ids_of(tokenizer, stop_token_ids))
+        self.stop_ids = torch.tensor(sorted(self._stop_id_set), device=self.device)
         vocab = len(tokenizer)
+        self._pad = torch.tensor(self.pad_id, device=self.device)
+        self._is_stop = torch.zeros(vocab, dtype=torch.bool, device=self.device)
+        self._is_stop[self.stop_ids] = True
+        self._step_end_delimiter: str | None = None
+        self._is_step_end: torch.Tensor | None = None
         self.single_action_space = spaces.Discrete(vocab)
         self.action_space = spaces.MultiDiscrete(np.full(num_envs, vocab))
         self._set_observation_space(max_prompt_tokens or 1)
@@ -138,26 +150,40 @@ class TokenVectorEnv(VectorEnv):
             prompt_ids[k, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
         prompt_ids = prompt_ids.repeat_interleave(group_size, dim=0).to(self.device)
 
-        batch, total = self.num_envs, width + self.max_new_tokens
+        batch, steps, device = self.num_envs, self.max_new_tokens, self.device
         self.prompt_width = width
-        self.input_ids = torch.full((batch, total), self.pad_id, dtype=torch.long, device=self.device)
+        self.input_ids = torch.full((batch, width + steps), self.pad_id, dtype=torch.long, device=device)
         self.input_ids[:, :width] = prompt_ids
-        self.attention_mask = torch.zeros((batch, total), dtype=torch.long, device=self.device)
+        self.attention_mask = torch.zeros((batch, width + steps), dtype=torch.long, device=device)
         # Left padding: positions before the first real token are pad even if pad == a real id.
-        lengths = torch.tensor([len(ids) for ids in encoded]).repeat_interleave(group_size).to(self.device)
-        self.attention_mask[:, :width] = (torch.arange(width, device=self.device) >= width - lengths[:, None]).long()
-        self.num_generated = torch.zeros(batch, dtype=torch.long, device=self.device)
-        self.terminated = torch.zeros(batch, dtype=torch.bool, device=self.device)
-        self.truncated = torch.zeros(batch, dtype=torch.bool, device=self.device)
-        self.scores = torch.zeros(batch, dtype=torch.float32, device=self.device)
-        self.group_ids = torch.arange(num_prompts, device=self.device).repeat_interleave(group_size)
+        lengths = torch.tensor([len(ids) for ids in encoded]).repeat_interleave(group_size).to(device)
+        self.attention_mask[:, :width] = (torch.arange(width, device=device) >= width - lengths[:, None]).long()
+        self.num_generated = torch.zeros(batch, dtype=torch.long, device=device)
+        # Column views written in place by step(): no indexing or allocation per step.
+        self._id_columns = self.input_ids[:, width:].unbind(1)
+        self._mask_columns = self.attention_mask[:, width:].unbind(1)
+        self._alive = torch.ones(batch, dtype=torch.bool, device=device)
+        # One row per step; step t returns row t, so a returned tensor never changes after step() returns.
+        # _terminated_steps has a leading all-False row: the state before the first step.
+        self._terminated_steps = torch.zeros((steps + 1, batch), dtype=torch.bool, device=device)
+        self._truncated_steps = torch.zeros((steps, batch), dtype=torch.bool, device=device)
+        self._ended_steps = torch.zeros((steps, batch), dtype=torch.bool, device=device)
+        self._reward_steps = torch.zeros((steps, batch), dtype=torch.float32, device=device)
+        self._process_rewards = torch.zeros((batch, steps), dtype=torch.float32, device=device)
+        self._step_rows = [buffer.unbind(0) for buffer in (self._terminated_steps, self._truncated_steps, self._ended_steps, self._reward_steps)]
+        self._step_boundary = torch.zeros(batch, dtype=torch.bool, device=device)
+        self._credited_chars = [0] * batch
+        self.scores = torch.zeros(batch, dtype=torch.float32, device=device)
+        self.group_ids = torch.arange(num_prompts, device=device).repeat_interleave(group_size)
         self._components: dict[str, list[float]] = {}
         self._statuses: list[str | None] = [None] * batch
         self._completions: list[str | None] = [None] * batch
         self._steps = 0
         self._num_finished = 0
         self._set_observation_space(width)
-        return self._observation(), {"group_ids": self.group_ids, "problem_indices": [int(i) for i in indices]}
+        self._update_step_ends()
+        self._obs = {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "num_generated": self.num_generated}
+        return self._obs, {"group_ids": self.group_ids, "problem_indices": [int(i) for i in indices]}
 
     @property
     def prompt_ids(self) -> torch.Tensor:
@@ -167,50 +193,99 @@ class TokenVectorEnv(VectorEnv):
     def prompt_mask(self) -> torch.Tensor:
         return self.attention_mask[:, : self.prompt_width]
 
-    def _observation(self) -> dict[str, torch.Tensor]:
-        return {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "num_generated": self.num_generated}
+    @property
+    def terminated(self) -> torch.Tensor:
+        """Bool[B]: rows that ended on a stop token so far."""
+        return self._terminated_steps[self._steps]
+
+    @property
+    def truncated(self) -> torch.Tensor:
+        """Bool[B]: rows cut at max_new_tokens (set on the last step only)."""
+        return self._truncated_steps[self._steps - 1] if self._steps else self._truncated_steps[0]
+
+    def _update_step_ends(self) -> None:
+        """The Bool[vocab] table of tokens that end a reasoning step, for the task's current delimiter."""
+        delimiter = self.task.process_step_end
+        if delimiter is None:
+            self._is_step_end = None
+        elif delimiter != self._step_end_delimiter or self._is_step_end is None:
+            flags = step_end_flags(self.tokenizer, delimiter)
+            self._is_step_end = torch.tensor(flags, dtype=torch.bool, device=self.device)
+        self._step_end_delimiter = delimiter
 
     def step(self, actions):
-        """actions: Long[B] token ids -> (obs, reward Float[B], terminated Bool[B], truncated Bool[B], info)."""
+        """actions: Long[B] token ids -> (obs, reward Float[B], terminated Bool[B], truncated Bool[B], info).
+
+        The returned tensors are views of per-step buffers: they keep their values until the next reset."""
         if self.all_done:
             raise RuntimeError("every row has finished: read results() and call reset()")
-        actions = torch.as_tensor(actions, device=self.device).long().reshape(self.num_envs)
-        active = ~(self.terminated | self.truncated)
-        column = self.prompt_width + self._steps
-        self.input_ids[:, column] = torch.where(active, actions, self.pad_id)
-        self.attention_mask[:, column] = active.long()
-        self.num_generated += active.long()
+        actions = torch.as_tensor(actions, dtype=torch.long, device=self.device)
+        if actions.shape != self._alive.shape:
+            actions = actions.reshape(self.num_envs)
+        step, alive = self._steps, self._alive
+        terminated_rows, truncated_rows, ended_rows, reward_rows = self._step_rows
+        tokens, mask = self._id_columns[step], self._mask_columns[step]
+        torch.where(alive, actions, self._pad, out=tokens)
+        mask.copy_(alive)
+        self.num_generated.add_(mask)
+        ended, terminated = ended_rows[step], terminated_rows[step + 1]
+        torch.index_select(self._is_stop, 0, tokens, out=ended).logical_and_(alive)
+        torch.logical_or(terminated_rows[step], ended, out=terminated)
+        if step + 1 == self.max_new_tokens:  # every row still going ends now; those without a stop token are truncated
+            torch.logical_xor(alive, ended, out=truncated_rows[step])
+            ended.copy_(alive)
+        boundary = None
+        if self._is_step_end is not None:
+            boundary = torch.index_select(self._is_step_end, 0, tokens, out=self._step_boundary).logical_and_(alive)
+            boundary.logical_and_(~ended)
+        alive.logical_xor_(ended)
         self._steps += 1
-        ended = active & torch.isin(actions, self.stop_ids)
-        self.terminated |= ended
-        if self._steps == self.max_new_tokens:
-            ended = active
-            self.truncated |= active & ~self.terminated
-        reward = torch.zeros(self.num_envs, dtype=torch.float32, device=self.device)
-        rows = ended.nonzero().flatten()
-        if rows.numel():  # the one host sync per step: which rows to score
-            self._score(rows.tolist())
-            reward[rows] = self.scores[rows]
-        return self._observation(), reward, self.terminated.clone(), self.truncated.clone(), {"ended": ended}
+        # The host syncs of a step (one without process rewards): which rows need text work?
+        if ended.any():
+            self._finish(ended.nonzero().flatten())
+        if boundary is not None and boundary.any():
+            self._credit_steps(boundary.nonzero().flatten())
+        return self._obs, reward_rows[step], terminated, truncated_rows[step], {"ended": ended}
 
-    def _score(self, rows: list[int]) -> None:
+    def _generated_texts(self, rows: torch.Tensor) -> list[str]:
+        """The decoded responses of ``rows`` (Long[N]), which were all still going on this step, so
+        each has exactly one token per step; the text excludes a final stop token."""
         start = self.prompt_width
-        responses = self.input_ids[rows, start : start + self._steps].tolist()
-        lengths = self.num_generated[rows].tolist()
-        terminated = self.terminated[rows].tolist()
-        # The text the verifier sees excludes the stop token.
-        texts = self.tokenizer.batch_decode(
-            [ids[: n - stopped] for ids, n, stopped in zip(responses, lengths, terminated)], skip_special_tokens=True
+        responses = self.input_ids.index_select(0, rows)[:, start : start + self._steps].tolist()
+        stop_ids = self._stop_id_set
+        return self.tokenizer.batch_decode(
+            [ids[:-1] if ids[-1] in stop_ids else ids for ids in responses], skip_special_tokens=True
         )
+
+    def _credit_steps(self, rows: torch.Tensor, texts: list[str] | None = None, final: bool = False) -> None:
+        """Add the task's process reward for each row's newest finished reasoning step to this step's reward."""
+        texts = texts if texts is not None else self._generated_texts(rows)
+        step = self._steps - 1
+        for row, text in zip(rows.tolist(), texts):
+            value, self._credited_chars[row] = credit_newest_step(
+                self.task, self.problems[row], text, self._credited_chars[row], final
+            )
+            if value:
+                self._process_rewards[row, step] = value
+                self._reward_steps[step, row] += value
+
+    def _finish(self, rows: torch.Tensor) -> None:
+        """Decode and score the rows (Long[N]) that ended on this step; their score is this step's reward."""
+        texts = self._generated_texts(rows)
+        if self._is_step_end is not None:
+            self._credit_steps(rows, texts, final=True)
+        row_list = rows.tolist()
         results = rewards.score_batch(
-            texts, [self.problems[r].answer for r in rows], verifier=self.task.verifier, workers=self.score_workers
+            texts, [self.problems[r].answer for r in row_list], verifier=self.task.verifier, workers=self.score_workers
         )
-        self.scores[rows] = torch.tensor([r.score for r in results], dtype=torch.float32, device=self.device)
-        for row, text, result in zip(rows, texts, results):
+        scores = torch.tensor([r.score for r in results], dtype=torch.float32, device=self.device)
+        self.scores.index_copy_(0, rows, scores)
+        self._reward_steps[self._steps - 1].index_add_(0, rows, scores)
+        for row, text, result in zip(row_list, texts, results):
             self._completions[row], self._statuses[row] = text, result.status
             for name, value in result.details.get("components", {}).items():
                 self._components.setdefault(name, [0.0] * self.num_envs)[row] = float(value)
-        self._num_finished += len(rows)
+        self._num_finished += len(row_list)
 
     def results(self) -> RolloutResult:
         if not self.all_done or None in self._statuses:
@@ -228,4 +303,5 @@ class TokenVectorEnv(VectorEnv):
             truncated=self.truncated.clone(),
             group_ids=self.group_ids,
             problems=list(self.problems),
+            process_rewards=self._process_rewards[:, : self._steps],
         )

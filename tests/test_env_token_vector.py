@@ -108,3 +108,16 @@ def test_state_lives_on_the_chosen_device(tokenizer, device):
     assert reward.device.type == terminated.device.type == device and terminated.all()
     result = env.results()
     assert result.scores.device.type == result.response_ids.device.type == device
+
+
+def test_step_outputs_keep_their_values_and_obs_are_live_views(tokenizer):
+    env = make_env(tokenizer, num_envs=2, max_new_tokens=3)
+    obs, _ = env.reset(seed=0)
+    eos, a = tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("a")
+    first = env.step(torch.tensor([eos, a]))
+    snapshot = [t.clone() for t in first[1:4]]
+    while not env.all_done:
+        last = env.step(torch.tensor([a, a]))
+    assert all(torch.equal(t, s) for t, s in zip(first[1:4], snapshot))  # later steps write other rows
+    assert first[2].tolist() == [True, False] and last[2].tolist() == [True, False] and last[3].tolist() == [False, True]
+    assert last[0] is obs and obs["num_generated"].tolist() == [1, 3]  # one dict of views, updated in place

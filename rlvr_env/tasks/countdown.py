@@ -2,6 +2,12 @@
 
 The completion's expression is parsed with :mod:`ast` (a parser, nothing is
 executed) and evaluated over exact fractions on a whitelist of node types.
+
+Opt-in process rewards (``step_reward > 0``): each line of working such as
+``44 + 19 = 63`` earns ``step_reward`` when it is a true equation over numbers
+still available (the given ones, plus results of earlier valid lines, each used
+once). Every valid line consumes at least two numbers and adds one, so a
+completion earns at most ``(num_numbers - 1) * step_reward``.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ _BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 # Only what an arithmetic expression needs; anything else is rejected before parsing.
 _ALLOWED_CHARS = re.compile(r"[\d\s+\-*/().]*")
 MAX_EXPRESSION_CHARS = 200
+# A line of working ends in "<expression> = <integer>"; text before the expression ("Step 1:") is ignored.
+_WORKING_LINE = re.compile(r"([\d\s+\-*/().]*\d[\d\s+\-*/().]*)=\s*(-?\d+)\s*\.?\s*$")
 
 
 class ExpressionError(ValueError):
@@ -64,6 +72,24 @@ def evaluate_expression(expression: str) -> tuple[Fraction, list[int]]:
     return value(tree.body), numbers
 
 
+def apply_working_line(line: str, available: Counter) -> bool:
+    """Whether ``line`` ends in a true ``expression = value`` over at least two numbers in
+    ``available``; if so, those numbers are used up and ``value`` becomes available."""
+    match = _WORKING_LINE.search(line.strip())
+    if match is None:
+        return False
+    try:
+        value, used = evaluate_expression(match.group(1))
+    except ExpressionError:
+        return False
+    used_counts = Counter(used)
+    if len(used) < 2 or used_counts - available or value != int(match.group(2)):
+        return False
+    available -= used_counts
+    available[int(match.group(2))] += 1
+    return True
+
+
 @dataclass(frozen=True)
 class CountdownVerifier:
     """1.0 when the extracted expression uses the given numbers (each at most as
@@ -97,6 +123,7 @@ class CountdownConfig(TaskConfig):
     max_number: int = 99
     max_target: int = 1000
     use_all_numbers: bool = True
+    step_reward: float = 0.0  # process reward per valid line of working; 0 = outcome reward only
     prompt_template: str = (
         "Using the numbers {numbers}, create an equation that equals {target}. "
         "You can use + - * / and parentheses, and each number {usage}. "
@@ -111,6 +138,8 @@ class CountdownConfig(TaskConfig):
             raise ValueError(f"max_number must be an integer >= 2, got {self.max_number!r}")
         if not isinstance(self.max_target, int) or self.max_target < 1:
             raise ValueError(f"max_target must be a positive integer, got {self.max_target!r}")
+        if not isinstance(self.step_reward, (int, float)) or not 0 <= self.step_reward <= 1:
+            raise ValueError(f"step_reward must be a number in [0, 1], got {self.step_reward!r}")
         try:
             self.prompt_template.format(numbers="[1, 2]", target=3, usage="once")
         except (KeyError, IndexError, ValueError) as error:
@@ -161,6 +190,19 @@ class CountdownTask(Task):
 
     def gold_completion(self, problem: Problem) -> str:
         return f"\\boxed{{{problem.metadata['solution']}}}"
+
+    @property
+    def process_step_end(self) -> str | None:
+        return "\n" if self.config.step_reward > 0 else None
+
+    def process_reward(self, problem: Problem, text_so_far: str) -> float:
+        """``step_reward`` when the last line of ``text_so_far`` is a valid line of working."""
+        available = Counter(problem.answer["numbers"])
+        lines = [line for line in text_so_far.splitlines() if line.strip()]
+        valid = False
+        for line in lines:  # earlier lines decide which numbers the last one may use
+            valid = apply_working_line(line, available)
+        return float(self.config.step_reward) if valid else 0.0
 
     def curriculum_levels(self) -> list[dict[str, Any]]:
         return [{"num_numbers": n} for n in (3, 4, 5, 6)]
