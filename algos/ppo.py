@@ -1,0 +1,435 @@
+"""PPO-Clip with GAE and a learned critic on the token-level MDP (`rlvr train --algo ppo`).
+
+The MDP is TokenVectorEnv's: a state is the prompt plus the tokens so far, an
+action is one token, and the reward is per token (SPEC.md, "PPO-Clip"):
+
+    r_t = process_reward_t - kl_coef * KL_t(pi_old || pi_ref)  (+ sequence score on the last token)
+
+One step: roll out `prompts_per_step * samples_per_prompt` completions; score
+them with the env's verifiers or a learned reward model; compute old log-probs,
+old values and reference log-probs; per-token rewards; GAE (gamma, lambda) over
+valid tokens; returns = A + V before whitening A; then `ppo_epochs` passes over
+shuffled minibatches, each an optimizer step of clipped surrogate + vf_coef *
+clipped value loss (micro-batched with exact gradient accumulation). During the
+first `critic_warmup_steps` steps only the critic learns. The KL coefficient is
+fixed, or adaptive (PPO-Penalty) when `kl_target` is set.
+
+The critic is a scalar head on the policy's backbone (`value_model = "head"`)
+or a separate copy of the backbone (`"separate"`); see algos.value_model.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from algos import checkpoint as ckpt
+from algos.config import (
+    EnvConfig,
+    ModelConfig,
+    OptimConfig,
+    RolloutConfig,
+    RunConfig,
+    _require,
+    save_config,
+    validate_sections,
+)
+from algos.core.aggregation import MODES as LOSS_AGG_MODES
+from algos.core.aggregation import aggregate_loss
+from algos.core.gae import (
+    AdaptiveKLController,
+    clipped_value_loss,
+    explained_variance,
+    gae_advantages,
+    masked_mean_std,
+    masked_whiten,
+    token_rewards,
+    value_clip_fraction,
+)
+from algos.core.kl import ESTIMATORS as KL_ESTIMATORS
+from algos.core.kl import kl_estimate
+from algos.core.logprobs import logprobs_from_hidden
+from algos.core.policy_loss import clipped_policy_loss
+from algos.metrics import MetricsLogger
+from algos.trainer import (
+    DTYPES,
+    build_scheduler,
+    completion_logprobs,
+    evaluate,
+    guarded_optimizer_step,
+    make_env,
+    make_rollout_backend,
+    resolve_device,
+    rollout_metrics,
+    seed_everything,
+)
+from algos.value_model import VALUE_MODEL_KINDS, build_value_model
+
+REWARD_SOURCES = ("env", "model")
+
+
+@dataclass
+class PPOSection:
+    prompts_per_step: int = 16  # prompts per rollout batch
+    samples_per_prompt: int = 1  # completions per prompt (the critic is the baseline, so 1 suffices)
+    ppo_epochs: int = 4  # passes over each rollout batch (SPEC.md: 4)
+    num_minibatches: int = 2  # optimizer steps per epoch; rows are reshuffled every epoch
+    micro_batch_size: int = 16  # rows per forward/backward; gradients accumulate over a minibatch
+    gamma: float = 1.0  # discount (SPEC.md: 1 for LM tasks)
+    lam: float = 0.95  # GAE lambda (TRL: 0.95; verl: 1.0)
+    whiten_advantages: bool = True  # masked mean/std over the batch, after returns were taken
+    eps_low: float = 0.2  # clip(r, 1 - eps_low, 1 + eps_high) (SPEC.md: 0.2)
+    eps_high: float = 0.2
+    dual_clip: float | None = None  # c > 1 bounds negative-advantage loss (None = off; SPEC.md: 3)
+    loss_agg: str = "token-mean"  # policy-loss aggregation; the value loss is always token-mean
+    value_model: str = "head"  # "head" on the policy's backbone, or a "separate" critic copied from it
+    value_clip: float | None = 0.2  # clip V within +-c of V_old in the value loss (SPEC.md: 0.2; None = off)
+    vf_coef: float = 0.1  # weight of the value loss in the total loss (TRL's PPOConfig default)
+    critic_lr: float | None = None  # None = 10 x optim.lr (SPEC.md: critic lr ~10x actor lr)
+    critic_warmup_steps: int = 0  # first N steps train only the critic (the policy is frozen)
+    kl_coef: float = 0.05  # per-token KL penalty in the reward (TRL's PPOConfig default); 0 = no reference model
+    kl_estimator: str = "k1"  # per-token KL in the reward: k1 = log(pi/pi_ref), as InstructGPT
+    kl_clamp: float = 10.0
+    kl_target: float | None = None  # set = PPO-Penalty: adapt kl_coef toward this per-sequence KL (Ziegler: 6)
+    kl_horizon: int = 10000  # rows over which the adaptive coefficient moves by at most 20% (Ziegler et al.)
+    entropy_coef: float = 0.0  # entropy bonus (0 = off; entropy is logged either way)
+    reward_source: str = "env"  # "env": the task's verifiers; "model": a learned reward model's score
+    reward_model: str | None = None  # local AutoModelForSequenceClassification directory (reward_source=model)
+    reward_model_batch_size: int = 16
+    logprob_chunk_size: int = 1024  # tokens per chunk when computing log-probs (memory vs. speed)
+
+    def validate(self) -> None:
+        for name in ("prompts_per_step", "samples_per_prompt", "ppo_epochs", "num_minibatches", "micro_batch_size",
+                     "reward_model_batch_size", "logprob_chunk_size", "kl_horizon"):
+            _require(getattr(self, name) >= 1, f"ppo.{name}", "must be >= 1")
+        rows = self.prompts_per_step * self.samples_per_prompt
+        _require(self.num_minibatches <= rows, "ppo.num_minibatches", f"must be <= rows per step ({rows})")
+        _require(0 < self.gamma <= 1, "ppo.gamma", "must be in (0, 1]")
+        _require(0 <= self.lam <= 1, "ppo.lam", "must be in [0, 1]")
+        _require(0 < self.eps_low < 1, "ppo.eps_low", "must be in (0, 1)")
+        _require(self.eps_high > 0, "ppo.eps_high", "must be > 0")
+        _require(self.dual_clip is None or self.dual_clip > 1, "ppo.dual_clip", "must be > 1 or null")
+        _require(self.loss_agg in LOSS_AGG_MODES, "ppo.loss_agg", f"must be one of {LOSS_AGG_MODES}")
+        _require(self.value_model in VALUE_MODEL_KINDS, "ppo.value_model", f"must be one of {VALUE_MODEL_KINDS}")
+        _require(self.value_clip is None or self.value_clip > 0, "ppo.value_clip", "must be > 0 or null")
+        _require(self.vf_coef > 0, "ppo.vf_coef", "must be > 0")
+        _require(self.critic_lr is None or self.critic_lr > 0, "ppo.critic_lr", "must be > 0 or null")
+        _require(self.critic_warmup_steps >= 0, "ppo.critic_warmup_steps", "must be >= 0")
+        _require(self.kl_coef >= 0, "ppo.kl_coef", "must be >= 0")
+        _require(self.kl_estimator in KL_ESTIMATORS, "ppo.kl_estimator", f"must be one of {KL_ESTIMATORS}")
+        _require(self.kl_clamp > 0, "ppo.kl_clamp", "must be > 0")
+        _require(self.kl_target is None or self.kl_target > 0, "ppo.kl_target", "must be > 0 or null")
+        _require(self.kl_target is None or self.kl_coef > 0, "ppo.kl_coef", "must be > 0 when ppo.kl_target is set")
+        _require(self.entropy_coef >= 0, "ppo.entropy_coef", "must be >= 0")
+        _require(self.reward_source in REWARD_SOURCES, "ppo.reward_source", f"must be one of {REWARD_SOURCES}")
+        _require(self.reward_source != "model" or bool(self.reward_model), "ppo.reward_model",
+                 "must name a reward model directory when ppo.reward_source is 'model'")
+
+
+@dataclass
+class PPOConfig:
+    """PPO: the shared sections plus the `ppo` section."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+    ppo: PPOSection = field(default_factory=PPOSection)
+
+    def validate(self) -> None:
+        validate_sections(self)
+
+
+Config = PPOConfig
+
+
+@dataclass
+class Batch:
+    """One rollout prepared for the update. [N, P+T] ids/mask; every per-token tensor is [N, T]."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    prompt_width: int
+    mask: torch.Tensor  # Float[N, T] 1 on completion tokens
+    old_logp: torch.Tensor
+    old_values: torch.Tensor
+    advantages: torch.Tensor  # whitened when ppo.whiten_advantages
+    returns: torch.Tensor
+
+    @property
+    def num_rows(self) -> int:
+        return self.input_ids.shape[0]
+
+
+class PolicyAndCritic(torch.nn.Module):
+    """Holds both trained modules so one optimizer step clips and applies every gradient together
+    (a shared backbone appears once: the critic registers only what it owns)."""
+
+    def __init__(self, policy: torch.nn.Module, critic: torch.nn.Module):
+        super().__init__()
+        self.policy = policy
+        self.critic = critic
+
+
+class PPOTrainer:
+    """``process_reward_fn(rollout) -> Float[B, T]``: optional per-step (process) rewards added to the
+    per-token rewards, e.g. from a step-level verifier; the sequence score still lands on the last token."""
+
+    def __init__(
+        self,
+        config: PPOConfig,
+        *,
+        resume: bool = False,
+        process_reward_fn: Callable[[Any], torch.Tensor] | None = None,
+    ) -> None:
+        from algos.models import load_policy
+
+        config.validate()
+        self.config = config
+        p = config.ppo
+        self.output_dir = Path(config.run.output_dir)
+        self.process_reward_fn = process_reward_fn
+        seed_everything(config.run.seed)
+        self.device = resolve_device(config.model.device)
+        self.policy, self.tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=self.device)
+        head = self.policy.get_output_embeddings()
+        if not isinstance(head, torch.nn.Linear) or head.bias is not None:
+            raise TypeError(f"PPO needs a bias-free linear LM head, got {type(head).__name__}")
+        # Built from the initial weights, before any checkpoint is loaded: the KL anchor never moves.
+        self.ref_model = copy.deepcopy(self.policy).eval().requires_grad_(False) if p.kl_coef > 0 else None
+        self.critic = build_value_model(self.policy, p.value_model)
+        self.modules = PolicyAndCritic(self.policy, self.critic)
+        # Dropout off throughout (as TRL's PPO): old and new log-probs/values must come from the same function.
+        self.modules.eval()
+        self.optimizer = self._build_optimizer()
+        self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
+        self.kl_controller = AdaptiveKLController(p.kl_coef, p.kl_target, p.kl_horizon)
+        self.reward_model = None
+        if p.reward_source == "model":
+            from algos.reward_model import RewardModel
+
+            self.reward_model = RewardModel.from_pretrained(
+                p.reward_model, device=str(self.device), batch_size=p.reward_model_batch_size
+            )
+        self.env = make_env(config, self.tokenizer, num_envs=p.prompts_per_step * p.samples_per_prompt, device=self.device)
+        self.backend = make_rollout_backend(config)
+        self.start_step = 0
+        if resume and (latest := ckpt.latest_checkpoint(self.output_dir)) is not None:
+            loaded = ckpt.load_checkpoint(latest, model=self.policy, optimizer=self.optimizer, scheduler=self.scheduler)
+            self.critic.load_state_dict(loaded["state"]["critic"])
+            self.kl_controller.load_state_dict(loaded["state"]["kl_controller"])
+            self.start_step = loaded["step"]
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        save_config(config, self.output_dir / "config.yaml")
+
+    def _build_optimizer(self) -> torch.optim.AdamW:
+        """AdamW over the policy (optim.lr) and the critic's own weights (ppo.critic_lr, default 10x)."""
+        optim = self.config.optim
+        critic_lr = self.config.ppo.critic_lr or 10 * optim.lr
+        groups = [
+            {"params": [q for q in self.policy.parameters() if q.requires_grad], "lr": optim.lr},
+            {"params": list(self.critic.parameters()), "lr": critic_lr},
+        ]
+        return torch.optim.AdamW(groups, betas=optim.betas, eps=optim.adam_eps, weight_decay=optim.weight_decay)
+
+    # ------------------------------------------------------------ forward passes
+
+    def _logprobs_and_values(
+        self, ids: torch.Tensor, mask: torch.Tensor, prompt_width: int, train_policy: bool = True
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
+        """[n, P+T] ids/mask -> ([n, T] log pi, [n, T] entropy, [n, T] values V(s_t)); log pi and entropy
+        are None when ``train_policy`` is False (critic warm-up)."""
+        p = self.config.ppo
+        temperature = self.config.rollout.temperature
+        if self.critic.shares_policy_backbone:
+            # One backbone pass serves both heads; during warm-up it runs without a graph so only the head learns.
+            with torch.set_grad_enabled(torch.is_grad_enabled() and train_policy):
+                hidden = self.critic.hidden_states(ids, mask)[:, prompt_width - 1 : -1]
+            values = self.critic.values_from_hidden(hidden)
+            if not train_policy:
+                return None, None, values
+            weight = self.policy.get_output_embeddings().weight
+            logp, entropy = logprobs_from_hidden(hidden, weight, ids[:, prompt_width:], temperature, p.logprob_chunk_size)
+            return logp, entropy, values
+        # Value of the state before completion token t is read where that token is predicted (P-1+t).
+        values = self.critic(ids, mask)[:, prompt_width - 1 : -1]
+        if not train_policy:
+            return None, None, values
+        logp, entropy = completion_logprobs(self.policy, ids, mask, prompt_width, temperature, p.logprob_chunk_size)
+        return logp, entropy, values
+
+    def _micro_slices(self, rows: torch.Tensor) -> list[torch.Tensor]:
+        return list(rows.split(self.config.ppo.micro_batch_size))
+
+    # ------------------------------------------------------------ rollout and advantages
+
+    def _round_seed(self, step: int) -> int:
+        """Prompts are a pure function of (seed, step), so a resumed run sees the same data."""
+        return (self.config.run.seed * 1_000_003 + step) * 101
+
+    def _scores(self, rollout) -> torch.Tensor:
+        if self.reward_model is None:
+            return rollout.scores.float().clone()
+        prompts = [problem.prompt for problem in rollout.problems]
+        return self.reward_model.score(prompts, rollout.completions).to(self.device)
+
+    @torch.no_grad()
+    def collect(self, step: int) -> tuple[Batch, dict[str, float]]:
+        p = self.config.ppo
+        self.env.reset(seed=self._round_seed(step), options={"group_size": p.samples_per_prompt})
+        rollout = self.backend.generate(self.policy, self.env)
+        scores = self._scores(rollout)
+        metrics = rollout_metrics(rollout, scores)
+        input_ids = torch.cat([self.env.prompt_ids, rollout.response_ids], dim=1)
+        attention_mask = torch.cat([self.env.prompt_mask, rollout.response_mask], dim=1)
+        prompt_width = self.env.prompt_width
+        mask = rollout.response_mask.float()
+
+        old_logp, old_values, ref_logp = [], [], []
+        for rows in self._micro_slices(torch.arange(input_ids.shape[0], device=self.device)):
+            logp, _, values = self._logprobs_and_values(input_ids[rows], attention_mask[rows], prompt_width)
+            old_logp.append(logp)
+            old_values.append(values)
+            if self.ref_model is not None:
+                ref_logp.append(
+                    completion_logprobs(self.ref_model, input_ids[rows], attention_mask[rows], prompt_width,
+                                        self.config.rollout.temperature, p.logprob_chunk_size)[0]
+                )
+        old_logp, old_values = torch.cat(old_logp), torch.cat(old_values)
+
+        kl = None
+        if ref_logp:
+            kl = kl_estimate(old_logp, torch.cat(ref_logp), p.kl_estimator, p.kl_clamp) * mask
+            sequence_kl = kl.sum(-1).mean().item()
+            metrics.update({"kl": (kl.sum() / mask.sum().clamp(min=1)).item(), "kl_sequence": sequence_kl,
+                            "kl_coef": self.kl_controller.coef})
+        process = self.process_reward_fn(rollout).to(self.device) if self.process_reward_fn else None
+        rewards = token_rewards(mask, scores, process_rewards=process, kl=kl, kl_coef=self.kl_controller.coef)
+        advantages, returns = gae_advantages(rewards, old_values, mask, p.gamma, p.lam)
+        metrics["advantages_mean"], metrics["advantages_std"] = masked_mean_std(advantages, mask)
+        metrics["returns_mean"], metrics["returns_std"] = masked_mean_std(returns, mask)
+        metrics["values_mean"], _ = masked_mean_std(old_values, mask)
+        metrics["explained_variance"] = explained_variance(old_values, returns, mask).item()
+        if p.whiten_advantages:
+            advantages = masked_whiten(advantages, mask)
+        if kl is not None:
+            self.kl_controller.update(sequence_kl, n_steps=input_ids.shape[0])
+        batch = Batch(input_ids, attention_mask, prompt_width, mask, old_logp, old_values, advantages, returns)
+        return batch, metrics
+
+    # ------------------------------------------------------------ update
+
+    def update(self, batch: Batch, train_policy: bool) -> dict[str, float]:
+        """ppo_epochs x num_minibatches optimizer steps; returns token-weighted means of the loss stats."""
+        p = self.config.ppo
+        sums: dict[str, float] = {}
+        tokens_seen = 0.0
+        ratio_min, ratio_max = math.inf, -math.inf
+        skipped, grad_norms = 0, []
+
+        def add(key: str, value: float, weight: float) -> None:
+            sums[key] = sums.get(key, 0.0) + value * weight
+
+        for _ in range(p.ppo_epochs):
+            order = torch.randperm(batch.num_rows, device=self.device)  # global RNG: checkpointed, so resumable
+            for minibatch in order.tensor_split(p.num_minibatches):
+                # Every micro-batch divides by the minibatch's token count: their sum is the minibatch loss.
+                minibatch_tokens = batch.mask[minibatch].sum().clamp(min=1).item()
+                norms = {"global_num_tokens": minibatch_tokens, "global_num_seqs": max(1, len(minibatch)),
+                         "token_budget": self.config.env.max_new_tokens}
+                finite = True
+                for rows in self._micro_slices(minibatch):
+                    m = batch.mask[rows]
+                    logp, entropy, values = self._logprobs_and_values(
+                        batch.input_ids[rows], batch.attention_mask[rows], batch.prompt_width, train_policy
+                    )
+                    value_loss_tokens, clipped = clipped_value_loss(values, batch.old_values[rows], batch.returns[rows], p.value_clip)
+                    value_loss = aggregate_loss(value_loss_tokens, m, "token-mean", global_num_tokens=minibatch_tokens)
+                    loss = p.vf_coef * value_loss
+                    n_tokens = m.sum().item()
+                    add("value_loss", value_loss.item() * minibatch_tokens / max(n_tokens, 1), n_tokens)
+                    add("value_clip_frac", value_clip_fraction(clipped, m).item(), n_tokens)
+                    if train_policy:
+                        out = clipped_policy_loss(logp, batch.old_logp[rows], batch.advantages[rows], m,
+                                                  p.eps_low, p.eps_high, p.dual_clip)
+                        per_token = out.per_token_loss
+                        if p.entropy_coef:
+                            per_token = per_token - p.entropy_coef * entropy * m
+                        policy_loss = aggregate_loss(per_token, m, p.loss_agg, **norms)
+                        loss = loss + policy_loss
+                        add("policy_loss", policy_loss.item() * minibatch_tokens / max(n_tokens, 1), n_tokens)
+                        with torch.no_grad():
+                            # Drift from the rollout policy, KL(pi_old || pi): k1 = log(pi_old/pi), k3 >= 0.
+                            add("approx_kl_k1", (kl_estimate(batch.old_logp[rows], logp, "k1", p.kl_clamp) * m).sum().item(), 1.0)
+                            add("approx_kl_k3", (kl_estimate(batch.old_logp[rows], logp, "k3", p.kl_clamp) * m).sum().item(), 1.0)
+                            add("entropy", (entropy * m).sum().item(), 1.0)
+                        for key in ("clip_frac_low", "clip_frac_high", "dual_clip_frac", "ratio_mean"):
+                            add(key, out.stats[key], n_tokens)
+                        ratio_min, ratio_max = min(ratio_min, out.stats["ratio_min"]), max(ratio_max, out.stats["ratio_max"])
+                    tokens_seen += n_tokens
+                    if not torch.isfinite(loss):
+                        finite = False  # the whole minibatch update is skipped; no NaN reaches the weights
+                        continue
+                    loss.backward()
+                outcome = guarded_optimizer_step(self.modules, self.optimizer, self.config.optim.max_grad_norm, finite)
+                skipped += not outcome.applied
+                grad_norms.append(outcome.grad_norm)
+        self.scheduler.step()
+        stats = {key: value / max(tokens_seen, 1.0) for key, value in sums.items()}
+        stats.update({"grad_norm": sum(grad_norms) / len(grad_norms), "skipped_updates": skipped,
+                      "lr": self.scheduler.get_last_lr()[0], "critic_lr": self.scheduler.get_last_lr()[1],
+                      "critic_warmup": float(not train_policy)})
+        if train_policy:
+            stats.update({"ratio_min": ratio_min, "ratio_max": ratio_max})
+        return stats
+
+    # ------------------------------------------------------------ loop
+
+    def evaluate(self) -> float:
+        return evaluate(self.policy, self.tokenizer, self.config, self.backend, device=self.device)
+
+    def save(self, step: int) -> Path:
+        state = {"critic": self.critic.state_dict(), "kl_controller": self.kl_controller.state_dict()}
+        return ckpt.save_checkpoint(
+            self.output_dir, step, model=self.policy, optimizer=self.optimizer, scheduler=self.scheduler,
+            tokenizer=self.tokenizer, state=state, keep_last=self.config.run.keep_last,
+        )
+
+    def train(self) -> dict[str, Any]:
+        run = self.config.run
+        logger = MetricsLogger(
+            self.output_dir, run.steps, start_step=self.start_step, tensorboard=run.tensorboard, progress=run.progress
+        )
+        summary: dict[str, Any] = {"output_dir": str(self.output_dir)}
+        if self.start_step == 0:
+            summary["eval_accuracy_before"] = self.evaluate()
+            logger.log(0, {"eval_accuracy": summary["eval_accuracy_before"]})
+        for step in range(self.start_step + 1, run.steps + 1):
+            started = time.perf_counter()
+            batch, metrics = self.collect(step)
+            metrics.update(self.update(batch, train_policy=step > self.config.ppo.critic_warmup_steps))
+            if metrics["skipped_updates"]:
+                logger.write(f"step {step}: {metrics['skipped_updates']} updates skipped (non-finite loss or gradient)")
+            if run.eval_every and step % run.eval_every == 0 and step != run.steps:
+                metrics["eval_accuracy"] = self.evaluate()
+            metrics["step_time_s"] = time.perf_counter() - started
+            if step == run.steps:
+                metrics["eval_accuracy"] = summary["eval_accuracy_after"] = self.evaluate()
+            logger.log(step, metrics)
+            if step == run.steps or (run.save_every and step % run.save_every == 0):
+                self.save(step)
+        summary["plot"] = logger.close(plot=run.plots)
+        return summary
+
+
+def train(config: PPOConfig, *, resume: bool = False) -> dict[str, Any]:
+    """Run PPO as configured; returns eval accuracy before/after and the plot path."""
+    return PPOTrainer(config, resume=resume).train()

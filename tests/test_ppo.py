@@ -1,0 +1,163 @@
+"""PPO's trainer on the tiny model: config checks, one rollout + update, critic warm-up,
+reward-model rewards through `rlvr train --algo ppo`, and an exact resume after a crash."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from algos import ppo
+from algos.config import load_config
+from algos.metrics import read_metrics
+from rlvr_env.cli import main as rlvr_main
+from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+
+TASK_KWARGS = {"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}="}
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def small_overrides(model_dir, output_dir, **extra):
+    return {
+        "model.path": str(model_dir),
+        "env.kwargs": json.dumps(TASK_KWARGS),
+        "env.max_new_tokens": "5",
+        "env.use_chat_template": "false",
+        "env.eval_size": "8",
+        "optim.lr": "1e-3",
+        "run.steps": "4",
+        "run.output_dir": str(output_dir),
+        "run.progress": "false",
+        "run.tensorboard": "false",
+        "run.plots": "false",
+        "ppo.prompts_per_step": "4",
+        "ppo.samples_per_prompt": "2",
+        "ppo.micro_batch_size": "3",  # uneven micro-batches inside each minibatch
+        **extra,
+    }
+
+
+def small_config(model_dir, output_dir, **extra):
+    return load_config(ppo.PPOConfig, overrides=small_overrides(model_dir, output_dir, **extra))
+
+
+def test_config_errors_name_the_key(tiny_model_dir, tmp_path):
+    with pytest.raises(ValueError, match="ppo.reward_model"):
+        small_config(tiny_model_dir, tmp_path, **{"ppo.reward_source": "model"})
+    with pytest.raises(ValueError, match="ppo.value_model"):
+        small_config(tiny_model_dir, tmp_path, **{"ppo.value_model": "both"})
+    with pytest.raises(ValueError, match="ppo.num_minibatches"):
+        small_config(tiny_model_dir, tmp_path, **{"ppo.num_minibatches": "9"})
+    with pytest.raises(ValueError, match="unknown config key 'ppo.lambda'"):
+        small_config(tiny_model_dir, tmp_path, **{"ppo.lambda": "0.9"})
+
+
+def digit_process_rewards(rollout):
+    """A per-step reward of 0.1 for every generated digit: signal even for an untrained model."""
+    digits = torch.tensor([ord(c) for c in "0123456789"])
+    tokenizer = build_char_tokenizer()
+    digit_ids = torch.tensor(tokenizer.convert_tokens_to_ids([chr(d) for d in digits.tolist()]))
+    return 0.1 * torch.isin(rollout.response_ids, digit_ids).float() * rollout.response_mask
+
+
+@pytest.mark.parametrize("value_model", ["head", "separate"])
+def test_rollout_and_update_produce_finite_ppo_metrics(tiny_model_dir, tmp_path, value_model):
+    trainer = ppo.PPOTrainer(
+        small_config(tiny_model_dir, tmp_path, **{"ppo.value_model": value_model}), process_reward_fn=digit_process_rewards
+    )
+    assert trainer.optimizer.param_groups[1]["lr"] == pytest.approx(1e-2)  # critic lr defaults to 10x
+    batch, metrics = trainer.collect(step=1)
+    assert batch.num_rows == 8 and batch.returns.shape == batch.mask.shape
+    assert metrics["returns_std"] > 0  # the process rewards reached the per-token rewards
+    # Whitened over valid tokens, and returns were taken before whitening: R = A_raw + V.
+    valid = batch.mask.bool()
+    assert batch.advantages[valid].mean().abs().item() < 1e-5
+    assert metrics["returns_mean"] == pytest.approx((batch.returns[valid]).mean().item(), abs=1e-5)
+    before = [p.detach().clone() for p in trainer.policy.parameters()]
+    metrics.update(trainer.update(batch, train_policy=True))
+    for key in ("value_loss", "value_clip_frac", "explained_variance", "returns_mean", "returns_std",
+                "advantages_mean", "advantages_std", "approx_kl_k1", "approx_kl_k3", "entropy",
+                "clip_frac_low", "clip_frac_high", "kl", "kl_coef", "grad_norm", "reward_mean", "accuracy"):
+        assert key in metrics, key
+    finite = {k: v for k, v in metrics.items() if isinstance(v, float) and k != "explained_variance"}
+    assert all(torch.isfinite(torch.tensor(v)) for v in finite.values()), finite
+    assert metrics["approx_kl_k3"] >= 0 and metrics["skipped_updates"] == 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.policy.parameters()))
+
+
+@pytest.mark.parametrize("value_model", ["head", "separate"])
+def test_critic_warmup_leaves_the_policy_untouched(tiny_model_dir, tmp_path, value_model):
+    trainer = ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path, **{"ppo.value_model": value_model}))
+    # Non-zero returns so the critic has something to fit.
+    batch, _ = trainer.collect(step=1)
+    batch.returns = torch.where(batch.mask.bool(), 1.0, 0.0)
+    policy_before = [p.detach().clone() for p in trainer.policy.parameters()]
+    critic_before = [p.detach().clone() for p in trainer.critic.parameters()]
+    stats = trainer.update(batch, train_policy=False)
+    assert stats["critic_warmup"] == 1.0 and "policy_loss" not in stats
+    assert all(torch.equal(a, b) for a, b in zip(policy_before, trainer.policy.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(critic_before, trainer.critic.parameters()))
+
+
+def test_kill_and_resume_matches_an_uninterrupted_run(tiny_model_dir, tmp_path, monkeypatch):
+    extra = {"run.save_every": "1", "run.steps": "3", "ppo.kl_target": "0.01", "ppo.value_model": "separate",
+             "ppo.critic_warmup_steps": "1"}
+    straight = ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path / "straight", **extra))
+    straight.train()
+
+    class Killed(Exception):
+        pass
+
+    save = ppo.PPOTrainer.save
+
+    def save_then_die(self, step):
+        path = save(self, step)
+        if step == 2:
+            raise Killed  # everything after checkpoint-2 is lost, as with SIGKILL
+        return path
+
+    monkeypatch.setattr(ppo.PPOTrainer, "save", save_then_die)
+    with pytest.raises(Killed):
+        ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path / "resumed", **extra)).train()
+    monkeypatch.setattr(ppo.PPOTrainer, "save", save)
+    resumed = ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path / "resumed", **extra), resume=True)
+    assert resumed.start_step == 2
+    resumed.train()
+
+    for a, b in zip(straight.policy.parameters(), resumed.policy.parameters()):
+        assert torch.equal(a, b)
+    for a, b in zip(straight.critic.parameters(), resumed.critic.parameters()):
+        assert torch.equal(a, b)
+    assert straight.kl_controller == resumed.kl_controller
+    assert straight.kl_controller.coef != 0.05  # PPO-Penalty moved the coefficient
+    drop = ("step_time_s",)
+    rows = [[{k: v for k, v in r.items() if k not in drop} for r in read_metrics(tmp_path / name)]
+            for name in ("straight", "resumed")]
+    assert rows[0] == rows[1]
+
+
+def test_rlvr_train_ppo_with_a_learned_reward_model(tiny_model_dir, tmp_path):
+    spec = importlib.util.spec_from_file_location(
+        "train_reward_model", Path(__file__).resolve().parents[1] / "examples" / "train_reward_model.py"
+    )
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    rm_dir = tmp_path / "rm"
+    example.tiny_reward_model(seed=0).save_pretrained(rm_dir)
+
+    overrides = small_overrides(tiny_model_dir, tmp_path / "run", **{"run.steps": "1", "ppo.reward_source": "model",
+                                                                      "ppo.reward_model": str(rm_dir)})
+    argv = ["train", "--algo", "ppo"] + [item for key, value in overrides.items() for item in (f"--{key}", value)]
+    assert rlvr_main(argv) == 0
+    (record,) = [r for r in read_metrics(tmp_path / "run") if r["step"] == 1]
+    assert record["reward_mean"] != 0.0  # a randomly initialised reward model still scores every completion
+    assert "value_loss" in record and "explained_variance" in record
