@@ -6,7 +6,8 @@ action is one token, and the reward is per token (SPEC.md, "PPO-Clip"):
     r_t = process_reward_t - kl_coef * KL_t(pi_old || pi_ref)  (+ sequence score on the last token)
 
 One step: roll out `prompts_per_step * samples_per_prompt` completions; score
-them with the env's verifiers or a learned reward model; compute old log-probs,
+them with the env's verifiers or a learned reward model (the task's process
+rewards, on the tokens that end each reasoning step, count either way); compute old log-probs,
 old values and reference log-probs; per-token rewards; GAE (gamma, lambda) over
 valid tokens; returns = A + V before whitening A; then `ppo_epochs` passes over
 shuffled minibatches, each an optimizer step of clipped surrogate + vf_coef *
@@ -23,7 +24,6 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,23 +180,13 @@ class PolicyAndCritic(torch.nn.Module):
 
 
 class PPOTrainer:
-    """``process_reward_fn(rollout) -> Float[B, T]``: optional per-step (process) rewards added to the
-    per-token rewards, e.g. from a step-level verifier; the sequence score still lands on the last token."""
-
-    def __init__(
-        self,
-        config: PPOConfig,
-        *,
-        resume: bool = False,
-        process_reward_fn: Callable[[Any], torch.Tensor] | None = None,
-    ) -> None:
+    def __init__(self, config: PPOConfig, *, resume: bool = False) -> None:
         from algos.models import load_policy
 
         config.validate()
         self.config = config
         p = config.ppo
         self.output_dir = Path(config.run.output_dir)
-        self.process_reward_fn = process_reward_fn
         seed_everything(config.run.seed)
         self.device = resolve_device(config.model.device)
         self.policy, self.tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=self.device)
@@ -311,8 +301,9 @@ class PPOTrainer:
             sequence_kl = kl.sum(-1).mean().item()
             metrics.update({"kl": (kl.sum() / mask.sum().clamp(min=1)).item(), "kl_sequence": sequence_kl,
                             "kl_coef": self.kl_controller.coef})
-        process = self.process_reward_fn(rollout).to(self.device) if self.process_reward_fn else None
-        rewards = token_rewards(mask, scores, process_rewards=process, kl=kl, kl_coef=self.kl_controller.coef)
+        # The task's per-step (process) rewards sit on the tokens that ended each reasoning step.
+        rewards = token_rewards(mask, scores, process_rewards=rollout.process_rewards, kl=kl,
+                                kl_coef=self.kl_controller.coef)
         advantages, returns = gae_advantages(rewards, old_values, mask, p.gamma, p.lam)
         metrics["advantages_mean"], metrics["advantages_std"] = masked_mean_std(advantages, mask)
         metrics["returns_mean"], metrics["returns_std"] = masked_mean_std(returns, mask)

@@ -26,6 +26,19 @@ def tiny_model_dir(tmp_path_factory):
     return path
 
 
+@pytest.fixture(scope="module")
+def reward_model_dir(tmp_path_factory):
+    """A randomly initialised tiny reward model, saved the way examples/train_reward_model.py saves one."""
+    spec = importlib.util.spec_from_file_location(
+        "train_reward_model", Path(__file__).resolve().parents[1] / "examples" / "train_reward_model.py"
+    )
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    path = tmp_path_factory.mktemp("rm") / "model"
+    example.tiny_reward_model(seed=0).save_pretrained(path)
+    return path
+
+
 def small_overrides(model_dir, output_dir, **extra):
     return {
         "model.path": str(model_dir),
@@ -61,23 +74,15 @@ def test_config_errors_name_the_key(tiny_model_dir, tmp_path):
         small_config(tiny_model_dir, tmp_path, **{"ppo.lambda": "0.9"})
 
 
-def digit_process_rewards(rollout):
-    """A per-step reward of 0.1 for every generated digit: signal even for an untrained model."""
-    digits = torch.tensor([ord(c) for c in "0123456789"])
-    tokenizer = build_char_tokenizer()
-    digit_ids = torch.tensor(tokenizer.convert_tokens_to_ids([chr(d) for d in digits.tolist()]))
-    return 0.1 * torch.isin(rollout.response_ids, digit_ids).float() * rollout.response_mask
-
-
 @pytest.mark.parametrize("value_model", ["head", "separate"])
-def test_rollout_and_update_produce_finite_ppo_metrics(tiny_model_dir, tmp_path, value_model):
-    trainer = ppo.PPOTrainer(
-        small_config(tiny_model_dir, tmp_path, **{"ppo.value_model": value_model}), process_reward_fn=digit_process_rewards
-    )
+def test_rollout_and_update_produce_finite_ppo_metrics(tiny_model_dir, reward_model_dir, tmp_path, value_model):
+    # A random reward model scores every completion differently: signal even for an untrained policy.
+    trainer = ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path, **{"ppo.value_model": value_model},
+                                          **{"ppo.reward_source": "model", "ppo.reward_model": str(reward_model_dir)}))
     assert trainer.optimizer.param_groups[1]["lr"] == pytest.approx(1e-2)  # critic lr defaults to 10x
     batch, metrics = trainer.collect(step=1)
     assert batch.num_rows == 8 and batch.returns.shape == batch.mask.shape
-    assert metrics["returns_std"] > 0  # the process rewards reached the per-token rewards
+    assert metrics["returns_std"] > 0
     # Whitened over valid tokens, and returns were taken before whitening: R = A_raw + V.
     valid = batch.mask.bool()
     assert batch.advantages[valid].mean().abs().item() < 1e-5
@@ -109,7 +114,7 @@ def test_critic_warmup_leaves_the_policy_untouched(tiny_model_dir, tmp_path, val
 
 
 def test_kill_and_resume_matches_an_uninterrupted_run(tiny_model_dir, tmp_path, monkeypatch):
-    extra = {"run.save_every": "1", "run.steps": "3", "ppo.kl_target": "0.01", "ppo.value_model": "separate",
+    extra = {"run.save_every": "2", "run.steps": "3", "ppo.kl_target": "0.01", "ppo.value_model": "separate",
              "ppo.critic_warmup_steps": "1"}
     straight = ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path / "straight", **extra))
     straight.train()
@@ -145,17 +150,9 @@ def test_kill_and_resume_matches_an_uninterrupted_run(tiny_model_dir, tmp_path, 
     assert rows[0] == rows[1]
 
 
-def test_rlvr_train_ppo_with_a_learned_reward_model(tiny_model_dir, tmp_path):
-    spec = importlib.util.spec_from_file_location(
-        "train_reward_model", Path(__file__).resolve().parents[1] / "examples" / "train_reward_model.py"
-    )
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    rm_dir = tmp_path / "rm"
-    example.tiny_reward_model(seed=0).save_pretrained(rm_dir)
-
+def test_rlvr_train_ppo_with_a_learned_reward_model(tiny_model_dir, reward_model_dir, tmp_path):
     overrides = small_overrides(tiny_model_dir, tmp_path / "run", **{"run.steps": "1", "ppo.reward_source": "model",
-                                                                      "ppo.reward_model": str(rm_dir)})
+                                                                      "ppo.reward_model": str(reward_model_dir)})
     argv = ["train", "--algo", "ppo"] + [item for key, value in overrides.items() for item in (f"--{key}", value)]
     assert rlvr_main(argv) == 0
     (record,) = [r for r in read_metrics(tmp_path / "run") if r["step"] == 1]
