@@ -1,0 +1,160 @@
+"""HFRollout: KV-cache stepping of TokenVectorEnv matches model.generate and the policy's own log-probs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from algos.rollout import HFRollout, Rollout, RolloutBackend, SamplingParams, filter_logits, sample_tokens
+from rlvr_env import TokenVectorEnv
+from rlvr_env.task import Problem
+from rlvr_env.tasks.arithmetic import ArithmeticTask
+from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+
+
+class RaggedArithmetic(ArithmeticTask):
+    """Arithmetic with prompts of different lengths, so left padding is exercised."""
+
+    def problem(self, index: int, seed: int) -> Problem:
+        base = super().problem(index, seed)
+        return Problem("Q" * (index % 7) + base.prompt, base.answer, base.metadata)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return build_tiny_model(tokenizer, seed=3).eval()
+
+
+def make_env(tokenizer, num_envs=6, max_new_tokens=12):
+    return TokenVectorEnv(RaggedArithmetic(), tokenizer, num_envs=num_envs, max_new_tokens=max_new_tokens)
+
+
+def reference_logprobs(model, env, rollout, temperature):
+    """Log-probs of the taken tokens from one full forward pass over prompt + response (no cache)."""
+    ids = torch.cat([env.prompt_ids, rollout.response_ids], 1)
+    mask = torch.cat([env.prompt_mask, rollout.response_mask], 1)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions).logits.float()
+    width = env.prompt_width
+    logits = logits[:, width - 1 : -1] / temperature
+    return torch.log_softmax(logits, -1).gather(-1, rollout.response_ids[..., None]).squeeze(-1) * rollout.response_mask
+
+
+def test_greedy_rollout_matches_model_generate(model, tokenizer):
+    env = make_env(tokenizer)
+    env.reset(seed=0, options={"problem_indices": [0, 1, 2, 3, 4, 5]})
+    assert len(set(env.prompt_mask.sum(-1).tolist())) > 1  # prompts really are ragged
+    prompt_ids, prompt_mask = env.prompt_ids.clone(), env.prompt_mask.clone()
+    rollout = HFRollout().generate(model, env, greedy=True)
+    expected = model.generate(
+        input_ids=prompt_ids,
+        attention_mask=prompt_mask,
+        max_new_tokens=env.max_new_tokens,
+        do_sample=False,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )[:, prompt_ids.shape[1] :]
+    assert isinstance(rollout, Rollout) and isinstance(HFRollout(), RolloutBackend)
+    for row in range(env.num_envs):
+        length = int(rollout.response_mask[row].sum())
+        assert rollout.response_ids[row, :length].tolist() == expected[row, :length].tolist()
+    assert rollout.completions == tokenizer.batch_decode(
+        [r[: int(m.sum()) - int(t)] for r, m, t in zip(rollout.response_ids, rollout.response_mask, ~rollout.truncated)],
+        skip_special_tokens=True,
+    )
+
+
+def test_sampling_logprobs_equal_the_policy_logprobs(model, tokenizer):
+    env = make_env(tokenizer, num_envs=8)
+    env.reset(seed=1, options={"group_size": 4})
+    rollout = HFRollout(temperature=0.7, seed=5).generate(model, env)
+    expected = reference_logprobs(model, env, rollout, temperature=0.7)
+    assert rollout.logprobs.shape == rollout.response_ids.shape
+    torch.testing.assert_close(rollout.logprobs, expected, atol=1e-4, rtol=1e-4)
+    assert (rollout.logprobs[rollout.response_mask == 0] == 0).all()
+
+
+def test_seeded_sampling_is_reproducible_and_seeds_differ(model, tokenizer):
+    def sample(seed):
+        env = make_env(tokenizer, num_envs=8)
+        env.reset(seed=2, options={"group_size": 8})
+        return HFRollout(seed=seed).generate(model, env).response_ids
+
+    first, again, other = sample(11), sample(11), sample(12)
+    assert torch.equal(first, again)
+    assert not torch.equal(first, other)
+    assert len({tuple(row.tolist()) for row in first}) > 1  # one prompt, several different samples
+
+
+def test_rollout_leaves_train_mode_as_it_was(model, tokenizer):
+    env = make_env(tokenizer, num_envs=2, max_new_tokens=3)
+    env.reset(seed=0)
+    model.train()
+    HFRollout(seed=0).generate(model, env)
+    assert model.training
+    model.eval()
+
+
+def test_env_must_be_freshly_reset(model, tokenizer):
+    env = make_env(tokenizer, num_envs=2, max_new_tokens=3)
+    with pytest.raises(RuntimeError, match="reset"):
+        HFRollout().generate(model, env)
+    env.reset(seed=0)
+    HFRollout(seed=0).generate(model, env)
+    with pytest.raises(RuntimeError, match="reset"):
+        HFRollout().generate(model, env)
+
+
+def test_bad_sampling_params_are_named():
+    with pytest.raises(ValueError, match="top_p"):
+        HFRollout(top_p=0.0)
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingParams(temperature=0)
+    with pytest.raises(ValueError, match="top_k"):
+        SamplingParams(top_k=-1)
+
+
+def test_filter_logits_top_k_and_top_p_by_hand():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    top2 = filter_logits(logits, top_k=2, top_p=1.0)
+    assert torch.isinf(top2[0, 2:]).all() and torch.isfinite(top2[0, :2]).all()
+    # Nucleus 0.8: 0.5 + 0.3 reach it, so the 0.15 and 0.05 tokens go.
+    nucleus = filter_logits(logits, top_k=0, top_p=0.8)
+    assert torch.isfinite(nucleus[0, :2]).all() and torch.isinf(nucleus[0, 2:]).all()
+    # A nucleus smaller than the top token keeps the top token only.
+    assert torch.isfinite(filter_logits(logits, 0, 0.1)).tolist() == [[True, False, False, False]]
+
+
+def test_sample_tokens_logprob_is_renormalised_over_the_kept_tokens():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    tokens, logprobs = sample_tokens(logits, SamplingParams(top_k=2, greedy=True))
+    assert tokens.tolist() == [0]
+    assert math.isclose(logprobs.item(), math.log(0.5 / 0.8), rel_tol=1e-5)
+
+
+@pytest.mark.realmodel
+def test_hf_rollout_matches_generate_on_smollm():
+    from algos.models import load_policy
+
+    try:
+        model, tokenizer = load_policy("default", device="cpu")
+    except FileNotFoundError as err:
+        pytest.skip(str(err))
+    env = TokenVectorEnv(ArithmeticTask(), tokenizer, num_envs=4, max_new_tokens=10)
+    env.reset(seed=0)
+    prompt_ids, prompt_mask = env.prompt_ids.clone(), env.prompt_mask.clone()
+    rollout = HFRollout().generate(model, env, greedy=True)
+    expected = model.generate(
+        input_ids=prompt_ids, attention_mask=prompt_mask, max_new_tokens=10, do_sample=False
+    )[:, prompt_ids.shape[1] :]
+    for row in range(4):
+        length = int(rollout.response_mask[row].sum())
+        assert rollout.response_ids[row, :length].tolist() == expected[row, :length].tolist()
