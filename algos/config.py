@@ -62,12 +62,13 @@ class EnvConfig:
 
 @dataclass
 class RolloutConfig:
-    backend: str = "hf"  # "hf" (transformers + KV cache); others as algos.rollout provides them
+    backend: str = "hf"  # "hf" (transformers + KV cache) or "vllm" (needs vllm installed)
     temperature: float = 1.0  # sampling temperature; log-probs are computed at the same temperature
     top_p: float = 1.0  # nucleus sampling (1.0 = off, keeps log-probs on-policy)
     top_k: int = 0  # 0 = off
 
     def validate(self) -> None:
+        _require(self.backend in ("hf", "vllm"), "rollout.backend", f"must be 'hf' or 'vllm', got {self.backend!r}")
         _require(self.temperature > 0, "rollout.temperature", "must be > 0")
         _require(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         _require(self.top_k >= 0, "rollout.top_k", "must be >= 0")

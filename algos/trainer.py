@@ -111,3 +111,80 @@ def guarded_optimizer_step(
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return StepOutcome(applied=applied, grad_norm=grad_norm)
+
+
+def make_env(config, tokenizer, num_envs: int, device: torch.device, problem_seed: int | None = None):
+    """The TokenVectorEnv of config.env (any config with `env` and `run` sections) with `num_envs` rows."""
+    from rlvr_env import TokenVectorEnv, make_task
+
+    env_cfg = config.env
+    return TokenVectorEnv(
+        make_task(env_cfg.id, **env_cfg.kwargs),
+        tokenizer,
+        num_envs=num_envs,
+        max_new_tokens=env_cfg.max_new_tokens,
+        device=device,
+        max_prompt_tokens=env_cfg.max_prompt_tokens,
+        use_chat_template=env_cfg.use_chat_template,
+        system_prompt=env_cfg.system_prompt,
+        problem_seed=config.run.seed if problem_seed is None else problem_seed,
+    )
+
+
+def task_accuracy(result) -> torch.Tensor:
+    """RolloutResult -> [B] 1.0 where the answer was right: the task's "correct" component when it
+    reports one (scores may include format credit), else score >= 1."""
+    correct = result.reward_components.get("correct")
+    if correct is not None:
+        return (correct > 0.5).float()
+    return (result.scores >= 1.0).float()
+
+
+def rollout_metrics(result, scores: torch.Tensor) -> dict[str, float]:
+    """SPEC.md's per-step rollout metrics from one RolloutResult and its (shaped) [B] scores."""
+    lengths = result.response_mask.sum(-1).float()
+    metrics = {
+        "reward_mean": scores.mean().item(),
+        "reward_std": scores.std().item() if scores.numel() > 1 else 0.0,
+        "accuracy": task_accuracy(result).mean().item(),
+        "completion_len_mean": lengths.mean().item(),
+        "completion_len_max": lengths.max().item(),
+        "truncation_rate": result.truncated.float().mean().item(),
+    }
+    for name, values in result.reward_components.items():
+        metrics[f"reward/{name}"] = values.float().mean().item()
+    statuses = result.statuses
+    for status in ("no_answer", "timeout", "error"):
+        metrics[f"status/{status}"] = sum(s == status for s in statuses) / max(1, len(statuses))
+    return metrics
+
+
+def make_rollout_backend(config):
+    """The rollout backend named by config.rollout.backend, sampling as config.rollout says.
+
+    HFRollout draws from torch's global RNG, which checkpoints save, so resumed runs sample the same tokens.
+    """
+    from algos import rollout
+    from algos.models import resolve_model_path
+
+    cfg = config.rollout
+    sampling = {"temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k}
+    if cfg.backend == "hf":
+        return rollout.HFRollout(**sampling)
+    if cfg.backend == "vllm":
+        return rollout.VLLMRollout(resolve_model_path(config.model.path), **sampling, seed=config.run.seed)
+    raise ValueError(f"config rollout.backend: unknown backend {cfg.backend!r} (choose 'hf' or 'vllm')")
+
+
+@torch.no_grad()
+def evaluate(model, tokenizer, config, backend, device: torch.device) -> float:
+    """Greedy accuracy on config.env.eval_size held-out problems (problem seed config.env.eval_seed)."""
+    env = make_env(config, tokenizer, num_envs=config.env.eval_size, device=device, problem_seed=config.env.eval_seed)
+    env.reset(seed=config.env.eval_seed, options={"group_size": 1})
+    was_training = model.training
+    model.eval()
+    try:
+        result = backend.generate(model, env, greedy=True)
+    finally:
+        model.train(was_training)
+    return task_accuracy(result).mean().item()

@@ -1,0 +1,114 @@
+"""`rlvr train` and `rlvr eval`.
+
+    rlvr train --algo grpo|dapo|ppo --env rlvr/Arithmetic-v0 --model PATH|default \
+        [--config run.toml] [--resume] [--section.key value | --key value ...]
+    rlvr eval --env rlvr/Arithmetic-v0 --model PATH|default [--num-problems N] [overrides]
+
+Algorithms are looked up lazily in ALGORITHMS: name -> (module, preset). A module exposes
+`Config` (a dataclass loadable by algos.config.load_config), `train(config, *, resume)` and
+optionally `PRESETS` (name -> nested dict of config values applied before the file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Any
+
+# name -> (module, preset in that module's PRESETS or None). Add an algorithm by adding a line.
+ALGORITHMS: dict[str, tuple[str, str | None]] = {
+    "grpo": ("algos.grpo", None),
+    "dapo": ("algos.grpo", "dapo"),
+    "ppo": ("algos.ppo", None),
+}
+
+
+class _OverridesParser(argparse.ArgumentParser):
+    """Keeps unrecognised `--key value` pairs as config overrides instead of rejecting them;
+    algos.config then rejects unknown keys with the key's name."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        namespace, extras = super().parse_known_args(args, namespace)
+        namespace.overrides = extras
+        return namespace, []
+
+
+def _add_parser(subparsers, name: str, **kwargs) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(name, allow_abbrev=False, **kwargs)
+    parser.__class__ = _OverridesParser  # the dispatcher builds subparsers; only their parsing changes
+    return parser
+
+
+def register(subparsers) -> None:
+    train = _add_parser(
+        subparsers,
+        "train",
+        help="train a policy with GRPO, DAPO or PPO",
+        description="Train a policy. Any config field can be set with --section.key value (or --key value).",
+    )
+    train.add_argument("--algo", required=True, choices=sorted(ALGORITHMS))
+    train.add_argument("--env", help="task id, e.g. rlvr/Arithmetic-v0 (config env.id)")
+    train.add_argument("--model", help="local transformers directory or 'default' (config model.path)")
+    train.add_argument("--config", help="TOML or YAML file with config sections")
+    train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in run.output_dir")
+    train.set_defaults(func=_train)
+
+    evaluate = _add_parser(
+        subparsers,
+        "eval",
+        help="greedy accuracy of a model on held-out problems of an env",
+        description="Greedy accuracy on env.eval_size held-out problems (seed env.eval_seed).",
+    )
+    evaluate.add_argument("--env", help="task id (config env.id)")
+    evaluate.add_argument("--model", help="local transformers directory or 'default' (config model.path)")
+    evaluate.add_argument("--config", help="TOML or YAML file with config sections")
+    evaluate.add_argument("--num-problems", type=int, help="held-out problems (config env.eval_size)")
+    evaluate.set_defaults(func=_eval)
+
+
+def _load(module_name: str, preset: str | None, args, extra: dict[str, Any]):
+    from algos.config import load_config, parse_overrides
+
+    module = importlib.import_module(module_name)
+    overrides = parse_overrides(args.overrides)
+    overrides.update({k: str(v) for k, v in extra.items() if v is not None})
+    return module, load_config(module.Config, args.config, overrides, preset=getattr(module, "PRESETS", {}).get(preset))
+
+
+def _fail(message: str) -> int:
+    print(f"rlvr: {message}", file=sys.stderr)
+    return 2
+
+
+def _train(args) -> int:
+    module_name, preset = ALGORITHMS[args.algo]
+    try:
+        module, config = _load(module_name, preset, args, {"env.id": args.env, "model.path": args.model})
+    except ModuleNotFoundError as err:
+        if err.name == module_name:
+            return _fail(f"algorithm {args.algo!r} is not available: module {module_name} is missing")
+        raise
+    except (ValueError, FileNotFoundError) as err:
+        return _fail(str(err))
+    summary = module.train(config, resume=args.resume)
+    print(json.dumps({k: str(v) if v is not None and not isinstance(v, (int, float)) else v for k, v in summary.items()}))
+    return 0
+
+
+def _eval(args) -> int:
+    try:
+        _, config = _load(
+            "algos.grpo", None, args, {"env.id": args.env, "model.path": args.model, "env.eval_size": args.num_problems}
+        )
+    except (ValueError, FileNotFoundError) as err:
+        return _fail(str(err))
+    from algos.models import load_policy
+    from algos.trainer import DTYPES, evaluate, make_rollout_backend, resolve_device
+
+    device = resolve_device(config.model.device)
+    model, tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=device)
+    accuracy = evaluate(model, tokenizer, config, make_rollout_backend(config), device=device)
+    print(json.dumps({"env": config.env.id, "model": config.model.path, "problems": config.env.eval_size, "accuracy": accuracy}))
+    return 0

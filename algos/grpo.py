@@ -1,0 +1,288 @@
+"""GRPO (DeepSeekMath) and DAPO in one loop over algos.core.
+
+One step: sample G completions for each of `prompts_per_step` prompts by stepping a
+TokenVectorEnv; shape rewards (DAPO soft overlong penalty); keep groups with signal
+(DAPO dynamic sampling, bounded rounds); group-normalised advantages; then
+`num_iterations` clipped-surrogate updates over micro-batches with gradient
+accumulation, KL to a frozen reference when beta > 0. DAPO is the `dapo` preset
+(algos.config.DAPO_PRESET); each of its parts is a switch in the `grpo` section.
+
+Dynamic sampling bound: at most `max_sampling_rounds` generation rounds per step.
+When the bound is hit with fewer than `prompts_per_step` informative groups, the step
+trains on the groups it has (the loss normalisers count only those); with none, the
+update is skipped and logged as `skipped_update = 1`.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import rewards
+from algos import checkpoint as ckpt
+from algos.config import DAPO_PRESET, GRPOConfig, save_config
+from algos.core.advantages import group_advantages, zero_std_group_fraction
+from algos.core.aggregation import aggregate_loss, masked_mean
+from algos.core.kl import kl_estimate
+from algos.core.policy_loss import clipped_policy_loss
+from algos.metrics import MetricsLogger
+from algos.trainer import (
+    DTYPES,
+    build_optimizer,
+    build_scheduler,
+    completion_logprobs,
+    evaluate,
+    guarded_optimizer_step,
+    make_env,
+    make_rollout_backend,
+    resolve_device,
+    rollout_metrics,
+    seed_everything,
+)
+
+Config = GRPOConfig
+PRESETS = {"dapo": DAPO_PRESET}
+
+
+@dataclass
+class Batch:
+    """The rows one step trains on: [N, P+T] ids/mask, [N, T] loss mask, [N] scores and advantages."""
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    prompt_width: int
+    loss_mask: torch.Tensor
+    scores: torch.Tensor
+    advantages: torch.Tensor
+
+    @property
+    def num_rows(self) -> int:
+        return self.input_ids.shape[0]
+
+
+def _pad_and_concat(parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]], pad_id: int):
+    """[(prompt_ids [n,P_k], prompt_mask, response_ids [n,T_k], response_mask)] -> left/right padded concatenation."""
+    width_p = max(p.shape[1] for p, _, _, _ in parts)
+    width_t = max(r.shape[1] for _, _, r, _ in parts)
+    ids, masks, response_masks = [], [], []
+    for prompt, prompt_mask, response, response_mask in parts:
+        left, right = width_p - prompt.shape[1], width_t - response.shape[1]
+        ids.append(torch.nn.functional.pad(torch.cat([prompt, response], 1), (left, right), value=pad_id))
+        masks.append(torch.nn.functional.pad(torch.cat([prompt_mask, response_mask], 1), (left, right)))
+        response_masks.append(torch.nn.functional.pad(response_mask, (0, right)))
+    return torch.cat(ids), torch.cat(masks), width_p, torch.cat(response_masks)
+
+
+class GRPOTrainer:
+    def __init__(self, config: GRPOConfig, *, resume: bool = False) -> None:
+        from algos.models import load_policy
+
+        config.validate()
+        self.config = config
+        self.output_dir = Path(config.run.output_dir)
+        seed_everything(config.run.seed)
+        self.device = resolve_device(config.model.device)
+        self.model, self.tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=self.device)
+        # The frozen reference exists only when the KL term does: beta = 0 costs no memory.
+        self.ref_model = None
+        if config.grpo.beta > 0:
+            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.optimizer = build_optimizer(self.model, config.optim)
+        self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
+        g = config.grpo
+        self.env = make_env(config, self.tokenizer, num_envs=g.prompts_per_step * g.group_size, device=self.device)
+        self.backend = make_rollout_backend(config)
+        self.start_step = 0
+        if resume and (latest := ckpt.latest_checkpoint(self.output_dir)) is not None:
+            loaded = ckpt.load_checkpoint(latest, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
+            self.start_step = loaded["step"]
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        save_config(config, self.output_dir / "config.yaml")
+
+    # ------------------------------------------------------------ sampling
+
+    def _round_seed(self, step: int, round_index: int) -> int:
+        """The data position is a pure function of (seed, step, round), so a resumed run sees the same prompts."""
+        return (self.config.run.seed * 1_000_003 + step) * 101 + round_index
+
+    def collect(self, step: int) -> tuple[Batch | None, dict[str, float]]:
+        """Generate rounds until `prompts_per_step` groups with signal are kept (or the round bound is hit)."""
+        g, max_len = self.config.grpo, self.config.env.max_new_tokens
+        kept_parts, kept_scores, kept_masks = [], [], []
+        first_round: dict[str, float] = {}
+        sampled_scores = []
+        rounds = 0
+        while sum(s.shape[0] for s in kept_scores) < g.prompts_per_step * g.group_size and rounds < g.max_sampling_rounds:
+            self.env.reset(seed=self._round_seed(step, rounds), options={"group_size": g.group_size})
+            result = self.backend.generate(self.model, self.env)
+            rounds += 1
+            lengths = result.response_mask.sum(-1)
+            scores = result.scores.float().clone()
+            if g.soft_overlong:
+                scores += torch.tensor(
+                    [rewards.soft_overlong_penalty(int(n), max_len, g.overlong_cache) for n in lengths.tolist()],
+                    device=scores.device,
+                )
+            loss_mask = result.response_mask.clone()
+            if g.overlong_filter:
+                keep = rewards.overlong_filter_mask(lengths.tolist(), max_len, truncated=result.truncated.tolist())
+                loss_mask *= torch.tensor(keep, device=loss_mask.device, dtype=loss_mask.dtype).unsqueeze(-1)
+            if rounds == 1:
+                first_round = rollout_metrics(result, scores)
+            sampled_scores.append(scores)
+            grouped = scores.reshape(-1, g.group_size)
+            informative = grouped.amax(1) > grouped.amin(1)
+            groups = informative if g.dynamic_sampling else torch.ones_like(informative)
+            rows = groups.repeat_interleave(g.group_size).nonzero().flatten()
+            if rows.numel():
+                kept_parts.append(
+                    (self.env.prompt_ids[rows], self.env.prompt_mask[rows], result.response_ids[rows], result.response_mask[rows])
+                )
+                kept_scores.append(scores[rows])
+                kept_masks.append(loss_mask[rows])
+            if not g.dynamic_sampling:
+                break
+        all_sampled = torch.cat(sampled_scores)
+        stats = {
+            **first_round,
+            "zero_std_group_frac": zero_std_group_fraction(all_sampled, g.group_size),
+            "generation_rounds": rounds,
+        }
+        if not kept_parts:
+            stats["kept_groups"] = 0
+            return None, stats
+        limit = g.prompts_per_step * g.group_size  # extra informative groups of the last round are dropped
+        input_ids, attention_mask, prompt_width, _ = _pad_and_concat(kept_parts, self.env.pad_id)
+        width_t = input_ids.shape[1] - prompt_width
+        loss_mask = torch.cat([torch.nn.functional.pad(m, (0, width_t - m.shape[1])) for m in kept_masks])
+        scores = torch.cat(kept_scores)[:limit]
+        stats["kept_groups"] = scores.shape[0] // g.group_size
+        batch = Batch(
+            input_ids=input_ids[:limit],
+            attention_mask=attention_mask[:limit],
+            prompt_width=prompt_width,
+            loss_mask=loss_mask[:limit],
+            scores=scores,
+            advantages=group_advantages(scores, g.group_size, scale=g.adv_scale, eps=g.adv_eps),
+        )
+        return batch, stats
+
+    # ------------------------------------------------------------ update
+
+    def _logprobs(self, model: torch.nn.Module, batch: Batch, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        return completion_logprobs(
+            model,
+            batch.input_ids[rows],
+            batch.attention_mask[rows],
+            batch.prompt_width,
+            temperature=self.config.rollout.temperature,
+            chunk_size=self.config.grpo.logprob_chunk_size,
+        )
+
+    def update(self, batch: Batch) -> dict[str, float]:
+        """num_iterations optimizer steps over the batch, micro-batched with exact gradient accumulation."""
+        g = self.config.grpo
+        micro = [slice(i, min(i + g.micro_batch_size, batch.num_rows)) for i in range(0, batch.num_rows, g.micro_batch_size)]
+        mask = batch.loss_mask.float()
+        # Global normalisers: each micro-batch divides by the whole batch's counts, so the sum is the full loss.
+        norms = {
+            "global_num_tokens": mask.sum().clamp(min=1).item(),
+            "global_num_seqs": max(1, int((mask.sum(-1) > 0).sum())),
+            "token_budget": self.config.env.max_new_tokens,
+        }
+        with torch.no_grad():
+            old_logp = torch.cat([self._logprobs(self.model, batch, s)[0] for s in micro]) if g.num_iterations > 1 else None
+            ref_logp = torch.cat([self._logprobs(self.ref_model, batch, s)[0] for s in micro]) if self.ref_model else None
+
+        totals: dict[str, float] = {"skipped_update": 0.0}
+        stat_sums: dict[str, float] = {}
+        ratio_min, ratio_max = math.inf, -math.inf
+        for iteration in range(g.num_iterations):
+            loss_total, finite = 0.0, True
+            for rows in micro:
+                logp, entropy = self._logprobs(self.model, batch, rows)
+                m = mask[rows]
+                # With one iteration the policy is pi_old itself: ratio 1, gradient of the plain surrogate.
+                old = old_logp[rows] if old_logp is not None else logp.detach()
+                out = clipped_policy_loss(
+                    logp, old, batch.advantages[rows], m, g.eps_low, g.eps_high, g.dual_clip, g.ratio_level
+                )
+                per_token = out.per_token_loss
+                if ref_logp is not None:
+                    kl = kl_estimate(logp, ref_logp[rows], g.kl_estimator, g.kl_clamp)
+                    per_token = per_token + g.beta * kl * m
+                    stat_sums["kl"] = stat_sums.get("kl", 0.0) + (kl.detach() * m).sum().item()
+                if g.entropy_coef:
+                    per_token = per_token - g.entropy_coef * entropy * m
+                loss = aggregate_loss(per_token, m, g.loss_agg, **norms)
+                if not torch.isfinite(loss):
+                    finite = False  # the whole update is skipped below; no NaN reaches the weights
+                    continue
+                loss.backward()
+                loss_total += loss.item()
+                if iteration == 0:
+                    tokens = m.sum().item()
+                    stat_sums["entropy"] = stat_sums.get("entropy", 0.0) + (entropy.detach() * m).sum().item()
+                    for key in ("clip_frac_low", "clip_frac_high", "dual_clip_frac", "ratio_mean"):
+                        stat_sums[key] = stat_sums.get(key, 0.0) + out.stats[key] * tokens
+                ratio_min, ratio_max = min(ratio_min, out.stats["ratio_min"]), max(ratio_max, out.stats["ratio_max"])
+            outcome = guarded_optimizer_step(self.model, self.optimizer, self.config.optim.max_grad_norm, finite)
+            if not outcome.applied:
+                totals["skipped_update"] = 1.0
+            totals["loss"] = loss_total if finite else math.nan
+            totals["grad_norm"] = outcome.grad_norm
+        self.scheduler.step()
+        n_tokens = norms["global_num_tokens"]
+        totals.update({k: v / n_tokens for k, v in stat_sums.items()})
+        totals.update({"ratio_min": ratio_min, "ratio_max": ratio_max, "lr": self.scheduler.get_last_lr()[0]})
+        return totals
+
+    # ------------------------------------------------------------ loop
+
+    def evaluate(self) -> float:
+        return evaluate(self.model, self.tokenizer, self.config, self.backend, device=self.device)
+
+    def train(self) -> dict[str, Any]:
+        run = self.config.run
+        logger = MetricsLogger(
+            self.output_dir, run.steps, start_step=self.start_step, tensorboard=run.tensorboard, progress=run.progress
+        )
+        summary: dict[str, Any] = {"output_dir": str(self.output_dir)}
+        if self.start_step == 0:
+            summary["eval_accuracy_before"] = self.evaluate()
+            logger.log(0, {"eval_accuracy": summary["eval_accuracy_before"]})
+        for step in range(self.start_step + 1, run.steps + 1):
+            started = time.perf_counter()
+            batch, metrics = self.collect(step)
+            if batch is None:
+                metrics["skipped_update"] = 1.0
+                self.scheduler.step()
+                logger.write(f"step {step}: no group with reward variance after {metrics['generation_rounds']} rounds; update skipped")
+            else:
+                metrics.update(self.update(batch))
+                if metrics["skipped_update"]:
+                    logger.write(f"step {step}: non-finite loss or gradient; update skipped, weights unchanged")
+            if run.eval_every and step % run.eval_every == 0 and step != run.steps:
+                metrics["eval_accuracy"] = self.evaluate()
+            metrics["step_time_s"] = time.perf_counter() - started
+            if step == run.steps:
+                metrics["eval_accuracy"] = summary["eval_accuracy_after"] = self.evaluate()
+            logger.log(step, metrics)
+            if step == run.steps or (run.save_every and step % run.save_every == 0):
+                ckpt.save_checkpoint(
+                    self.output_dir, step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
+                    tokenizer=self.tokenizer, keep_last=run.keep_last,
+                )
+        summary["plot"] = logger.close(plot=run.plots)
+        return summary
+
+
+def train(config: GRPOConfig, *, resume: bool = False) -> dict[str, Any]:
+    """Run GRPO/DAPO as configured; returns eval accuracy before/after and the plot path."""
+    return GRPOTrainer(config, resume=resume).train()
