@@ -1,0 +1,195 @@
+"""Time and peak memory of one GRPO step, against raw baselines measured in the same run.
+
+Work (issue 4): P prompts x G samples of rlvr/Arithmetic-v0, N new tokens, beta 0.
+Each contender runs in its own subprocess (so peak RSS is its own) and times its second
+step (the first warms up allocators and kernels):
+
+  raw   model.generate of the P*G completions + one plain fwd/bwd/AdamW step on them with
+        full-vocabulary logits: the floor any GRPO step pays, and the reference for ratios
+  ours  algos.grpo.GRPOTrainer: rollout through TokenVectorEnv + scoring + update
+  trl   TRL's GRPOTrainer (when trl is installed) on the same model, prompts and budget
+
+    python bench/grpo_step.py [--model tiny|default|PATH] [--prompts 8] [--group-size 8] [--new-tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # ru_maxrss is KiB on Linux
+
+
+def tiny_model_dir(root: Path) -> str:
+    from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(tokenizer, hidden_size=128, num_layers=4, num_heads=4).save_pretrained(root / "tiny")
+    tokenizer.save_pretrained(root / "tiny")
+    return str(root / "tiny")
+
+
+def grpo_config(args, output_dir: str):
+    from algos.config import GRPOConfig, load_config
+
+    return load_config(
+        GRPOConfig,
+        overrides={
+            "model.path": args.model, "model.dtype": args.dtype, "env.max_new_tokens": str(args.new_tokens),
+            "run.output_dir": output_dir, "run.steps": "2", "run.progress": "false", "run.tensorboard": "false",
+            "grpo.prompts_per_step": str(args.prompts), "grpo.group_size": str(args.group_size),
+            "grpo.micro_batch_size": str(args.micro_batch), "grpo.beta": "0", "optim.lr": "1e-6",
+        },
+    )
+
+
+def run_raw(args) -> dict:
+    import torch
+
+    from algos.trainer import make_env, position_ids_from_mask
+    from algos.models import load_policy
+
+    config = grpo_config(args, tempfile.mkdtemp())
+    model, tokenizer = load_policy(args.model, dtype=args.dtype)
+    env = make_env(config, tokenizer, num_envs=args.prompts * args.group_size, device=next(model.parameters()).device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    times = []
+    for attempt in range(2):
+        env.reset(seed=attempt, options={"group_size": args.group_size})
+        started = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(
+                input_ids=env.prompt_ids, attention_mask=env.prompt_mask, max_new_tokens=args.new_tokens,
+                do_sample=True, pad_token_id=env.pad_id,
+            )
+        generated = time.perf_counter()
+        mask = (out != env.pad_id).long()
+        mask[:, : env.prompt_width] = env.prompt_mask
+        logits = model(input_ids=out, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
+        logp = torch.log_softmax(logits[:, env.prompt_width - 1 : -1].float(), -1)
+        taken = logp.gather(-1, out[:, env.prompt_width :, None]).squeeze(-1)
+        (-(taken * mask[:, env.prompt_width :]).sum() / mask[:, env.prompt_width :].sum()).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        times.append((generated - started, time.perf_counter() - generated))
+    gen, train = times[-1]
+    return {"generate_s": gen, "train_s": train, "step_s": gen + train, "peak_rss_gb": peak_rss_gb()}
+
+
+def run_ours(args) -> dict:
+    from algos.grpo import GRPOTrainer
+
+    trainer = GRPOTrainer(grpo_config(args, tempfile.mkdtemp()))
+    times = []
+    for step in (1, 2):
+        started = time.perf_counter()
+        batch, _ = trainer.collect(step)
+        collected = time.perf_counter()
+        if batch is not None:
+            trainer.update(batch)
+        times.append((collected - started, time.perf_counter() - collected))
+    gen, train = times[-1]
+    return {"generate_s": gen, "train_s": train, "step_s": gen + train, "peak_rss_gb": peak_rss_gb()}
+
+
+def run_trl(args) -> dict:
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import GRPOConfig as TRLConfig
+    from trl import GRPOTrainer as TRLTrainer
+
+    from algos.models import load_policy
+    from rlvr_env import make_task
+
+    model, tokenizer = load_policy(args.model, dtype=args.dtype)
+    task = make_task("rlvr/Arithmetic-v0")
+    problems = [task.problem(i, 0) for i in range(args.prompts * 4)]
+    dataset = Dataset.from_list(
+        [{"prompt": [{"role": "user", "content": p.prompt}], "answer": p.answer} for p in problems]
+    )
+
+    def reward(completions, answer, **_):
+        return [task.verifier(c[0]["content"], answer=a).score for c, a in zip(completions, answer)]
+
+    class StepTimer(TrainerCallback):
+        def __init__(self):
+            self.times = []
+
+        def on_step_begin(self, *_, **__):
+            self.started = time.perf_counter()
+
+        def on_step_end(self, *_, **__):
+            self.times.append(time.perf_counter() - self.started)
+
+    timer = StepTimer()
+    config = TRLConfig(
+        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=args.prompts * args.group_size,
+        num_generations=args.group_size, max_completion_length=args.new_tokens, max_steps=2, beta=0.0,
+        learning_rate=1e-6, report_to="none", logging_steps=1, save_strategy="no", use_cpu=True,
+        bf16=args.dtype == "bfloat16",
+    )
+    trainer = TRLTrainer(
+        model=model, reward_funcs=reward, args=config, train_dataset=dataset, processing_class=tokenizer,
+        callbacks=[timer],
+    )
+    trainer.train()
+    return {"step_s": timer.times[-1], "peak_rss_gb": peak_rss_gb()}
+
+
+CONTENDERS = {"raw": run_raw, "ours": run_ours, "trl": run_trl}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="tiny", help="'tiny' (built locally), 'default' (SmolLM2) or a directory")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--group-size", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--micro-batch", type=int, default=64, help="rows per forward/backward in ours (64 = the whole batch, like raw)")
+    parser.add_argument("--only", choices=sorted(CONTENDERS), help=argparse.SUPPRESS)  # one contender, JSON out
+    parser.add_argument("--skip-trl", action="store_true")
+    args = parser.parse_args()
+
+    if args.only:
+        print(json.dumps(CONTENDERS[args.only](args)))
+        return
+    root = Path(tempfile.mkdtemp())
+    model = tiny_model_dir(root) if args.model == "tiny" else args.model
+    base = [sys.executable, __file__, "--model", model, "--dtype", args.dtype, "--prompts", str(args.prompts),
+            "--group-size", str(args.group_size), "--new-tokens", str(args.new_tokens),
+            "--micro-batch", str(args.micro_batch)]
+    results = {}
+    for name in CONTENDERS:
+        if name == "trl" and args.skip_trl:
+            continue
+        proc = subprocess.run([*base, "--only", name], capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(f"{name}: failed\n{proc.stderr[-1500:]}", file=sys.stderr)
+            continue
+        results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"one GRPO step: {args.prompts} prompts x {args.group_size} samples, {args.new_tokens} new tokens, "
+          f"model {args.model} ({args.dtype}), beta 0")
+    raw = results.get("raw")
+    for name, r in results.items():
+        line = f"  {name:5s} step {r['step_s']:7.2f} s  peak RSS {r['peak_rss_gb']:6.2f} GB"
+        if "generate_s" in r:
+            line += f"  (generate {r['generate_s']:.2f} s + train {r['train_s']:.2f} s)"
+        if raw and name != "raw":
+            line += f"  | x{r['step_s'] / raw['step_s']:.2f} time, x{r['peak_rss_gb'] / raw['peak_rss_gb']:.2f} memory vs raw"
+        print(line)
+    if "ours" in results and "trl" in results:
+        ours, trl = results["ours"], results["trl"]
+        print(f"  ours / trl: x{ours['step_s'] / trl['step_s']:.2f} time, x{ours['peak_rss_gb'] / trl['peak_rss_gb']:.2f} memory")
+
+
+if __name__ == "__main__":
+    main()
