@@ -1,0 +1,80 @@
+"""The agents learn: a tiny character-level model, briefly supervised to a low accuracy on
+1-digit addition, is trained with GRPO and with DAPO; each must raise held-out greedy accuracy
+by a clear margin within a couple of minutes on CPU."""
+
+import pytest
+import torch
+
+from algos import grpo
+from algos.config import DAPO_PRESET, GRPOConfig, load_config
+from rlvr_env import make_task
+from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+
+TASK_KWARGS = {"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}
+SFT_STEPS = 400
+# The supervised data is systematically off: 65% of its answers are the true sum + 1. The model
+# learns that bias (greedy accuracy ~20%) but still samples right answers often enough (~30%)
+# for a verifiable reward to find and reinforce them.
+SFT_WRONG_FRACTION = 0.65
+MARGIN = 0.2
+
+
+def supervised_tiny_model(path, steps: int = SFT_STEPS, seed: int = 0):
+    """Save a tiny model trained `steps` AdamW steps on prompt -> (often off-by-one) answer pairs."""
+    tokenizer = build_char_tokenizer()
+    task = make_task("rlvr/Arithmetic-v0", **TASK_KWARGS)
+    model = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, seed=seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        problems = [task.problem(int(i), 999) for i in torch.randint(0, 10**6, (32,), generator=generator)]
+        off_by_one = (torch.rand(len(problems), generator=generator) < SFT_WRONG_FRACTION).tolist()
+        answers = [str(int(p.answer) + wrong) for p, wrong in zip(problems, off_by_one)]
+        texts = [p.prompt + answer + tokenizer.eos_token for p, answer in zip(problems, answers)]
+        batch = tokenizer(texts, return_tensors="pt", padding=True)
+        labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
+        model(**batch, labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def sft_model(tmp_path_factory):
+    return supervised_tiny_model(tmp_path_factory.mktemp("sft") / "model")
+
+
+def learning_config(model_path, output_dir, preset=None, **overrides):
+    base = {
+        "model.path": str(model_path),
+        "env.kwargs": repr(TASK_KWARGS).replace("'", '"'),
+        "env.max_new_tokens": "6",
+        "env.use_chat_template": "false",
+        "env.eval_size": "200",
+        "optim.lr": "1e-3",
+        "run.steps": "10",
+        "run.output_dir": str(output_dir),
+        "run.save_every": "0",
+        "run.progress": "false",
+        "run.tensorboard": "false",
+        "grpo.prompts_per_step": "64",
+        "grpo.group_size": "8",
+        "grpo.micro_batch_size": "256",
+        "grpo.overlong_cache": "2",
+    }
+    return load_config(GRPOConfig, overrides={**base, **overrides}, preset=preset)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["grpo", "dapo"])
+def test_agent_raises_held_out_accuracy(algo, sft_model, tmp_path):
+    preset = DAPO_PRESET if algo == "dapo" else None
+    config = learning_config(sft_model, tmp_path / algo, preset=preset, **({"grpo.beta": "0.0"} if algo == "grpo" else {}))
+    summary = grpo.train(config)
+    before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]
+    print(f"{algo}: held-out accuracy {before:.3f} -> {after:.3f}")
+    assert before < 0.5
+    assert after >= before + MARGIN
+    assert summary["plot"] is not None and summary["plot"].is_file()
