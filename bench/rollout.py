@@ -65,6 +65,7 @@ def main() -> None:
         for name, fn in (("generate", run_generate), ("hf_rollout", run_rollout)):
             seconds, tokens = fn()
             rates[name].append(tokens / seconds)
+            print(f"  {name}: {tokens} tokens in {seconds:.2f} s", flush=True)
     medians = {name: statistics.median(values) for name, values in rates.items()}
     print(f"model {args.model} ({args.dtype}, {device}), batch {args.batch}, {args.new_tokens} new tokens, "
           f"{torch.get_num_threads()} threads, median of {args.repeats}")
