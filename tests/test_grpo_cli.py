@@ -1,0 +1,50 @@
+"""`rlvr train` / `rlvr eval` argument handling (the runs themselves are covered by test_grpo_loop/learning)."""
+
+import argparse
+import json
+
+import pytest
+
+from algos import cli
+from rlvr_env.cli import main
+from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+
+
+def test_unknown_override_is_rejected_by_name(capsys):
+    assert main(["train", "--algo", "grpo", "--model", "x", "--grpo.gruop_size", "4"]) == 2
+    assert "unknown config key 'grpo.gruop_size'" in capsys.readouterr().err
+
+
+def test_bad_value_names_the_field(capsys):
+    assert main(["train", "--algo", "dapo", "--grpo.eps_low", "1.5"]) == 2
+    assert "grpo.eps_low" in capsys.readouterr().err
+
+
+def test_missing_algorithm_module_is_a_clear_error(monkeypatch, capsys):
+    monkeypatch.setitem(cli.ALGORITHMS, "nope", ("algos.no_such_algorithm", None))
+    args = argparse.Namespace(algo="nope", config=None, env=None, model=None, resume=False, overrides=[])
+    assert cli._train(args) == 2
+    assert "algorithm 'nope' is not available" in capsys.readouterr().err
+
+
+def test_eval_prints_held_out_accuracy(tmp_path, capsys):
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(tokenizer, hidden_size=16, num_layers=1, num_heads=2).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    code = main([
+        "eval", "--env", "rlvr/Arithmetic-v0", "--model", str(tmp_path), "--num-problems", "4",
+        "--env.max_new_tokens", "3", "--env.kwargs", "{digits: 1}",
+    ])
+    assert code == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["problems"] == 4 and 0.0 <= report["accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize("algo", ["grpo", "dapo"])
+def test_algorithm_table_resolves_presets(algo):
+    import importlib
+
+    module_name, preset = cli.ALGORITHMS[algo]
+    module = importlib.import_module(module_name)
+    assert hasattr(module, "Config") and callable(module.train)
+    assert preset is None or preset in module.PRESETS
