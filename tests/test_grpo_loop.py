@@ -85,9 +85,10 @@ def test_nonfinite_loss_skips_the_update_and_leaves_weights_intact(tiny_model_di
 
 
 def test_dynamic_sampling_bound_with_no_signal_skips_the_step(tiny_model_dir, tmp_path):
-    # An untrained model never answers 1-digit sums right: every group has all-equal rewards
-    # (the soft overlong penalty would add length-driven variance, so it is off here).
-    extra = {"run.steps": "1", "grpo.max_sampling_rounds": "3", "grpo.soft_overlong": "false", "grpo.beta": "0"}
+    # An untrained model does not guess 3-digit sums (odds ~1e-6 a row): every group's rewards are
+    # all equal (the soft overlong penalty would add length-driven variance, so it is off here).
+    extra = {"run.steps": "1", "grpo.max_sampling_rounds": "3", "grpo.soft_overlong": "false", "grpo.beta": "0",
+             "env.kwargs": TASK.replace('"digits": 1', '"digits": 3')}
     config = load_config(
         GRPOConfig,
         overrides=overrides(tiny_model_dir, tmp_path, **extra),
