@@ -17,6 +17,7 @@ from algos.metrics import read_metrics
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
 TASK = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
+THREE_DIGITS = TASK.replace('"digits": 1', '"digits": 3')  # sums an untrained model never guesses
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +89,7 @@ def test_dynamic_sampling_bound_with_no_signal_skips_the_step(tiny_model_dir, tm
     # An untrained model does not guess 3-digit sums (odds ~1e-6 a row): every group's rewards are
     # all equal (the soft overlong penalty would add length-driven variance, so it is off here).
     extra = {"run.steps": "1", "grpo.max_sampling_rounds": "3", "grpo.soft_overlong": "false", "grpo.beta": "0",
-             "env.kwargs": TASK.replace('"digits": 1', '"digits": 3')}
+             "env.kwargs": THREE_DIGITS}
     config = load_config(
         GRPOConfig,
         overrides=overrides(tiny_model_dir, tmp_path, **extra),
@@ -104,12 +105,14 @@ def test_dynamic_sampling_bound_with_no_signal_skips_the_step(tiny_model_dir, tm
 def test_overlong_filter_masks_truncated_rows(tiny_model_dir, tmp_path):
     config = load_config(
         GRPOConfig,
-        overrides=overrides(tiny_model_dir, tmp_path, **{"grpo.overlong_filter": "true", "grpo.soft_overlong": "true"}),
+        overrides=overrides(
+            tiny_model_dir, tmp_path, **{"grpo.overlong_filter": "true", "grpo.soft_overlong": "true", "env.kwargs": THREE_DIGITS}
+        ),
     )
     trainer = GRPOTrainer(config)
     batch, stats = trainer.collect(step=1)
     filtered = batch.loss_mask.sum(-1) == 0
     assert stats["truncation_rate"] > 0  # an untrained model rarely stops within 4 tokens
     assert filtered.float().mean().item() == pytest.approx(stats["truncation_rate"])
-    # soft penalty with L_max 4, L_cache 2: a truncated (length 4) row loses 1; its task score is 0 here
+    # soft penalty with L_max 4, L_cache 2: a truncated (length 4) row loses 1; its task score is 0 (3-digit sums)
     assert torch.all(batch.scores[filtered] == -1.0)
