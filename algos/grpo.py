@@ -28,7 +28,7 @@ import rewards
 from algos import checkpoint as ckpt
 from algos.config import DAPO_PRESET, GRPOConfig, save_config
 from algos.core.advantages import group_advantages, zero_std_group_fraction
-from algos.core.aggregation import aggregate_loss, masked_mean
+from algos.core.aggregation import aggregate_loss
 from algos.core.kl import kl_estimate
 from algos.core.policy_loss import clipped_policy_loss
 from algos.metrics import MetricsLogger
