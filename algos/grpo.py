@@ -201,9 +201,10 @@ class GRPOTrainer:
             ref_logp = torch.cat([self._logprobs(self.ref_model, batch, s)[0] for s in micro]) if self.ref_model else None
 
         totals: dict[str, float] = {"skipped_update": 0.0}
-        stat_sums: dict[str, float] = {}
-        ratio_min, ratio_max = math.inf, -math.inf
-        for iteration in range(g.num_iterations):
+        for _ in range(g.num_iterations):
+            # Policy statistics describe the last iteration, where the ratio has moved away from 1.
+            stat_sums: dict[str, float] = {}
+            ratio_min, ratio_max = math.inf, -math.inf
             loss_total, finite = 0.0, True
             for rows in micro:
                 logp, entropy = self._logprobs(self.model, batch, rows)
@@ -226,11 +227,10 @@ class GRPOTrainer:
                     continue
                 loss.backward()
                 loss_total += loss.item()
-                if iteration == 0:
-                    tokens = m.sum().item()
-                    stat_sums["entropy"] = stat_sums.get("entropy", 0.0) + (entropy.detach() * m).sum().item()
-                    for key in ("clip_frac_low", "clip_frac_high", "dual_clip_frac", "ratio_mean"):
-                        stat_sums[key] = stat_sums.get(key, 0.0) + out.stats[key] * tokens
+                tokens = m.sum().item()
+                stat_sums["entropy"] = stat_sums.get("entropy", 0.0) + (entropy.detach() * m).sum().item()
+                for key in ("clip_frac_low", "clip_frac_high", "dual_clip_frac", "ratio_mean"):
+                    stat_sums[key] = stat_sums.get(key, 0.0) + out.stats[key] * tokens
                 ratio_min, ratio_max = min(ratio_min, out.stats["ratio_min"]), max(ratio_max, out.stats["ratio_max"])
             outcome = guarded_optimizer_step(self.model, self.optimizer, self.config.optim.max_grad_norm, finite)
             if not outcome.applied:
