@@ -346,7 +346,7 @@ class PPOTrainer:
                     value_loss = aggregate_loss(value_loss_tokens, m, "token-mean", global_num_tokens=minibatch_tokens)
                     loss = p.vf_coef * value_loss
                     n_tokens = m.sum().item()
-                    add("value_loss", value_loss.item() * minibatch_tokens / max(n_tokens, 1), n_tokens)
+                    add("value_loss", value_loss.item() * minibatch_tokens, 1.0)  # this micro-batch's token sum
                     add("value_clip_frac", value_clip_fraction(clipped, m).item(), n_tokens)
                     if train_policy:
                         out = clipped_policy_loss(logp, batch.old_logp[rows], batch.advantages[rows], m,
@@ -356,7 +356,7 @@ class PPOTrainer:
                             per_token = per_token - p.entropy_coef * entropy * m
                         policy_loss = aggregate_loss(per_token, m, p.loss_agg, **norms)
                         loss = loss + policy_loss
-                        add("policy_loss", policy_loss.item() * minibatch_tokens / max(n_tokens, 1), n_tokens)
+                        add("policy_loss", policy_loss.item() * minibatch_tokens, 1.0)
                         with torch.no_grad():
                             # Drift from the rollout policy, KL(pi_old || pi): k1 = log(pi_old/pi), k3 >= 0.
                             add("approx_kl_k1", (kl_estimate(batch.old_logp[rows], logp, "k1", p.kl_clamp) * m).sum().item(), 1.0)
