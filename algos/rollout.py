@@ -163,6 +163,17 @@ class HFRollout:
         return _as_rollout(env.results(), torch.stack(step_logprobs, dim=1))
 
 
+class VLLMWeightLoader:
+    """Mixed into vllm's workers (``worker_extension_cls``): a named RPC taking the weights as
+    safetensors bytes, which vllm's own serializer passes (a closure would need insecure pickling)."""
+
+    def load_policy_weights(self, blob: bytes) -> None:
+        from safetensors.torch import load
+
+        # vllm's in-place reload: the plain load_weights path needs loaders vllm drops after start-up.
+        self.reload_weights(weights_iterator=iter(load(blob).items()))
+
+
 class VLLMRollout:
     """vllm generates every row's token ids; they are replayed into the env, which scores them.
 
@@ -191,13 +202,21 @@ class VLLMRollout:
         self._calls = 0
         # Processed log-probs: after temperature/top-k/top-p, matching HFRollout's.
         self.llm = vllm.LLM(
-            model=str(model_path), dtype=dtype, seed=seed, logprobs_mode="processed_logprobs", **engine_kwargs
+            model=str(model_path),
+            dtype=dtype,
+            seed=seed,
+            logprobs_mode="processed_logprobs",
+            worker_extension_cls=f"{__name__}.VLLMWeightLoader",
+            **engine_kwargs,
         )
 
     def sync_weights(self, model) -> None:
         """Copy the training model's parameters into vllm's copy (names as in the HF checkpoint)."""
-        weights = [(name, tensor.detach().to("cpu")) for name, tensor in model.state_dict().items()]
-        self.llm.apply_model(lambda vllm_model: vllm_model.load_weights(weights))
+        from safetensors.torch import save
+
+        # One safetensors blob: bytes cross vllm's RPC serializer intact (clone unties shared tensors).
+        blob = save({name: tensor.detach().to("cpu").clone() for name, tensor in model.state_dict().items()})
+        self.llm.collective_rpc("load_policy_weights", args=(blob,))
         self.llm.reset_prefix_cache()  # cached prompt KV came from the old weights
 
     def generate(self, model, env: TokenVectorEnv, **sampling) -> Rollout:
