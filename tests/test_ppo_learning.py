@@ -28,7 +28,7 @@ def learning_config(model_path, output_dir, **overrides):
         "env.use_chat_template": "false",
         "env.eval_size": "200",
         "optim.lr": "1e-3",
-        "run.steps": "20",
+        "run.steps": "8",  # held-out accuracy is ~0.98 by step 5 (0.22 at the start)
         "run.output_dir": str(output_dir),
         "run.save_every": "0",
         "run.progress": "false",
