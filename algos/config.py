@@ -11,6 +11,7 @@ an algorithm adds its own section (GRPO's is `grpo`, PPO's is its own).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import tomllib
@@ -264,12 +265,13 @@ def _set_dotted(data: dict, path: list[str], value: Any) -> None:
 
 
 def _merge(base: dict, update: dict) -> dict:
-    out = dict(base)
+    """Deep merge into a new dict; neither input is modified (presets are shared module constants)."""
+    out = copy.deepcopy(base)
     for key, value in update.items():
         if isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = _merge(out[key], value)
         else:
-            out[key] = value
+            out[key] = copy.deepcopy(value)
     return out
 
 

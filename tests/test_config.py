@@ -17,6 +17,11 @@ def test_dapo_preset_turns_on_its_four_parts_and_drops_kl():
     assert g.dynamic_sampling and g.overlong_filter and g.soft_overlong
 
 
+def test_overrides_never_modify_the_preset():
+    load_config(GRPOConfig, overrides=["--grpo.eps_high", "0.5"], preset=DAPO_PRESET)
+    assert DAPO_PRESET["grpo"]["eps_high"] == 0.28
+
+
 def test_toml_then_cli_overrides(tmp_path):
     path = tmp_path / "run.toml"
     path.write_text('[grpo]\ngroup_size = 4\nbeta = 0.1\n[env]\nkwargs = { max_digits = 2 }\n[optim]\nbetas = [0.9, 0.95]\n')
