@@ -39,9 +39,15 @@ class ModelConfig:
     path: str = "default"  # a local transformers directory, or "default" (embedded SmolLM2-135M-Instruct)
     dtype: str = "float32"  # training dtype; fp32 keeps CPU runs exact (bf16 halves memory)
     device: str = "auto"  # "auto" = cuda when available, else cpu
+    # Mixed precision: forward/backward matmuls in this dtype under torch.autocast while the
+    # weights and optimizer stay in `dtype` (TRL's bf16=True). None = off. "bfloat16" halves a
+    # step's time on CPUs with AVX512-BF16/AMX (measured: docs/agents.md) and on GPUs.
+    autocast: str | None = None
 
     def validate(self) -> None:
         _require(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"unknown dtype {self.dtype!r}")
+        _require(self.autocast in (None, "bfloat16", "float16"), "model.autocast",
+                 f"must be null, 'bfloat16' or 'float16', got {self.autocast!r}")
         _require(bool(self.path), "model.path", "must name a directory or 'default'")
 
 

@@ -41,6 +41,7 @@ from algos.trainer import (
     guarded_optimizer_step,
     make_env,
     make_rollout_backend,
+    mixed_precision,
     resolve_device,
     rollout_metrics,
     seed_everything,
@@ -285,4 +286,6 @@ class GRPOTrainer:
 
 def train(config: GRPOConfig, *, resume: bool = False) -> dict[str, Any]:
     """Run GRPO/DAPO as configured; returns eval accuracy before/after and the plot path."""
-    return GRPOTrainer(config, resume=resume).train()
+    trainer = GRPOTrainer(config, resume=resume)
+    with mixed_precision(config.model, trainer.device):
+        return trainer.train()

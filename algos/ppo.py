@@ -66,6 +66,7 @@ from algos.trainer import (
     guarded_optimizer_step,
     make_env,
     make_rollout_backend,
+    mixed_precision,
     resolve_device,
     rollout_metrics,
     seed_everything,
@@ -423,4 +424,6 @@ class PPOTrainer:
 
 def train(config: PPOConfig, *, resume: bool = False) -> dict[str, Any]:
     """Run PPO as configured; returns eval accuracy before/after and the plot path."""
-    return PPOTrainer(config, resume=resume).train()
+    trainer = PPOTrainer(config, resume=resume)
+    with mixed_precision(config.model, trainer.device):
+        return trainer.train()

@@ -7,6 +7,7 @@ algos.config, algos.metrics and algos.checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from algos.config import OptimConfig
+from algos.config import ModelConfig, OptimConfig
 from algos.core.logprobs import logprobs_from_hidden
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -25,6 +26,13 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+def mixed_precision(model_cfg: ModelConfig, device: torch.device) -> contextlib.AbstractContextManager:
+    """torch.autocast to model.autocast's dtype around rollouts and updates, or a no-op when it is None."""
+    if model_cfg.autocast is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=DTYPES[model_cfg.autocast])
 
 
 def seed_everything(seed: int) -> None:

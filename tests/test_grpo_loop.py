@@ -116,3 +116,31 @@ def test_overlong_filter_masks_truncated_rows(tiny_model_dir, tmp_path):
     assert filtered.float().mean().item() == pytest.approx(stats["truncation_rate"])
     # soft penalty with L_max 4, L_cache 2: a truncated (length 4) row loses 1; its task score is 0 (3-digit sums)
     assert torch.all(batch.scores[filtered] == -1.0)
+
+
+def test_bf16_autocast_trains_fp32_weights_on_bf16_matmuls(tiny_model_dir, tmp_path):
+    config = load_config(
+        GRPOConfig,
+        # an untrained model's groups have no reward variance; the entropy bonus still moves the weights
+        overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "1", "model.autocast": "bfloat16", "grpo.entropy_coef": "0.01"}),
+    )
+    linear_out = set()
+    record = lambda module, args, out: linear_out.add(out.dtype) if isinstance(module, torch.nn.Linear) else None  # noqa: E731
+    handle = torch.nn.modules.module.register_module_forward_hook(record)
+    try:
+        summary = train(config)
+    finally:
+        handle.remove()
+    assert linear_out == {torch.bfloat16}  # rollouts, evaluation and the update all ran under autocast
+    initial = load_file(tiny_model_dir / "model.safetensors")
+    trained = load_file(latest_checkpoint(tmp_path) / "model" / "model.safetensors")
+    assert all(t.dtype == torch.float32 for t in trained.values())  # master weights stay fp32
+    assert any(not torch.equal(initial[k], trained[k]) for k in initial)
+    last = read_metrics(tmp_path)[-1]
+    assert last["skipped_update"] == 0.0 and math.isfinite(last["loss"])
+    assert 0.0 <= summary["eval_accuracy_after"] <= 1.0
+
+
+def test_autocast_must_name_a_half_dtype(tiny_model_dir, tmp_path):
+    with pytest.raises(ValueError, match="model.autocast"):
+        load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"model.autocast": "float64"})).validate()
