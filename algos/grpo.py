@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,9 +40,9 @@ from algos.trainer import (
     guarded_optimizer_step,
     make_env,
     make_rollout_backend,
-    mixed_precision,
     resolve_device,
     rollout_metrics,
+    run_training,
     seed_everything,
 )
 
@@ -249,43 +248,28 @@ class GRPOTrainer:
     def evaluate(self) -> float:
         return evaluate(self.model, self.tokenizer, self.config, self.backend, device=self.device)
 
-    def train(self) -> dict[str, Any]:
-        run = self.config.run
-        logger = MetricsLogger(
-            self.output_dir, run.steps, start_step=self.start_step, tensorboard=run.tensorboard, progress=run.progress
+    def save(self, step: int) -> Path:
+        return ckpt.save_checkpoint(
+            self.output_dir, step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
+            tokenizer=self.tokenizer, keep_last=self.config.run.keep_last,
         )
-        summary: dict[str, Any] = {"output_dir": str(self.output_dir)}
-        if self.start_step == 0:
-            summary["eval_accuracy_before"] = self.evaluate()
-            logger.log(0, {"eval_accuracy": summary["eval_accuracy_before"]})
-        for step in range(self.start_step + 1, run.steps + 1):
-            started = time.perf_counter()
-            batch, metrics = self.collect(step)
-            if batch is None:
-                metrics["skipped_update"] = 1.0
-                self.scheduler.step()
-                logger.write(f"step {step}: no group with reward variance after {metrics['generation_rounds']} rounds; update skipped")
-            else:
-                metrics.update(self.update(batch))
-                if metrics["skipped_update"]:
-                    logger.write(f"step {step}: non-finite loss or gradient; update skipped, weights unchanged")
-            if run.eval_every and step % run.eval_every == 0 and step != run.steps:
-                metrics["eval_accuracy"] = self.evaluate()
-            metrics["step_time_s"] = time.perf_counter() - started
-            if step == run.steps:
-                metrics["eval_accuracy"] = summary["eval_accuracy_after"] = self.evaluate()
-            logger.log(step, metrics)
-            if step == run.steps or (run.save_every and step % run.save_every == 0):
-                ckpt.save_checkpoint(
-                    self.output_dir, step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
-                    tokenizer=self.tokenizer, keep_last=run.keep_last,
-                )
-        summary["plot"] = logger.close(plot=run.plots)
-        return summary
+
+    def train_step(self, step: int, logger: MetricsLogger) -> dict[str, float]:
+        batch, metrics = self.collect(step)
+        if batch is None:
+            metrics["skipped_update"] = 1.0
+            self.scheduler.step()
+            logger.write(f"step {step}: no group with reward variance after {metrics['generation_rounds']} rounds; update skipped")
+        else:
+            metrics.update(self.update(batch))
+            if metrics["skipped_update"]:
+                logger.write(f"step {step}: non-finite loss or gradient; update skipped, weights unchanged")
+        return metrics
+
+    def train(self) -> dict[str, Any]:
+        return run_training(self)
 
 
 def train(config: GRPOConfig, *, resume: bool = False) -> dict[str, Any]:
     """Run GRPO/DAPO as configured; returns eval accuracy before/after and the plot path."""
-    trainer = GRPOTrainer(config, resume=resume)
-    with mixed_precision(config.model, trainer.device):
-        return trainer.train()
+    return GRPOTrainer(config, resume=resume).train()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,9 +65,9 @@ from algos.trainer import (
     guarded_optimizer_step,
     make_env,
     make_rollout_backend,
-    mixed_precision,
     resolve_device,
     rollout_metrics,
+    run_training,
     seed_everything,
 )
 from algos.value_model import VALUE_MODEL_KINDS, build_value_model
@@ -395,35 +394,17 @@ class PPOTrainer:
             tokenizer=self.tokenizer, state=state, keep_last=self.config.run.keep_last,
         )
 
+    def train_step(self, step: int, logger: MetricsLogger) -> dict[str, float]:
+        batch, metrics = self.collect(step)
+        metrics.update(self.update(batch, train_policy=step > self.config.ppo.critic_warmup_steps))
+        if metrics["skipped_updates"]:
+            logger.write(f"step {step}: {metrics['skipped_updates']} updates skipped (non-finite loss or gradient)")
+        return metrics
+
     def train(self) -> dict[str, Any]:
-        run = self.config.run
-        logger = MetricsLogger(
-            self.output_dir, run.steps, start_step=self.start_step, tensorboard=run.tensorboard, progress=run.progress
-        )
-        summary: dict[str, Any] = {"output_dir": str(self.output_dir)}
-        if self.start_step == 0:
-            summary["eval_accuracy_before"] = self.evaluate()
-            logger.log(0, {"eval_accuracy": summary["eval_accuracy_before"]})
-        for step in range(self.start_step + 1, run.steps + 1):
-            started = time.perf_counter()
-            batch, metrics = self.collect(step)
-            metrics.update(self.update(batch, train_policy=step > self.config.ppo.critic_warmup_steps))
-            if metrics["skipped_updates"]:
-                logger.write(f"step {step}: {metrics['skipped_updates']} updates skipped (non-finite loss or gradient)")
-            if run.eval_every and step % run.eval_every == 0 and step != run.steps:
-                metrics["eval_accuracy"] = self.evaluate()
-            metrics["step_time_s"] = time.perf_counter() - started
-            if step == run.steps:
-                metrics["eval_accuracy"] = summary["eval_accuracy_after"] = self.evaluate()
-            logger.log(step, metrics)
-            if step == run.steps or (run.save_every and step % run.save_every == 0):
-                self.save(step)
-        summary["plot"] = logger.close(plot=run.plots)
-        return summary
+        return run_training(self)
 
 
 def train(config: PPOConfig, *, resume: bool = False) -> dict[str, Any]:
     """Run PPO as configured; returns eval accuracy before/after and the plot path."""
-    trainer = PPOTrainer(config, resume=resume)
-    with mixed_precision(config.model, trainer.device):
-        return trainer.train()
+    return PPOTrainer(config, resume=resume).train()

@@ -10,13 +10,16 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import time
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from algos.config import ModelConfig, OptimConfig
 from algos.core.logprobs import logprobs_from_hidden
+from algos.metrics import MetricsLogger
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -196,3 +199,43 @@ def evaluate(model, tokenizer, config, backend, device: torch.device) -> float:
     finally:
         model.train(was_training)
     return task_accuracy(result).mean().item()
+
+
+class Agent(Protocol):
+    """What run_training needs from an algorithm's trainer (GRPOTrainer, PPOTrainer)."""
+
+    config: Any  # has model, run sections
+    device: torch.device
+    output_dir: Any
+    start_step: int
+
+    def train_step(self, step: int, logger) -> dict[str, float]: ...  # collect + update; returns the step's metrics
+    def evaluate(self) -> float: ...
+    def save(self, step: int) -> Any: ...
+
+
+def run_training(agent: Agent) -> dict[str, Any]:
+    """The loop every agent shares: held-out eval before (fresh runs) and after, `run.steps` steps
+    from `agent.start_step`, metrics logged each step, checkpoints every `run.save_every` and at
+    the end, curves plotted; under model.autocast's mixed precision when set."""
+    run = agent.config.run
+    logger = MetricsLogger(agent.output_dir, run.steps, start_step=agent.start_step, tensorboard=run.tensorboard,
+                           progress=run.progress)
+    summary: dict[str, Any] = {"output_dir": str(agent.output_dir)}
+    with mixed_precision(agent.config.model, agent.device):
+        if agent.start_step == 0:
+            summary["eval_accuracy_before"] = agent.evaluate()
+            logger.log(0, {"eval_accuracy": summary["eval_accuracy_before"]})
+        for step in range(agent.start_step + 1, run.steps + 1):
+            started = time.perf_counter()
+            metrics = agent.train_step(step, logger)
+            if run.eval_every and step % run.eval_every == 0 and step != run.steps:
+                metrics["eval_accuracy"] = agent.evaluate()
+            metrics["step_time_s"] = time.perf_counter() - started
+            if step == run.steps:
+                metrics["eval_accuracy"] = summary["eval_accuracy_after"] = agent.evaluate()
+            logger.log(step, metrics)
+            if step == run.steps or (run.save_every and step % run.save_every == 0):
+                agent.save(step)
+    summary["plot"] = logger.close(plot=run.plots)
+    return summary
