@@ -144,3 +144,21 @@ def test_bf16_autocast_trains_fp32_weights_on_bf16_matmuls(tiny_model_dir, tmp_p
 def test_autocast_must_name_a_half_dtype(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="model.autocast"):
         load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"model.autocast": "float64"})).validate()
+
+
+def test_mixed_precision_forwards_see_every_weight_update():
+    # One context spans a whole run: a forward after an optimizer step must use the new weights,
+    # including when the previous forward ran under no_grad (a rollout) and the next one trains.
+    from algos.config import ModelConfig
+    from algos.trainer import mixed_precision
+
+    layer, x = torch.nn.Linear(8, 8), torch.randn(4, 8)
+    with mixed_precision(ModelConfig(autocast="bfloat16"), torch.device("cpu")):
+        with torch.no_grad():
+            before = layer(x)
+            layer.weight.add_(1.0)
+        after = layer(x)
+        after.sum().backward()
+    assert before.dtype == after.dtype == torch.bfloat16
+    assert not torch.equal(before, after.detach())
+    assert layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0
