@@ -104,11 +104,8 @@ def _eval(args) -> int:
         )
     except (ValueError, FileNotFoundError) as err:
         return _fail(str(err))
-    from algos.models import load_policy
-    from algos.trainer import DTYPES, evaluate, make_rollout_backend, resolve_device
+    from algos.trainer import evaluate_saved_model
 
-    device = resolve_device(config.model.device)
-    model, tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=device)
-    accuracy = evaluate(model, tokenizer, config, make_rollout_backend(config), device=device)
+    accuracy = evaluate_saved_model(config, config.model.path)
     print(json.dumps({"env": config.env.id, "model": config.model.path, "problems": config.env.eval_size, "accuracy": accuracy}))
     return 0

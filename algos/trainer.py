@@ -206,6 +206,16 @@ def evaluate(model, tokenizer, config, backend, device: torch.device) -> float:
     return task_accuracy(result).mean().item()
 
 
+def evaluate_saved_model(config, path) -> float:
+    """Greedy held-out accuracy of a saved model directory, in the dtype and precision of config.model."""
+    from algos.models import load_policy
+
+    device = resolve_device(config.model.device)
+    model, tokenizer = load_policy(path, dtype=DTYPES[config.model.dtype], device=device)
+    with mixed_precision(config.model, device):
+        return evaluate(model, tokenizer, config, make_rollout_backend(config), device=device)
+
+
 class Agent(Protocol):
     """What run_training needs from an algorithm's trainer (GRPOTrainer, PPOTrainer)."""
 

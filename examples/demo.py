@@ -17,8 +17,10 @@ import time
 from pathlib import Path
 
 from algos import grpo
+from algos.checkpoint import latest_checkpoint
 from algos.config import GRPOConfig, load_config
 from algos.models import default_model_path
+from algos.trainer import evaluate_saved_model
 
 DEFAULT_CONFIG = Path(__file__).with_name("demo.toml")
 
@@ -41,11 +43,15 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     summary = grpo.train(config)
+    # What a user gets: the saved checkpoint, loaded afresh, scored like `rlvr eval` does.
+    checkpoint = latest_checkpoint(summary["output_dir"]) / "model"
+    reloaded = evaluate_saved_model(config, checkpoint)
     minutes = (time.perf_counter() - started) / 60
     before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]
     print()
     print(f"held-out accuracy before: {before:6.1%}")
     print(f"held-out accuracy after:  {after:6.1%}   ({(after - before) * 100:+.1f} points)")
+    print(f"saved checkpoint, reloaded: {reloaded:6.1%}   ({checkpoint})")
     print(f"training curves: {summary['plot']}")
     print(f"run directory:   {summary['output_dir']}   (metrics.jsonl, checkpoint, config.yaml)")
     print(f"wall time: {minutes:.1f} min")

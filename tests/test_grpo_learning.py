@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from algos import grpo
+from algos.checkpoint import latest_checkpoint
 from algos.config import DAPO_PRESET, GRPOConfig, load_config
+from algos.trainer import evaluate_saved_model
 from rlvr_env import make_task
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
@@ -78,3 +80,14 @@ def test_agent_raises_held_out_accuracy(algo, sft_model, tmp_path):
     assert before < 0.5
     assert after >= before + MARGIN
     assert summary["plot"] is not None and summary["plot"].is_file()
+
+
+@pytest.mark.slow
+def test_bf16_autocast_learns_and_the_checkpoint_holds_what_was_measured(sft_model, tmp_path):
+    config = learning_config(sft_model, tmp_path, **{"model.autocast": "bfloat16"})
+    summary = grpo.train(config)
+    before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]
+    print(f"grpo, bf16 autocast: held-out accuracy {before:.3f} -> {after:.3f}")
+    assert after >= before + MARGIN
+    # The saved model, loaded afresh, scores what the loop measured (a stale autocast cast would not).
+    assert evaluate_saved_model(config, latest_checkpoint(tmp_path) / "model") == pytest.approx(after)
