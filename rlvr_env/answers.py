@@ -18,6 +18,14 @@ from rewards.result import NO_ANSWER, OK, VerifyResult
 _NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?")
 # A \boxed{...} with something other than blanks inside (searched, so linear time).
 _FILLED_BOXED = re.compile(r"\\boxed\s*\{\s*[^\s}]")
+# Arithmetic left undone: an operator between two operands, a fraction, a root or a factorial.
+_UNEVALUATED = re.compile(r"[\d)}.]\s*(?:[-+*/×÷^]|\\times|\\cdot|\\div)\s*[-\d(\\{.]|\\[dt]?frac|\\sqrt|\d\s*!")
+
+
+def unevaluated(answer: str) -> bool:
+    """True when the answer's final value (after its last "=") is arithmetic, not a number:
+    "86 + 67" or "\\frac{306}{2}" equal 153 but restate the question; "86 + 67 = 153" is fine."""
+    return bool(_UNEVALUATED.search(re.split(r"=|\\approx", answer)[-1]))
 
 
 def last_number(text: str) -> str | None:
@@ -30,13 +38,19 @@ def last_number(text: str) -> str | None:
 class LenientAnswer:
     """1.0 when the answer equals the gold: the one ``rewards.math_verifier`` extracts
     (``\\boxed``, "answer is", ...), else, when the completion marks no answer and
-    ``fallback_last_number`` is set, the last number in it."""
+    ``fallback_last_number`` is set, the last number in it. With ``literal_answer`` the
+    value must be written as a number: an expression that merely equals the gold (the
+    question's own ``86 + 67``, which a policy learns to echo within a few GRPO steps)
+    scores 0."""
 
     fallback_last_number: bool = True
+    literal_answer: bool = False
     in_process_safe = True  # math_verifier bounds itself; the regex is linear
 
     def __call__(self, completion: str, *, answer: Any, **info: Any) -> VerifyResult:
         result = rewards.math_verifier(completion, answer=answer, **info)
+        if self.literal_answer and result.score == 1.0 and unevaluated(result.details.get("pred", "")):
+            return VerifyResult(0.0, OK, {**result.details, "reason": "unevaluated: the answer is arithmetic, not a number"})
         # No marker found: either no answer at all, or a short completion taken whole as the answer.
         unmarked = result.status == NO_ANSWER or result.details.get("pred") == completion.strip()
         if result.score == 1.0 or not (unmarked and self.fallback_last_number):
@@ -60,9 +74,9 @@ class BoxedFormat:
         return VerifyResult(1.0 if _FILLED_BOXED.search(completion) else 0.0)
 
 
-def answer_reward(correct_weight: float, format_weight: float, fallback_last_number: bool):
+def answer_reward(correct_weight: float, format_weight: float, fallback_last_number: bool, literal_answer: bool = False):
     """The weighted sum reported as components "correct" and (when weighted) "format"."""
-    parts = [("correct", LenientAnswer(fallback_last_number), correct_weight)]
+    parts = [("correct", LenientAnswer(fallback_last_number, literal_answer), correct_weight)]
     if format_weight:
         parts.append(("format", BoxedFormat(), format_weight))
     return rewards.WeightedSum(parts)

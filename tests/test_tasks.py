@@ -65,6 +65,29 @@ def test_arithmetic_reward_components_and_lenient_answer():
     assert result.score == 0.0 and result.status == "no_answer"
 
 
+@pytest.mark.parametrize(
+    "completion, correct",
+    [
+        ("{e}", 0.0),                          # echoing the question: what GRPO on SmolLM2 found in 8 steps
+        ("\\boxed{{{e}}}", 0.0),
+        ("The answer is {e}", 0.0),
+        ("{e} = {e}", 0.0),
+        ("\\boxed{{\\frac{{{double}}}{{2}}}}", 0.0),
+        ("{e} = {a}", 1.0),                    # the working, then the value
+        ("\\boxed{{{a}}}", 1.0),
+        ("The sum is {a}.", 1.0),
+    ],
+)
+def test_arithmetic_answer_must_be_a_number_not_the_expression(completion, correct):
+    task = rlvr_env.make_task("Arithmetic", digits=2)
+    problem = task.problem(0, 0)
+    text = completion.format(e=problem.metadata["expression"], a=problem.answer, double=2 * int(problem.answer))
+    assert task.verify(text, problem).details["components"]["correct"] == correct
+    # without the rule an unevaluated expression counts, as it does for MATH-style answers
+    lax = rlvr_env.make_task("Arithmetic", digits=2, literal_answer=False)
+    assert lax.verify(text, problem).details["components"]["correct"] == 1.0
+
+
 def test_arithmetic_difficulty_knobs_and_prompt():
     task = rlvr_env.make_task(
         "Arithmetic", digits=3, terms=4, operators="*", prompt_template="Compute {expression}.",
@@ -143,6 +166,7 @@ def test_gsm8k_reads_final_answers_and_grades_last_number():
     assert len(task) == 3 and [task.problem(i, 0).answer for i in range(3)] == ["72", "10", "5000"]
     assert task.problem(0, 0).prompt.startswith("Natalia sold clips")
     assert task.verify("so she made 5,000 widgets", task.problem(2, 0)).score == 1.0
+    assert task.verify("\\boxed{2500 + 2500}", task.problem(2, 0)).score == 0.0  # a sum, not the number
     with pytest.raises(IndexError, match="out of range"):
         task.problem(3, 0)
 
@@ -159,6 +183,7 @@ def test_math_filters_and_answers():
     task = rlvr_env.make_task("MATH", data_path=str(MATH))
     assert [task.problem(i, 0).answer for i in range(len(task))] == ["\\frac{3}{4}", "4", "2, 3", "5\\sqrt{2}", "10"]
     assert task.verify("so it is \\boxed{0.75}", task.problem(0, 0)).score == 1.0
+    assert task.verify("so it is \\boxed{\\frac{6}{8}}", task.problem(0, 0)).score == 1.0  # MATH answers may be expressions
     algebra = rlvr_env.make_task("MATH", data_path=str(MATH), types=["Algebra"])
     assert [p.metadata["line"] for p in (algebra.problem(i, 0) for i in range(len(algebra)))] == [2, 3]
     easy = rlvr_env.make_task("MATH", data_path=str(MATH), levels=[1, 2])

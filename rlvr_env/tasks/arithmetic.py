@@ -30,6 +30,7 @@ class ArithmeticConfig(TaskConfig):
     correct_weight: float = 0.9
     format_weight: float = 0.1
     fallback_last_number: bool = True
+    literal_answer: bool = True  # the value as a number: "86 + 67" or \frac{306}{2} for 153 scores 0
 
     def validate(self) -> None:
         super().validate()
@@ -87,7 +88,7 @@ class ArithmeticTask(Task):
     @property
     def verifier(self):
         cfg = self.config
-        return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number)
+        return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number, cfg.literal_answer)
 
     def gold_completion(self, problem: Problem) -> str:
         return f"{problem.metadata['expression']} = {problem.answer}, so the answer is \\boxed{{{problem.answer}}}."

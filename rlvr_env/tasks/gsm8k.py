@@ -26,6 +26,7 @@ class GSM8KConfig(TaskConfig):
     correct_weight: float = 1.0
     format_weight: float = 0.0
     fallback_last_number: bool = True
+    literal_answer: bool = True  # the value as a number: "86 + 67" or \frac{306}{2} for 153 scores 0
 
     def validate(self) -> None:
         super().validate()
@@ -60,7 +61,7 @@ class GSM8KTask(DatasetTask, Task):
     @property
     def verifier(self):
         cfg = self.config
-        return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number)
+        return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number, cfg.literal_answer)
 
     def gold_completion(self, problem: Problem) -> str:
         return f"The answer is \\boxed{{{problem.answer}}}."
