@@ -114,6 +114,7 @@ def _unwrap_style_commands(s: str) -> str:
     return "".join(out)
 
 
+@lru_cache(maxsize=8192)  # pure; the gold of a group and short answers recur across a batch
 def normalize(answer: str) -> str:
     """Canonical string form of an answer: the first, cheap equality test (SPEC.md 'string normal form')."""
     s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], answer).strip()
@@ -271,6 +272,9 @@ class _Parser:
             elif value == "%":
                 self.take()
                 factors = [("pct", _flat("mul", factors))]
+            elif kind == "num" and factors[-1][0] == "num":
+                # "3 4" is two answers (or digits split by a space), never 12; LaTeX would even print 34
+                raise ParseError("two numbers side by side")
             elif self._starts_atom(kind, value):
                 factors.append(self.power())  # implicit multiplication: 2x, 3\sqrt{2}, (a)(b)
             else:

@@ -8,6 +8,7 @@ that runs sympy under a hard time limit (sandbox.py).
 
 from __future__ import annotations
 
+import re
 from contextvars import ContextVar
 from typing import Any
 
@@ -17,6 +18,8 @@ from .latex import MAX_ANSWER_CHARS, ParseError, normalize, parse_answer
 from .result import ERROR, NO_ANSWER, OK, TIMEOUT, VerifyResult
 from .sandbox import CheckTimeout, WorkerError, run_limited
 
+# Integers are most answers (arithmetic, GSM8K, counting); bounded so int() stays cheap.
+_PLAIN_INTEGER = re.compile(r"[-+]?\d{1,64}")
 DEFAULT_TIMEOUT_S = 5.0  # math-verify's default per comparison
 # score_batch sets this so verifiers called without an explicit timeout use the batch's limit
 CHECK_TIMEOUT_S: ContextVar[float] = ContextVar("rewards_check_timeout_s", default=DEFAULT_TIMEOUT_S)
@@ -43,6 +46,10 @@ def compare_answers(pred: str, gold: str, timeout: float) -> tuple[float, str, d
     details: dict[str, Any] = {"pred": pred[:200], "gold": gold[:200]}
     if len(pred) > MAX_ANSWER_CHARS or len(gold) > MAX_ANSWER_CHARS:  # too long to parse: exact text only
         return float(pred.strip() == gold.strip()), OK, {**details, "method": "string"}
+    if pred == gold:
+        return 1.0, OK, {**details, "method": "string"}
+    if _PLAIN_INTEGER.fullmatch(pred) and _PLAIN_INTEGER.fullmatch(gold):  # the common case, decided without parsing
+        return float(int(pred) == int(gold)), OK, {**details, "method": "exact"}
     if normalize(pred) == normalize(gold):
         return 1.0, OK, {**details, "method": "string"}
     try:

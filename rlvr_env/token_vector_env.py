@@ -131,6 +131,7 @@ class TokenVectorEnv(VectorEnv):
         num_prompts = self.num_envs // group_size
         if task_changes:
             self.task.configure(**task_changes)
+        self._verifier = self.task.verifier  # built once per batch: tasks build it from their config
         if indices is None:
             indices = self.np_random.integers(0, self.task.size or PROCEDURAL_INDEX_RANGE, size=num_prompts).tolist()
         elif len(indices) != num_prompts:
@@ -276,7 +277,7 @@ class TokenVectorEnv(VectorEnv):
             self._credit_steps(rows, texts, final=True)
         row_list = rows.tolist()
         results = rewards.score_batch(
-            texts, [self.problems[r].answer for r in row_list], verifier=self.task.verifier, workers=self.score_workers
+            texts, [self.problems[r].answer for r in row_list], verifier=self._verifier, workers=self.score_workers
         )
         scores = torch.tensor([r.score for r in results], dtype=torch.float32, device=self.device)
         self.scores.index_copy_(0, rows, scores)

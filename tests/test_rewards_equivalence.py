@@ -33,6 +33,13 @@ CASES = Path(__file__).resolve().parents[1] / "bench" / "data" / "verifier_cases
     ("1.414", "\\sqrt{2}", True),
     ("\\infty", "-\\infty", False),
     ("3 or 4", "3", False),  # hedged answers fail
+    ("12 5", "60", False),  # two numbers side by side are not a product
+    ("2.5.3", "0.75", False),
+    ("0175", "175", True),  # plain integers take a fast path; it must agree with the parser
+    ("+5", "5", True),
+    ("-0", "0", True),
+    ("-7", "7", False),
+    ("123456789012345678901234567890", "123456789012345678901234567891", False),
     ("\\$1,\\!000", "1000", True),  # MATH's thousands separator
     ("11,\\! 111,\\! 111,\\! 100", "11111111100", True),
     ("$\\frac{1}{3},$", "1/3", True),  # sentence punctuation after the answer

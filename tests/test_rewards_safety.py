@@ -167,7 +167,7 @@ def test_an_internal_error_is_a_status_not_an_exception(monkeypatch):
         raise ValueError("bug in the checker")
 
     monkeypatch.setattr(rewards.mathcheck, "equivalent", broken)
-    result = math_verifier("\\boxed{3}", answer="4")
+    result = math_verifier("\\boxed{0.5}", answer="3/4")  # integers are decided before `equivalent`
     assert (result.score, result.status) == (0.0, "error") and "ValueError" in result.details["reason"]
 
 
