@@ -124,7 +124,7 @@ class GRPOSection:
     prompts_per_step: int = 8  # prompts per rollout batch
     group_size: int = 8  # G completions per prompt
     num_iterations: int = 1  # policy updates per rollout batch (mu in DeepSeekMath; >1 makes the ratio matter)
-    micro_batch_size: int = 16  # rows per forward/backward; gradients accumulate over the batch
+    micro_batch_size: int = 8  # rows per forward/backward (TRL's per-device default); gradients accumulate over the batch
     eps_low: float = 0.2  # clip(r, 1 - eps_low, 1 + eps_high); DAPO: 0.2
     eps_high: float = 0.2  # DAPO clip-higher: 0.28
     dual_clip: float | None = None  # c > 1 bounds negative-advantage loss (None = off)
@@ -141,7 +141,7 @@ class GRPOSection:
     overlong_filter: bool = False  # DAPO: truncated completions get no loss
     soft_overlong: bool = False  # DAPO: add the soft overlong penalty to the reward
     overlong_cache: int = 16  # L_cache of the soft penalty (tokens), L_max = env.max_new_tokens
-    logprob_chunk_size: int = 1024  # tokens per chunk when computing log-probs (memory vs. speed)
+    logprob_chunk_size: int = 256  # tokens per LM-head chunk: 256 x 49k vocab x fp32 = 50 MB per V-wide tensor
 
     def validate(self) -> None:
         _require(self.prompts_per_step >= 1, "grpo.prompts_per_step", "must be >= 1")

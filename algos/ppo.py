@@ -103,7 +103,7 @@ class PPOSection:
     reward_source: str = "env"  # "env": the task's verifiers; "model": a learned reward model's score
     reward_model: str | None = None  # local AutoModelForSequenceClassification directory (reward_source=model)
     reward_model_batch_size: int = 16
-    logprob_chunk_size: int = 1024  # tokens per chunk when computing log-probs (memory vs. speed)
+    logprob_chunk_size: int = 256  # tokens per LM-head chunk: 256 x 49k vocab x fp32 = 50 MB per V-wide tensor
 
     def validate(self) -> None:
         for name in ("prompts_per_step", "samples_per_prompt", "ppo_epochs", "num_minibatches", "micro_batch_size",

@@ -4,8 +4,9 @@ The env stays the single source of rewards: every backend ends by stepping the e
 until ``env.all_done`` and returns its ``RolloutResult`` (as a :class:`Rollout`,
 which adds the log-probs of the sampled tokens).
 
-- :class:`HFRollout`: a transformers causal LM with its KV cache, prefill once, then
-  one token per env step, on the model's device.
+- :class:`HFRollout`: a transformers causal LM with its KV cache, each prompt prefilled
+  once for its group, then one token per env step for the rows still generating, on the
+  model's device.
 - :class:`VLLMRollout`: vllm generates the token ids for all rows, which are then
   replayed into the env; weights are copied from the training model before each batch.
 """
@@ -95,13 +96,21 @@ def sample_tokens(
 
 
 class HFRollout:
-    """Steps a TokenVectorEnv with a transformers causal LM: the left-padded prompts are
-    prefilled once into a KV cache, then each env step feeds back one token per row.
+    """Steps a TokenVectorEnv with a transformers causal LM and its KV cache.
+
+    Each distinct prompt is prefilled once and its cache copied to the G rows of its
+    group; then each env step feeds back one token per row. Rows that have finished
+    leave the cache once a quarter of it is finished, so later steps compute only the
+    rows still generating (``model.generate`` keeps computing finished rows to the end).
 
     ``seed``: sampling draws from a private torch.Generator seeded with it (reproducible
     regardless of other RNG use); None draws from torch's global RNG, so a trainer that
     checkpoints the global RNG state resumes the same samples.
     """
+
+    # Compact the cache when at most this fraction of its rows is still generating:
+    # each compaction copies the cache once, each step after it computes fewer rows.
+    compact_below = 0.75
 
     def __init__(self, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, seed: int | None = None) -> None:
         self.params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
@@ -117,8 +126,6 @@ class HFRollout:
 
     @torch.no_grad()
     def generate(self, model, env: TokenVectorEnv, **sampling) -> Rollout:
-        from transformers import DynamicCache
-
         params = SamplingParams(**{**self.params.__dict__, **sampling})
         _check_env_ready(env)
         device = next(model.parameters()).device
@@ -128,39 +135,58 @@ class HFRollout:
         was_training = model.training
         model.eval()  # no dropout while sampling
         try:
-            prompt_mask = env.prompt_mask
-            # Left padding: positions count real tokens only, as model.generate does.
-            positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
-            cache = DynamicCache(config=model.config)
-            output = model(
-                input_ids=env.prompt_ids,
-                attention_mask=prompt_mask,
-                position_ids=positions,
-                past_key_values=cache,
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            next_position = positions[:, -1:] + 1
-            step_logprobs = []
-            while True:
-                tokens, logprobs = sample_tokens(output.logits[:, -1], params, generator)
-                env.step(tokens)
-                step_logprobs.append(logprobs)
-                if env.all_done:
-                    break
-                column = env.prompt_width + len(step_logprobs)
-                # Finished rows feed the pad the env stored for them; their mask column is 0.
-                output = model(
-                    input_ids=env.input_ids[:, column - 1 : column],
-                    attention_mask=env.attention_mask[:, :column],
-                    position_ids=next_position,
-                    past_key_values=cache,
-                    use_cache=True,
-                )
-                next_position = next_position + 1
+            return self._generate(model, env, params, generator)
         finally:
             model.train(was_training)
-        return _as_rollout(env.results(), torch.stack(step_logprobs, dim=1))
+
+    def _generate(self, model, env: TokenVectorEnv, params: SamplingParams, generator) -> Rollout:
+        from transformers import DynamicCache
+
+        batch, group_size = env.num_envs, env.group_size
+        first_rows = torch.arange(0, batch, group_size, device=env.device)  # one row per prompt
+        prompt_mask = env.prompt_mask[first_rows]
+        # Left padding: positions count real tokens only, as model.generate does.
+        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=model.config)
+        logits = model(
+            input_ids=env.prompt_ids[first_rows],
+            attention_mask=prompt_mask,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        ).logits[:, -1]
+        if group_size > 1:
+            cache.batch_repeat_interleave(group_size)
+            logits = logits.repeat_interleave(group_size, dim=0)
+        next_position = positions[:, -1:].repeat_interleave(group_size, dim=0) + 1
+        cached_rows = torch.arange(batch, device=env.device)  # the env row of each cache row
+        actions = torch.full((batch,), env.pad_id, dtype=torch.long, device=env.device)
+        logprobs = torch.zeros((batch, env.max_new_tokens), device=env.device)
+        steps = 0
+        while True:
+            tokens, token_logprobs = sample_tokens(logits, params, generator)
+            actions[cached_rows] = tokens  # rows that already finished get nothing: the env pads them
+            logprobs[cached_rows, steps] = token_logprobs
+            env.step(actions)
+            steps += 1
+            if env.all_done:
+                break
+            still_running = env.running[cached_rows]
+            if still_running.sum() <= self.compact_below * cached_rows.numel():
+                keep = still_running.nonzero().flatten()
+                cache.batch_select_indices(keep)
+                cached_rows, next_position = cached_rows[keep], next_position[keep]
+            column = env.prompt_width + steps
+            logits = model(
+                input_ids=env.input_ids[cached_rows, column - 1 : column],
+                attention_mask=env.attention_mask[cached_rows, :column],
+                position_ids=next_position,
+                past_key_values=cache,
+                use_cache=True,
+            ).logits[:, -1]
+            next_position = next_position + 1
+        return _as_rollout(env.results(), logprobs[:, :steps])
 
 
 class VLLMWeightLoader:

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from algos.config import ModelConfig, OptimConfig
-from algos.core.logprobs import logprobs_from_hidden
+from algos.core.logprobs import DEFAULT_CHUNK_SIZE, logprobs_from_hidden
 from algos.metrics import MetricsLogger
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -81,26 +81,62 @@ def completion_logprobs(
     attention_mask: torch.Tensor,
     prompt_width: int,
     temperature: float = 1.0,
-    chunk_size: int = 1024,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B, P+T] ids and mask -> ([B, T] log-probs of the completion tokens, [B, T] entropy), fp32.
+    """[B, P+T] ids and mask -> ([B, T] log-probs of the completion tokens, [B, T] entropy), fp32,
+    0 where the completion mask is 0.
 
-    Runs the backbone only and projects hidden states through the LM head in chunks,
-    so the full [B, T, V] logits are never materialised.
+    Work a plain forward would waste is skipped, with the same result: identical prompts (a
+    GRPO group) run through the model once and their KV cache, graph included, serves every
+    row of the group; columns of padding no row uses are cut; the LM head projects only the
+    completion's tokens, in chunks, so [B, T, V] logits never exist.
     """
+    from transformers import DynamicCache
+
     head = model.get_output_embeddings()
     if not isinstance(head, torch.nn.Linear) or head.bias is not None:
         raise TypeError(f"completion_logprobs needs a bias-free linear LM head, got {type(head).__name__}")
-    hidden = model.get_decoder()(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),
-        use_cache=False,
+    if getattr(model, "is_gradient_checkpointing", False):
+        raise ValueError("completion_logprobs shares prompt KV caches, which gradient checkpointing drops: disable it")
+    completion_ids, completion_mask = input_ids[:, prompt_width:], attention_mask[:, prompt_width:]
+    valid = completion_mask.bool()
+    logp = torch.zeros(completion_ids.shape, dtype=torch.float32, device=input_ids.device)
+    entropy = torch.zeros_like(logp)
+    used = int(completion_mask.sum(-1).max()) if completion_ids.numel() else 0
+    if used == 0:
+        return logp, entropy
+    # Leading columns that are padding in every prompt change nothing.
+    first = int(attention_mask[:, :prompt_width].any(0).int().argmax())
+    prompts = torch.cat([input_ids[:, first:prompt_width], attention_mask[:, first:prompt_width]], 1)
+    unique, owner = torch.unique(prompts, dim=0, return_inverse=True)  # owner: Long[B], each row's prompt
+    width = prompt_width - first
+    decoder, cache = model.get_decoder(), DynamicCache(config=model.config)
+    prompt_hidden = decoder(
+        input_ids=unique[:, :width],
+        attention_mask=unique[:, width:],
+        position_ids=position_ids_from_mask(unique[:, width:]),
+        past_key_values=cache,
+        use_cache=True,
     ).last_hidden_state
-    # Position j predicts token j + 1: completion tokens P..P+T-1 come from hidden states P-1..P+T-2.
-    return logprobs_from_hidden(
-        hidden[:, prompt_width - 1 : -1], head.weight, input_ids[:, prompt_width:], temperature, chunk_size
-    )
+    # Position j predicts token j + 1: token 0 comes from the prompt's last state, token t from
+    # completion state t - 1, so the last used completion token is never fed.
+    hidden = prompt_hidden[owner, -1:]
+    if used > 1:
+        cache.batch_select_indices(owner)  # each row gets its prompt's keys and values (indexing keeps the graph)
+        mask = attention_mask[:, first : prompt_width + used - 1]
+        completion_hidden = decoder(
+            input_ids=completion_ids[:, : used - 1],
+            attention_mask=mask,
+            position_ids=position_ids_from_mask(mask)[:, width:],
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state
+        hidden = torch.cat([hidden, completion_hidden], 1)
+    valid_used = valid[:, :used]
+    taken, spread = logprobs_from_hidden(hidden[valid_used], head.weight, completion_ids[:, :used][valid_used], temperature, chunk_size)
+    logp[valid] = taken
+    entropy[valid] = spread
+    return logp, entropy
 
 
 @dataclass

@@ -46,7 +46,8 @@ def grpo_config(args, output_dir: str):
             "model.path": args.model, "model.dtype": args.dtype, "env.max_new_tokens": str(args.new_tokens),
             "run.output_dir": output_dir, "run.steps": "2", "run.progress": "false", "run.tensorboard": "false",
             "grpo.prompts_per_step": str(args.prompts), "grpo.group_size": str(args.group_size),
-            "grpo.micro_batch_size": str(args.micro_batch), "grpo.beta": "0", "optim.lr": "1e-6",
+            "grpo.beta": "0", "optim.lr": "1e-6",
+            **({"grpo.micro_batch_size": str(args.micro_batch)} if args.micro_batch else {}),
         },
     )
 
@@ -130,8 +131,12 @@ def run_trl(args) -> dict:
             self.times.append(time.perf_counter() - self.started)
 
     timer = StepTimer()
+    # One optimizer step on P*G completions: generated at once, trained in micro-batches of
+    # --trl-micro-batch rows with gradient accumulation (default: all rows at once).
+    rows = args.prompts * args.group_size
+    micro = args.trl_micro_batch or rows
     config = TRLConfig(
-        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=args.prompts * args.group_size,
+        output_dir=tempfile.mkdtemp(), per_device_train_batch_size=micro, gradient_accumulation_steps=rows // micro,
         num_generations=args.group_size, max_completion_length=args.new_tokens, max_steps=2, beta=0.0,
         learning_rate=1e-6, report_to="none", logging_steps=1, save_strategy="no", use_cpu=True,
         bf16=args.dtype == "bfloat16",
@@ -154,7 +159,9 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=64)
-    parser.add_argument("--micro-batch", type=int, default=64, help="rows per forward/backward in ours (64 = the whole batch, like raw)")
+    parser.add_argument("--micro-batch", type=int, default=0, help="rows per forward/backward in ours (0 = its config default)")
+    parser.add_argument("--trl-micro-batch", type=int, default=0,
+                        help="rows per forward/backward in TRL (0 = the whole batch, the setting issue 4 measured)")
     parser.add_argument("--only", choices=sorted(CONTENDERS), help=argparse.SUPPRESS)  # one contender, JSON out
     parser.add_argument("--skip-trl", action="store_true")
     args = parser.parse_args()
@@ -166,7 +173,7 @@ def main() -> None:
     model = tiny_model_dir(root) if args.model == "tiny" else args.model
     base = [sys.executable, __file__, "--model", model, "--dtype", args.dtype, "--prompts", str(args.prompts),
             "--group-size", str(args.group_size), "--new-tokens", str(args.new_tokens),
-            "--micro-batch", str(args.micro_batch)]
+            "--micro-batch", str(args.micro_batch), "--trl-micro-batch", str(args.trl_micro_batch)]
     results = {}
     for name in CONTENDERS:
         if name == "trl" and args.skip_trl:
@@ -177,7 +184,8 @@ def main() -> None:
             continue
         results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"one GRPO step: {args.prompts} prompts x {args.group_size} samples, {args.new_tokens} new tokens, "
-          f"model {args.model} ({args.dtype}), beta 0")
+          f"model {args.model} ({args.dtype}), beta 0; micro-batch: ours {args.micro_batch or 'default'}, "
+          f"trl {args.trl_micro_batch or 'all rows'}")
     raw = results.get("raw")
     for name, r in results.items():
         line = f"  {name:5s} step {r['step_s']:7.2f} s  peak RSS {r['peak_rss_gb']:6.2f} GB"

@@ -175,6 +175,7 @@ class TokenVectorEnv(VectorEnv):
         self._step_boundary = torch.zeros(batch, dtype=torch.bool, device=device)
         self._credited_chars = [0] * batch
         self.scores = torch.zeros(batch, dtype=torch.float32, device=device)
+        self.group_size = group_size
         self.group_ids = torch.arange(num_prompts, device=device).repeat_interleave(group_size)
         self._components: dict[str, list[float]] = {}
         self._statuses: list[str | None] = [None] * batch
@@ -193,6 +194,11 @@ class TokenVectorEnv(VectorEnv):
     @property
     def prompt_mask(self) -> torch.Tensor:
         return self.attention_mask[:, : self.prompt_width]
+
+    @property
+    def running(self) -> torch.Tensor:
+        """Bool[B]: rows still generating (the next step appends their action)."""
+        return self._alive
 
     @property
     def terminated(self) -> torch.Tensor:

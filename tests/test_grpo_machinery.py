@@ -83,6 +83,41 @@ def test_completion_logprobs_match_full_logits_with_left_padding():
     torch.testing.assert_close(entropy, -(full.exp() * full).sum(-1))
 
 
+def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly():
+    """Groups of identical (left-padded) prompts with ragged completions: log-probs, entropy and
+    gradients equal a plain full forward's; positions after a completion's end are 0."""
+    from algos.trainer import completion_logprobs, position_ids_from_mask
+
+    torch.manual_seed(0)
+    model = build_tiny_model(build_char_tokenizer(), hidden_size=32, num_layers=2, num_heads=4)
+    prompt_width = 6
+    prompts = torch.randint(4, 50, (2, prompt_width))
+    prompt_mask = torch.ones_like(prompts)
+    prompt_mask[1, :3] = 0  # the second prompt is shorter; two columns are padding in every row
+    prompt_mask[:, :2] = 0
+    order = [0, 1, 0, 1, 1, 0]  # groups need not be contiguous
+    ids = torch.cat([prompts[order], torch.randint(4, 50, (6, 5))], 1)
+    mask = torch.cat([prompt_mask[order], torch.ones(6, 5, dtype=torch.long)], 1)
+    for row, length in enumerate([5, 2, 1, 4, 3, 2]):  # completions end early: right padding
+        mask[row, prompt_width + length :] = 0
+    valid = mask[:, prompt_width:].bool()
+
+    logp, entropy = completion_logprobs(model, ids, mask, prompt_width, chunk_size=4)
+    (logp * valid).sum().backward()
+    shared_grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
+    full = torch.log_softmax(logits[:, prompt_width - 1 : -1].float(), -1)
+    plain = full.gather(-1, ids[:, prompt_width:, None]).squeeze(-1)
+    (plain * valid).sum().backward()
+    torch.testing.assert_close(logp[valid], plain[valid], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(entropy[valid], -(full.exp() * full).sum(-1)[valid], atol=1e-5, rtol=1e-5)
+    assert (logp[~valid] == 0).all() and (entropy[~valid] == 0).all()
+    for shared, param in zip(shared_grads, model.parameters()):
+        torch.testing.assert_close(shared, param.grad, atol=1e-5, rtol=1e-4)
+
+
 def test_nonfinite_gradients_skip_the_update_and_keep_weights():
     from algos.trainer import guarded_optimizer_step
 

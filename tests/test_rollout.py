@@ -82,6 +82,27 @@ def test_sampling_logprobs_equal_the_policy_logprobs(model, tokenizer):
     assert (rollout.logprobs[rollout.response_mask == 0] == 0).all()
 
 
+def test_prompts_prefill_once_per_group_and_finished_rows_leave_the_cache(model, tokenizer):
+    # Every digit ends a row, so rows finish at different steps and the cache shrinks.
+    digits = [tokenizer.convert_tokens_to_ids(d) for d in "0123456789"]
+    env = TokenVectorEnv(RaggedArithmetic(), tokenizer, num_envs=16, max_new_tokens=24, stop_token_ids=digits)
+    env.reset(seed=3, options={"group_size": 4})
+    rows_per_forward = []
+    hook = model.register_forward_pre_hook(
+        lambda _, args, kwargs: rows_per_forward.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        rollout = HFRollout(seed=1).generate(model, env)
+    finally:
+        hook.remove()
+    assert rows_per_forward[0] == 4  # one prefill row per prompt
+    assert rows_per_forward[1] == 16 and min(rows_per_forward[1:]) < 16  # finished rows were dropped
+    lengths = rollout.response_mask.sum(-1)
+    assert len(set(lengths.tolist())) > 1
+    # Sharing the prefill and dropping rows changes nothing a row computes.
+    torch.testing.assert_close(rollout.logprobs, reference_logprobs(model, env, rollout, 1.0), atol=1e-4, rtol=1e-4)
+
+
 def test_seeded_sampling_is_reproducible_and_seeds_differ(model, tokenizer):
     def sample(seed):
         env = make_env(tokenizer, num_envs=8)

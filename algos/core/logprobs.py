@@ -10,12 +10,15 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-DEFAULT_CHUNK_SIZE = 1024  # tokens per chunk: 1024 x 49k vocab x 4 bytes ~ 200 MB peak
+DEFAULT_CHUNK_SIZE = 256  # tokens per chunk: 256 x 49k vocab x 4 bytes ~ 50 MB per V-wide tensor
 
 
 def _logprob_entropy(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
     """[N, V] logits, [N] tokens -> ([N] log-prob of tokens, [N] entropy), in fp32."""
-    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logits = logits.float()
+    if temperature != 1.0:  # a V-wide division per token otherwise
+        logits = logits / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
     taken = logp_all.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
     entropy = -(logp_all.exp() * logp_all).sum(-1)
     return taken, entropy
