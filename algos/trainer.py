@@ -214,7 +214,8 @@ def rollout_metrics(result, scores: torch.Tensor) -> dict[str, float]:
 def make_rollout_backend(config):
     """The rollout backend named by config.rollout.backend, sampling as config.rollout says.
 
-    HFRollout draws from torch's global RNG, which checkpoints save, so resumed runs sample the same tokens.
+    Both draw from torch's global RNG (HFRollout its samples, VLLMRollout its per-row seeds), which
+    checkpoints save, so resumed runs sample the same tokens.
     """
     from algos import rollout
     from algos.models import resolve_model_path
@@ -224,7 +225,7 @@ def make_rollout_backend(config):
     if cfg.backend == "hf":
         return rollout.HFRollout(**sampling)
     if cfg.backend == "vllm":
-        return rollout.VLLMRollout(resolve_model_path(config.model.path), **sampling, seed=config.run.seed)
+        return rollout.VLLMRollout(resolve_model_path(config.model.path), **sampling)
     raise ValueError(f"config rollout.backend: unknown backend {cfg.backend!r} (choose 'hf' or 'vllm')")
 
 

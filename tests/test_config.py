@@ -51,6 +51,14 @@ def test_yaml_round_trip(tmp_path):
         (["--optim.betas", "[0.9]"], "'optim.betas': expected 2 items"),
         (["--grpo.overlong_filter", "maybe"], "expected true/false"),
         (["--grpo.beta"], "has no value"),
+        (["--grpo.adv_eps", "0"], "grpo.adv_eps: must be > 0"),
+        (["--grpo.entropy_coef", "-0.01"], "grpo.entropy_coef: must be >= 0"),
+        (["--grpo.max_sampling_rounds", "102"], "grpo.max_sampling_rounds: must be in 1..101"),
+        (["--optim.adam_eps", "-1"], "optim.adam_eps: must be > 0"),
+        (["--optim.lr", "inf"], "optim.lr: must be a finite number"),
+        (["--model.device", "gpu"], "model.device: must be 'auto' or a torch device"),
+        (["--env.max_prompt_tokens", "0"], "env.max_prompt_tokens: must be >= 1 or null"),
+        (["--env.kwargs", "3", "--env.kwargs.digits", "2"], "'env.kwargs.digits': 'kwargs' is not a section or a mapping"),
     ],
 )
 def test_bad_overrides_name_the_key(overrides, message):
@@ -91,3 +99,12 @@ def test_ambiguous_bare_key_lists_the_options():
     with pytest.raises(ValueError, match="ambiguous: use one of a.size, b.size"):
         load_config(_TwoSections, overrides=["--size", "2"])
     assert load_config(_TwoSections, overrides=["--b.size", "2"]).b.size == 2
+
+
+def test_overrides_inside_a_mapping_field_are_typed_and_merge():
+    config = load_config(GRPOConfig, overrides=["--env.kwargs.digits", "3", "--env.kwargs.fallback_last_number", "false",
+                                                 "--env.kwargs.operators", "+-*/"])
+    assert config.env.kwargs == {"digits": 3, "fallback_last_number": False, "operators": "+-*/"}
+    # a mapping given whole on the command line, then one key of it
+    config = load_config(GRPOConfig, overrides=["--env.kwargs", "{digits: 2, terms: 3}", "--env.kwargs.digits", "4"])
+    assert config.env.kwargs == {"digits": 4, "terms": 3}

@@ -70,3 +70,27 @@ def test_vllm_sampling_fills_every_row(tiny):
     assert env.all_done and len(rollout.completions) == 8
     assert (rollout.response_mask.sum(-1) >= 1).all()
     assert torch.isfinite(rollout.logprobs).all() and (rollout.logprobs <= 0).all()
+
+
+def test_vllm_rows_of_a_group_get_their_own_seeds_and_runs_repeat(tiny):
+    _, tokenizer, backend = tiny
+
+    def sample():
+        env = TokenVectorEnv(ArithmeticTask(), tokenizer, num_envs=8, max_new_tokens=8)
+        env.reset(seed=2, options={"group_size": 8})  # one prompt, eight rows
+        return greedy_ids(backend.generate(None, env, temperature=1.0))
+
+    backend.generator.manual_seed(5)
+    first = sample()
+    assert len({tuple(ids) for ids in first}) > 1  # one shared seed would give eight equal rows
+    backend.generator.manual_seed(5)
+    assert sample() == first
+    # without a private generator the seeds come from torch's global RNG, which checkpoints save
+    private, backend.generator = backend.generator, None
+    try:
+        torch.manual_seed(3)
+        from_global = sample()
+        torch.manual_seed(3)
+        assert sample() == from_global
+    finally:
+        backend.generator = private
