@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from rlvr_env.task import Problem, build_config
+
 
 class DataFileError(ValueError):
     """A dataset file is missing or malformed; the message names path, line and field."""
@@ -30,11 +32,16 @@ def resolve_path(path: str | os.PathLike | None, env_var: str, task_name: str) -
 
 def read_records(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """``(line number, record)`` pairs: 1-based lines for JSON Lines, 1-based rows for parquet."""
-    if path.suffix == ".parquet":
+    if path.suffix.lower() == ".parquet":
         return _read_parquet(path)
     records = []
-    with path.open(encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
+    with path.open("rb") as handle:  # decoded line by line, so a bad byte is reported with its line
+        for line_number, raw_line in enumerate(handle, start=1):
+            try:
+                line = raw_line.decode("utf-8")
+            except UnicodeDecodeError as error:
+                bad_byte = raw_line[error.start]
+                raise DataFileError(f"{path}:{line_number}: not UTF-8 (byte {bad_byte:#04x} at column {error.start + 1})") from None
             if not line.strip():
                 continue
             try:
@@ -52,9 +59,14 @@ def read_records(path: Path) -> list[tuple[int, dict[str, Any]]]:
 def _read_parquet(path: Path) -> list[tuple[int, dict[str, Any]]]:
     try:
         import datasets
+        import pyarrow
+        from datasets.exceptions import DatasetGenerationError
     except ImportError:
         raise DataFileError(f"{path}: reading parquet needs `datasets` (pip install 'rlvr-env[data]')") from None
-    table = datasets.Dataset.from_parquet(str(path), keep_in_memory=True)
+    try:
+        table = datasets.Dataset.from_parquet(str(path), keep_in_memory=True)
+    except (pyarrow.ArrowException, DatasetGenerationError) as error:
+        raise DataFileError(f"{path}: not a readable parquet file ({error})") from None
     if len(table) == 0:
         raise DataFileError(f"{path}: no records")
     return [(row_number, dict(row)) for row_number, row in enumerate(table, start=1)]
@@ -72,26 +84,30 @@ def require_str(record: dict[str, Any], field: str, path: Path, line: int) -> st
 
 class DatasetTask:
     """Mixin for tasks backed by a local file: subclasses set ``env_var`` and
-    implement ``parse(records, path) -> list[Problem]``; the config needs ``data_path``.
+    implement ``parse(records, path, config) -> list[Problem]``; the config needs ``data_path``.
     Problems are ``parsed[index]``; the seed does not change a fixed dataset."""
 
     env_var: str
 
     def __init__(self, config=None, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
-        self._load()
+        self._problems = self._load(self.config)
 
     def configure(self, **changes: Any) -> bool:
-        changed = super().configure(**changes)
-        if changed:  # e.g. new level filters or another file
-            self._load()
-        return changed
+        config = build_config(self.config_cls, self.config, changes)
+        if config == self.config:
+            return False
+        # Load first and assign after: a failed reload (e.g. filters that match nothing) leaves the task as it was.
+        self._problems = self._load(config)
+        self.config = config
+        return True
 
-    def _load(self) -> None:
-        path = resolve_path(self.config.data_path, self.env_var, type(self).__name__)
-        self._problems = self.parse(read_records(path), path)
-        if not self._problems:
-            raise DataFileError(f"{path}: no problems left after the filters in {self.config}")
+    def _load(self, config) -> list[Problem]:
+        path = resolve_path(config.data_path, self.env_var, type(self).__name__)
+        problems = self.parse(read_records(path), path, config)
+        if not problems:
+            raise DataFileError(f"{path}: no problems left after the filters in {config}")
+        return problems
 
     @property
     def size(self) -> int:

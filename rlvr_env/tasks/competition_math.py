@@ -1,8 +1,9 @@
 """rlvr/MATH-v0: competition problems from a local MATH (Hendrycks) file.
 
 Rows are the public format: ``{"problem", "solution" (with a final \\boxed{}),
-"level": "Level 3", "type": "Algebra"}``; an ``"answer"`` field (MATH-500) wins
-over the solution's last ``\\boxed{}``.
+"level": "Level 3", "type": "Algebra"}``; the MATH-500 shape (integer ``level``, ``"subject"``
+for the type) works too. A non-empty ``"answer"`` field (MATH-500) wins over the solution's
+last ``\\boxed{}``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,15 @@ from rlvr_env.data import DataFileError, DatasetTask, require_str
 from rlvr_env.task import Problem, Task, TaskConfig
 
 ENV_VAR = "RLVR_MATH_PATH"
-_LEVEL = re.compile(r"Level\s+(\d)")
+_LEVEL = re.compile(r"(?:Level\s+)?(\d+)")
+
+
+def parse_level(value: Any) -> int | None:
+    """MATH's "Level 3" or MATH-500's integer 3; None when absent or unknown (e.g. "Level ?")."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = _LEVEL.fullmatch(value.strip()) if isinstance(value, str) else None
+    return int(match.group(1)) if match else None
 
 
 @dataclass
@@ -46,6 +55,10 @@ class MATHConfig(TaskConfig):
             raise ValueError(f"levels must be a list of integers in 1..5, got {self.levels!r}")
         if not isinstance(self.types, tuple) or not all(isinstance(t, str) for t in self.types):
             raise ValueError(f"types must be a list of strings, got {self.types!r}")
+        try:  # a stray brace or another placeholder would otherwise fail at load time with a bare KeyError
+            self.prompt_template.format(problem="x")
+        except (KeyError, IndexError, ValueError, AttributeError) as error:
+            raise ValueError(f"prompt_template must format with only {{problem}} (braces doubled): {error!r}") from None
         if "{problem}" not in self.prompt_template:
             raise ValueError("prompt_template must contain {problem}")
         validate_answer_weights(self.correct_weight, self.format_weight)
@@ -55,25 +68,23 @@ class MATHTask(DatasetTask, Task):
     config_cls = MATHConfig
     env_var = ENV_VAR
 
-    def parse(self, records, path: Path) -> list[Problem]:
-        cfg = self.config
+    def parse(self, records, path: Path, config: MATHConfig) -> list[Problem]:
         problems = []
         for line, record in records:
             text = require_str(record, "problem", path, line)
-            level_match = _LEVEL.search(str(record.get("level", "")))
-            level = int(level_match.group(1)) if level_match else None
-            kind = record.get("type")
-            if cfg.levels and level not in cfg.levels or cfg.types and kind not in cfg.types:
+            level = parse_level(record.get("level"))
+            kind = record.get("type") or record.get("subject")  # MATH-500 names the type "subject"
+            if config.levels and level not in config.levels or config.types and kind not in config.types:
                 continue
-            if "answer" in record:
-                answer = str(record["answer"]).strip()
-                if not answer:
-                    raise DataFileError(f"{path}:{line}: field 'answer' is empty")
-            else:
+            answer = record.get("answer")
+            answer = "" if answer is None else str(answer).strip()
+            if not answer:  # no "answer" field, or a null/empty one (e.g. a partly-null parquet column)
                 answer = last_boxed(require_str(record, "solution", path, line))
-                if answer is None:
-                    raise DataFileError(f"{path}:{line}: field 'solution' has no final \\boxed{{...}} answer")
-            prompt = cfg.prompt_template.format(problem=text)
+                if not answer:
+                    raise DataFileError(
+                        f"{path}:{line}: field 'solution' has no final \\boxed{{...}} answer and field 'answer' is missing or empty"
+                    )
+            prompt = config.prompt_template.format(problem=text)
             problems.append(Problem(prompt, answer, {"index": len(problems), "line": line, "level": level, "type": kind}))
         return problems
 

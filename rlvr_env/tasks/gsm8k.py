@@ -30,6 +30,10 @@ class GSM8KConfig(TaskConfig):
 
     def validate(self) -> None:
         super().validate()
+        try:  # a stray brace or another placeholder would otherwise fail at load time with a bare KeyError
+            self.prompt_template.format(question="x")
+        except (KeyError, IndexError, ValueError, AttributeError) as error:
+            raise ValueError(f"prompt_template must format with only {{question}} (braces doubled): {error!r}") from None
         if "{question}" not in self.prompt_template:
             raise ValueError("prompt_template must contain {question}")
         validate_answer_weights(self.correct_weight, self.format_weight)
@@ -47,14 +51,14 @@ class GSM8KTask(DatasetTask, Task):
     config_cls = GSM8KConfig
     env_var = ENV_VAR
 
-    def parse(self, records, path: Path) -> list[Problem]:
+    def parse(self, records, path: Path, config: GSM8KConfig) -> list[Problem]:
         problems = []
         for line, record in records:
             question = require_str(record, "question", path, line)
             answer = final_answer(require_str(record, "answer", path, line))
             if answer is None:
                 raise DataFileError(f"{path}:{line}: field 'answer' has no final '#### <number>'")
-            prompt = self.config.prompt_template.format(question=question)
+            prompt = config.prompt_template.format(question=question)
             problems.append(Problem(prompt, answer, {"index": len(problems), "line": line}))
         return problems
 

@@ -1,0 +1,109 @@
+"""GSM8K/MATH data files: malformed files, MATH row shapes and failed reconfigures."""
+
+import json
+
+import gymnasium as gym
+import pytest
+
+import rlvr_env
+from rlvr_env.data import DataFileError
+
+GSM8K_ROW = {"question": "What is 2 + 2?", "answer": "2 + 2 = 4\n#### 4"}
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return str(path)
+
+
+def test_invalid_utf8_names_the_file_and_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(json.dumps(GSM8K_ROW).encode() + b"\n" + b'{"question": "caf\xe9", "answer": "#### 1"}\n')
+    with pytest.raises(DataFileError, match=r"bad\.jsonl:2: not UTF-8 \(byte 0xe9 at column 18\)"):
+        rlvr_env.make_task("GSM8K", data_path=str(path))
+
+
+def test_upper_case_parquet_suffix_is_read_as_parquet(tmp_path):
+    pytest.importorskip("datasets")
+    pyarrow = pytest.importorskip("pyarrow")
+    import pyarrow.parquet
+
+    path = tmp_path / "train.PARQUET"
+    pyarrow.parquet.write_table(pyarrow.table({key: [value] for key, value in GSM8K_ROW.items()}), path)
+    assert rlvr_env.make_task("GSM8K", data_path=str(path)).problem(0, 0).answer == "4"
+
+
+def test_corrupt_parquet_names_the_file(tmp_path):
+    pytest.importorskip("datasets")
+    path = tmp_path / "corrupt.parquet"
+    path.write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(DataFileError, match=r"corrupt\.parquet: not a readable parquet file"):
+        rlvr_env.make_task("GSM8K", data_path=str(path))
+
+
+@pytest.mark.parametrize(
+    "task, row, template, placeholder",
+    [
+        ("GSM8K", GSM8K_ROW, "{question} {hint}", "question"),
+        ("GSM8K", GSM8K_ROW, "{question} Put it in \\boxed{}.", "question"),
+        ("MATH", {"problem": "p", "solution": "\\boxed{3}"}, "{problem} \\boxed{}", "problem"),
+    ],
+)
+def test_bad_prompt_template_is_rejected_naming_the_field(tmp_path, task, row, template, placeholder):
+    data_path = write_jsonl(tmp_path / "data.jsonl", [row])
+    with pytest.raises(ValueError, match=f"prompt_template must format with only {{{placeholder}}}"):
+        rlvr_env.make_task(task, data_path=data_path, prompt_template=template)
+
+
+def test_math_null_or_empty_answer_falls_back_to_the_solution_box(tmp_path):
+    rows = [
+        {"problem": "1 + 2?", "solution": "so \\boxed{3}", "answer": None},
+        {"problem": "2 + 2?", "solution": "so \\boxed{4}", "answer": " "},
+        {"problem": "3 + 3?", "solution": "so \\boxed{5}", "answer": "6"},
+    ]
+    task = rlvr_env.make_task("MATH", data_path=write_jsonl(tmp_path / "math.jsonl", rows))
+    assert [task.problem(i, 0).answer for i in range(3)] == ["3", "4", "6"]
+
+
+def test_math_null_answer_without_a_boxed_solution_names_line_and_fields(tmp_path):
+    rows = [{"problem": "p", "solution": "\\boxed{1}"}, {"problem": "p", "solution": "no box", "answer": None}]
+    message = r"math\.jsonl:2: field 'solution' has no final \\boxed\{\.\.\.\} answer and field 'answer' is missing or empty"
+    with pytest.raises(DataFileError, match=message):
+        rlvr_env.make_task("MATH", data_path=write_jsonl(tmp_path / "math.jsonl", rows))
+
+
+def test_math_parquet_with_a_partly_null_answer_column(tmp_path):
+    pytest.importorskip("datasets")
+    pyarrow = pytest.importorskip("pyarrow")
+    import pyarrow.parquet
+
+    path = tmp_path / "math.parquet"
+    columns = {"problem": ["p1", "p2"], "solution": ["\\boxed{1}", "\\boxed{2}"], "answer": ["7", None]}
+    pyarrow.parquet.write_table(pyarrow.table(columns), path)
+    task = rlvr_env.make_task("MATH", data_path=str(path))
+    assert [task.problem(i, 0).answer for i in range(2)] == ["7", "2"]
+
+
+def test_math500_shape_matches_level_and_type_filters(tmp_path):
+    rows = [  # HuggingFaceH4/MATH-500: integer level, "subject" instead of "type"
+        {"problem": "1 + 1?", "solution": "\\boxed{2}", "answer": "2", "subject": "Algebra", "level": 1},
+        {"problem": "2 + 2?", "solution": "\\boxed{4}", "answer": "4", "subject": "Prealgebra", "level": 2},
+        {"problem": "3 + 3?", "solution": "\\boxed{6}", "answer": "6", "type": "Algebra", "level": "Level 3"},
+    ]
+    data_path = write_jsonl(tmp_path / "math500.jsonl", rows)
+    easy = rlvr_env.make_task("MATH", data_path=data_path, levels=[1, 2])
+    assert [easy.problem(i, 0).metadata["level"] for i in range(len(easy))] == [1, 2]
+    algebra = rlvr_env.make_task("MATH", data_path=data_path, types=["Algebra"])
+    assert [algebra.problem(i, 0).metadata["line"] for i in range(len(algebra))] == [1, 3]
+
+
+def test_failed_reconfigure_leaves_the_env_usable(tmp_path):
+    rows = [{"problem": f"level {level}", "solution": f"\\boxed{{{level}}}", "level": f"Level {level}"} for level in (1, 1, 2)]
+    env = gym.make("rlvr/MATH-v0", data_path=write_jsonl(tmp_path / "levels.jsonl", rows))
+    env.reset(seed=0)
+    with pytest.raises(DataFileError, match=r"levels\.jsonl: no problems left after the filters"):
+        env.reset(options={"task": {"levels": [5]}})
+    task = env.unwrapped.task
+    assert task.config.levels == () and task.size == 3
+    prompt, _ = env.reset(options={"task": {"levels": [2]}})
+    assert task.config.levels == (2,) and task.size == 1 and "level 2" in prompt
