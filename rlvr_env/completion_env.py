@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+import numbers
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -16,6 +19,26 @@ from rlvr_env.task import Problem, Task
 PROCEDURAL_INDEX_RANGE = 2**31
 
 
+def apply_task_option(task: Task, changes: Any) -> None:
+    """``reset(options={"task": {...}})``: config changes (e.g. difficulty) from this episode on."""
+    if changes is None:
+        return
+    if not isinstance(changes, Mapping):
+        raise ValueError(f"reset option 'task' must be a mapping of {type(task.config).__name__} fields, got {changes!r}")
+    if changes:
+        task.configure(**changes)
+
+
+def checked_problem_index(task: Task, index: Any, option: str) -> int:
+    """``index`` as an int, or a ValueError naming the reset ``option``: a procedural task takes
+    any index >= 0, a dataset one below its size."""
+    integral = isinstance(index, numbers.Integral) and not isinstance(index, bool)
+    if not integral or index < 0 or (task.size is not None and index >= task.size):
+        bound = f"[0, {task.size})" if task.size is not None else "an integer >= 0"
+        raise ValueError(f"reset option {option!r}: {index!r} is not a problem index of {type(task).__name__} ({bound})")
+    return int(index)
+
+
 def problem_from_options(task: Task, np_random, problem_seed: int, options: dict[str, Any] | None) -> tuple[int, Problem]:
     """The episode's problem: ``options["problem_index"]`` or a draw from ``np_random``,
     after applying ``options["task"]`` (config changes such as difficulty)."""
@@ -24,11 +47,11 @@ def problem_from_options(task: Task, np_random, problem_seed: int, options: dict
     index = options.pop("problem_index", None)
     if options:
         raise ValueError(f"unknown reset option {sorted(options)[0]!r}; known: problem_index, task")
-    if task_changes:
-        task.configure(**task_changes)
+    apply_task_option(task, task_changes)
     if index is None:
         index = int(np_random.integers(0, task.size or PROCEDURAL_INDEX_RANGE))
-    return int(index), task.problem(int(index), problem_seed)
+    index = checked_problem_index(task, index, "problem_index")
+    return index, task.problem(index, problem_seed)
 
 
 def outcome_info(task: Task, problem: Problem, result: VerifyResult) -> dict[str, Any]:
@@ -65,7 +88,7 @@ class CompletionEnv(gym.Env):
     ) -> None:
         if max_prompt_chars < 1 or max_completion_chars < 1:
             raise ValueError("max_prompt_chars and max_completion_chars must be positive")
-        self.task = task
+        self.task = copy.copy(task)  # reset options reconfigure this env's copy, never the caller's task
         self.tokenizer = tokenizer
         self.use_chat_template = use_chat_template
         self.max_completion_chars = max_completion_chars

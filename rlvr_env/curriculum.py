@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 
 
 class Curriculum:
@@ -39,8 +40,9 @@ class Curriculum:
         return sum(self._recent) / len(self._recent) if self._recent else None
 
     def record(self, successes: bool | Iterable[bool]) -> bool:
-        """Add outcomes; True when this raised the level."""
-        self._recent.extend([successes] if isinstance(successes, bool) else [bool(s) for s in successes])
+        """Add one outcome (a bool, numpy bool or 0-d tensor) or many; True when this raised the level."""
+        one = isinstance(successes, (bool, np.bool_)) or getattr(successes, "ndim", None) == 0
+        self._recent.extend([bool(successes)] if one else [bool(s) for s in successes])
         full = len(self._recent) == self._recent.maxlen
         if full and self.success_rate >= self.threshold and self.level < len(self.levels) - 1:
             self.level += 1

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import string
+from types import ModuleType
 from typing import Any
 
 from gymnasium import spaces
+from gymnasium.vector.utils import create_shared_memory
 
 # What ``sample()`` draws from: printable ASCII plus Latin, Greek, punctuation and maths symbols.
 _BLOCKS = [(0x00A0, 0x024F), (0x0370, 0x03FF), (0x2000, 0x22FF)]
@@ -29,3 +32,14 @@ class UnicodeText(spaces.Text):
 
     def __repr__(self) -> str:
         return f"UnicodeText({self.min_length}, {self.max_length})"
+
+
+
+@create_shared_memory.register(UnicodeText)
+def _refuse_shared_memory(space: UnicodeText, n: int = 1, ctx: ModuleType = mp):
+    # AsyncVectorEnv reads a shared-memory Text space once, at construction, into a tuple of str (not
+    # a view like an array's), so every later observation would be that first, empty read.
+    raise ValueError(
+        f"{space} observations cannot use AsyncVectorEnv's shared memory; pass "
+        "vector_kwargs={'shared_memory': False} to gymnasium.make_vec (or shared_memory=False to AsyncVectorEnv)"
+    )

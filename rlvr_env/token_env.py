@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import functools
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,7 +29,14 @@ def stop_ids_of(tokenizer, stop_token_ids: Sequence[int] | None) -> list[int]:
 def step_end_flags(tokenizer, delimiter: str) -> tuple[bool, ...]:
     """For each token id, whether its own text contains ``delimiter``: generating it ends a reasoning step."""
     texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=True)
-    return tuple(delimiter in text for text in texts)
+    flags = tuple(delimiter in text for text in texts)
+    if not any(flags):
+        warnings.warn(
+            f"no single token of the tokenizer contains the process-step delimiter {delimiter!r}: a step it ends "
+            "(written over several tokens) is not rewarded until the episode's final step",
+            stacklevel=2,
+        )
+    return flags
 
 
 def credit_newest_step(task: Task, problem: Problem, text: str, credited: int, final: bool) -> tuple[float, int]:
@@ -74,7 +83,7 @@ class TokenEnv(gym.Env):
     ) -> None:
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        self.task = task
+        self.task = copy.copy(task)  # reset options reconfigure this env's copy, never the caller's task
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
         self.use_chat_template = use_chat_template

@@ -13,6 +13,8 @@ reasoning step.
 
 from __future__ import annotations
 
+import copy
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +26,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 import rewards
-from rlvr_env.completion_env import PROCEDURAL_INDEX_RANGE
+from rlvr_env.completion_env import PROCEDURAL_INDEX_RANGE, apply_task_option, checked_problem_index
 from rlvr_env.prompting import encode_prompts, render_prompt, uses_chat_template
 from rlvr_env.task import Problem, Task
 from rlvr_env.token_env import credit_newest_step, step_end_flags, stop_ids_of
@@ -73,9 +75,9 @@ class TokenVectorEnv(VectorEnv):
             raise ValueError(f"max_prompt_tokens must be >= 1 or None, got {max_prompt_tokens}")
         if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
             raise ValueError("tokenizer needs a pad_token_id or an eos_token_id to pad with")
+        self.task = copy.copy(task)  # system_prompt and reset options reconfigure this copy, never the caller's task
         if system_prompt is not None:
-            task.configure(system_prompt=system_prompt)
-        self.task = task
+            self.task.configure(system_prompt=system_prompt)
         self.tokenizer = tokenizer
         self.num_envs = num_envs
         self.max_new_tokens = max_new_tokens
@@ -126,17 +128,18 @@ class TokenVectorEnv(VectorEnv):
         task_changes = options.pop("task", None)
         if options:
             raise ValueError(f"unknown reset option {sorted(options)[0]!r}; known: group_size, problem_indices, task")
-        if not isinstance(group_size, int) or group_size < 1 or self.num_envs % group_size:
+        if not isinstance(group_size, numbers.Integral) or isinstance(group_size, bool) or group_size < 1 or self.num_envs % group_size:
             raise ValueError(f"group_size must be a positive divisor of num_envs={self.num_envs}, got {group_size!r}")
+        group_size = int(group_size)
         num_prompts = self.num_envs // group_size
-        if task_changes:
-            self.task.configure(**task_changes)
+        apply_task_option(self.task, task_changes)
         self._verifier = self.task.verifier  # built once per batch: tasks build it from their config
         if indices is None:
             indices = self.np_random.integers(0, self.task.size or PROCEDURAL_INDEX_RANGE, size=num_prompts).tolist()
         elif len(indices) != num_prompts:
             raise ValueError(f"problem_indices needs num_envs // group_size = {num_prompts} entries, got {len(indices)}")
-        unique_problems = [self.task.problem(int(i), self.problem_seed) for i in indices]
+        indices = [checked_problem_index(self.task, i, "problem_indices") for i in indices]
+        unique_problems = [self.task.problem(i, self.problem_seed) for i in indices]
         self.problems = [p for p in unique_problems for _ in range(group_size)]
 
         chat = uses_chat_template(self.tokenizer, self.use_chat_template)
@@ -185,7 +188,7 @@ class TokenVectorEnv(VectorEnv):
         self._set_observation_space(width)
         self._update_step_ends()
         self._obs = {"input_ids": self.input_ids, "attention_mask": self.attention_mask, "num_generated": self.num_generated}
-        return self._obs, {"group_ids": self.group_ids, "problem_indices": [int(i) for i in indices]}
+        return self._obs, {"group_ids": self.group_ids, "problem_indices": indices}
 
     @property
     def prompt_ids(self) -> torch.Tensor:
@@ -229,6 +232,13 @@ class TokenVectorEnv(VectorEnv):
         actions = torch.as_tensor(actions, dtype=torch.long, device=self.device)
         if actions.shape != self._alive.shape:
             actions = actions.reshape(self.num_envs)
+        # An id past the tokenizer (a model's embedding table can be larger) would index out of range
+        # below: an IndexError on CPU, a device-side assert on CUDA.
+        if actions.max().item() >= self.single_action_space.n or actions.min().item() < 0:
+            bad = ((actions < 0) | (actions >= self.single_action_space.n)).nonzero().flatten().tolist()
+            raise ValueError(
+                f"actions of rows {bad[:8]} are {actions[bad[:8]].tolist()}, not token ids in [0, {self.single_action_space.n})"
+            )
         step, alive = self._steps, self._alive
         terminated_rows, truncated_rows, ended_rows, reward_rows = self._step_rows
         tokens, mask = self._id_columns[step], self._mask_columns[step]
