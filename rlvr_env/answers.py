@@ -7,6 +7,7 @@ write ``\\boxed{}``) and a small, separately reported credit for using it.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -20,12 +21,15 @@ _NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?")
 _FILLED_BOXED = re.compile(r"\\boxed\s*\{\s*[^\s}]")
 # Arithmetic left undone: an operator between two operands, a fraction, a root or a factorial.
 _UNEVALUATED = re.compile(r"[\d)}.]\s*(?:[-+*/×÷^]|\\times|\\cdot|\\div)\s*[-\d(\\{.]|\\[dt]?frac|\\sqrt|\d\s*!")
+# A unit and its exponent ("\text{ m}^2", "\mathrm{cm}^{3}", "^\circ"): not arithmetic, so removed before the check.
+_UNIT = re.compile(r"\\(?:text|mbox|mathrm)\s*\{[^{}\d]*\}(?:\s*\^\s*(?:\{[^{}]*\}|\w))?|\^\s*\{?\s*\\circ\s*\}?")
 
 
 def unevaluated(answer: str) -> bool:
     """True when the answer's final value (after its last "=") is arithmetic, not a number:
-    "86 + 67" or "\\frac{306}{2}" equal 153 but restate the question; "86 + 67 = 153" is fine."""
-    return bool(_UNEVALUATED.search(re.split(r"=|\\approx", answer)[-1]))
+    "86 + 67" or "\\frac{306}{2}" equal 153 but restate the question; "86 + 67 = 153" and
+    "12 \\text{ m}^2" are fine."""
+    return bool(_UNEVALUATED.search(_UNIT.sub(" ", re.split(r"=|\\approx", answer)[-1])))
 
 
 def last_number(text: str) -> str | None:
@@ -49,7 +53,9 @@ class LenientAnswer:
 
     def __call__(self, completion: str, *, answer: Any, **info: Any) -> VerifyResult:
         result = rewards.math_verifier(completion, answer=answer, **info)
-        if self.literal_answer and result.score == 1.0 and unevaluated(result.details.get("pred", "")):
+        pred = result.details.get("pred", "")
+        # A gold written as arithmetic ("3/4") is itself the literal form, so it is not held against the answer.
+        if self.literal_answer and result.score == 1.0 and unevaluated(pred) and not unevaluated(str(answer)):
             return VerifyResult(0.0, OK, {**result.details, "reason": "unevaluated: the answer is arithmetic, not a number"})
         # No marker found: either no answer at all, or a short completion taken whole as the answer.
         unmarked = result.status == NO_ANSWER or result.details.get("pred") == completion.strip()
@@ -83,7 +89,17 @@ def answer_reward(correct_weight: float, format_weight: float, fallback_last_num
 
 
 def validate_answer_weights(correct_weight: float, format_weight: float) -> None:
+    for name, weight in (("correct_weight", correct_weight), ("format_weight", format_weight)):
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+            raise ValueError(f"{name} must be a finite number, got {weight!r}")
     if not correct_weight > 0:
         raise ValueError(f"correct_weight must be > 0, got {correct_weight}")
     if format_weight < 0:
         raise ValueError(f"format_weight must be >= 0, got {format_weight}")
+
+
+def validate_answer_flags(**flags: Any) -> None:
+    """Reject non-bool flags by name: a YAML/CLI string "false" would otherwise read as true."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false, got {value!r}")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from rlvr_env.answers import answer_reward, validate_answer_weights
+from rlvr_env.answers import answer_reward, validate_answer_flags, validate_answer_weights
 from rlvr_env.task import Problem, Task, TaskConfig
 
 OPERATORS = "+-*/"
@@ -47,6 +48,36 @@ class ArithmeticConfig(TaskConfig):
         if "{expression}" not in self.prompt_template:
             raise ValueError("prompt_template must contain {expression}")
         validate_answer_weights(self.correct_weight, self.format_weight)
+        validate_answer_flags(fallback_last_number=self.fallback_last_number, literal_answer=self.literal_answer)
+
+
+def prime_factors(n: int) -> Counter:
+    """The prime factorisation of ``n`` by trial division (fast for operands of up to 9 digits); empty for 0 and 1."""
+    factors: Counter = Counter()
+    candidate = 2
+    while candidate * candidate <= n:
+        while n % candidate == 0:
+            factors[candidate] += 1
+            n //= candidate
+        candidate += 1 if candidate == 2 else 2
+    if n > 1:
+        factors[n] += 1
+    return factors
+
+
+def divisors_between(factors: Counter, low: int, high: int) -> list[int]:
+    """The divisors in ``low..high`` of the number with prime factorisation ``factors``, ascending."""
+    divisors = [1]
+    for prime, exponent in factors.items():
+        multiples = []
+        for divisor in divisors:
+            for _ in range(exponent + 1):
+                if divisor > high:
+                    break
+                multiples.append(divisor)
+                divisor *= prime
+        divisors = multiples
+    return sorted(d for d in divisors if d >= low)
 
 
 class ArithmeticTask(Task):
@@ -60,22 +91,30 @@ class ArithmeticTask(Task):
         numbers = [int(rng.integers(low, high + 1))]
         # Evaluate with precedence as we go: `total` holds the finished +/- part,
         # `product` the running */ chain; a "/" picks a divisor of that chain so it divides exactly.
+        # The chain is also kept factorised: scanning every d-digit candidate divisor takes minutes for 9 digits.
         total, product, sign = Fraction(0), Fraction(numbers[0]), 1
+        chain_factors = prime_factors(numbers[0])
         for i, op in enumerate(ops):
             if op == "/":
-                divisors = [d for d in range(max(low, 1), high + 1) if product % d == 0]
+                if product:
+                    divisors = divisors_between(chain_factors, max(low, 1), high)
+                else:  # every candidate divides 0
+                    divisors = list(range(max(low, 1), high + 1))
                 if divisors:
                     number = divisors[int(rng.integers(0, len(divisors)))]
                     product /= number
-                else:  # e.g. a chain value of 0 or a prime with too few digits: multiply instead
+                    chain_factors -= prime_factors(number)
+                else:  # e.g. a prime chain value with fewer digits than an operand: multiply instead
                     op, ops[i] = "*", "*"
             if op != "/":
                 number = int(rng.integers(low, high + 1))
                 if op == "*":
                     product *= number
+                    chain_factors += prime_factors(number)
                 else:
                     total += sign * product
                     product, sign = Fraction(number), (1 if op == "+" else -1)
+                    chain_factors = prime_factors(number)
             numbers.append(number)
         value = total + sign * product
         expression = " ".join([str(numbers[0])] + [f"{op} {n}" for op, n in zip(ops, numbers[1:])])

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rewards.extract import last_boxed
-from rlvr_env.answers import answer_reward, validate_answer_weights
+from rlvr_env.answers import answer_reward, validate_answer_flags, validate_answer_weights
 from rlvr_env.data import DataFileError, DatasetTask, require_str
 from rlvr_env.task import Problem, Task, TaskConfig
 
@@ -62,6 +62,7 @@ class MATHConfig(TaskConfig):
         if "{problem}" not in self.prompt_template:
             raise ValueError("prompt_template must contain {problem}")
         validate_answer_weights(self.correct_weight, self.format_weight)
+        validate_answer_flags(fallback_last_number=self.fallback_last_number)
 
 
 class MATHTask(DatasetTask, Task):

@@ -30,7 +30,11 @@ _BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _ALLOWED_CHARS = re.compile(r"[\d\s+\-*/().]*")
 MAX_EXPRESSION_CHARS = 200
 # A line of working ends in "<expression> = <integer>"; text before the expression ("Step 1:") is ignored.
-_WORKING_LINE = re.compile(r"([\d\s+\-*/().]*\d[\d\s+\-*/().]*)=\s*(-?\d+)\s*\.?\s*$")
+# The line is split on its last "=" and each side matched on its own: one regex over the whole line
+# backtracks for seconds on a long line of digits. An expression of at most MAX_EXPRESSION_CHARS has
+# a value of at most that many digits, so a longer result is wrong (and int() would refuse it).
+_NOT_EXPRESSION_CHAR = re.compile(r"[^\d\s+\-*/().]")
+_WORKING_RESULT = re.compile(rf"(-?\d{{1,{MAX_EXPRESSION_CHARS}}})\s*\.?")
 
 
 class ExpressionError(ValueError):
@@ -75,18 +79,20 @@ def evaluate_expression(expression: str) -> tuple[Fraction, list[int]]:
 def apply_working_line(line: str, available: Counter) -> bool:
     """Whether ``line`` ends in a true ``expression = value`` over at least two numbers in
     ``available``; if so, those numbers are used up and ``value`` becomes available."""
-    match = _WORKING_LINE.search(line.strip())
-    if match is None:
+    left, equals, right = line.rpartition("=")
+    result = _WORKING_RESULT.fullmatch(right.strip())
+    if not equals or result is None:
         return False
+    expression = _NOT_EXPRESSION_CHAR.split(left)[-1]  # "Step 1: 44 + 19 " -> " 44 + 19 "
     try:
-        value, used = evaluate_expression(match.group(1))
+        value, used = evaluate_expression(expression)
     except ExpressionError:
         return False
-    used_counts = Counter(used)
-    if len(used) < 2 or used_counts - available or value != int(match.group(2)):
+    used_counts, claimed = Counter(used), int(result.group(1))
+    if len(used) < 2 or used_counts - available or value != claimed:
         return False
     available -= used_counts
-    available[int(match.group(2))] += 1
+    available[claimed] += 1
     return True
 
 
@@ -138,6 +144,8 @@ class CountdownConfig(TaskConfig):
             raise ValueError(f"max_number must be an integer >= 2, got {self.max_number!r}")
         if not isinstance(self.max_target, int) or self.max_target < 1:
             raise ValueError(f"max_target must be a positive integer, got {self.max_target!r}")
+        if not isinstance(self.use_all_numbers, bool):
+            raise ValueError(f"use_all_numbers must be true or false, got {self.use_all_numbers!r}")
         if not isinstance(self.step_reward, (int, float)) or not 0 <= self.step_reward <= 1:
             raise ValueError(f"step_reward must be a number in [0, 1], got {self.step_reward!r}")
         try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlvr_env.answers import answer_reward, validate_answer_weights
+from rlvr_env.answers import answer_reward, validate_answer_flags, validate_answer_weights
 from rlvr_env.data import DataFileError, DatasetTask, require_str
 from rlvr_env.task import Problem, Task, TaskConfig
 
@@ -37,6 +37,7 @@ class GSM8KConfig(TaskConfig):
         if "{question}" not in self.prompt_template:
             raise ValueError("prompt_template must contain {question}")
         validate_answer_weights(self.correct_weight, self.format_weight)
+        validate_answer_flags(fallback_last_number=self.fallback_last_number, literal_answer=self.literal_answer)
 
 
 def final_answer(solution: str) -> str | None:

@@ -6,6 +6,7 @@ dataset's own ``score_answer`` on the answer extracted from the completion.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -20,15 +21,16 @@ UNREGISTERED = frozenset({"composite"})
 
 
 @lru_cache(maxsize=256)
-def _dataset(name: str, seed: int, size: int | None, frozen_config: tuple):
+def _dataset(name: str, seed: int, size: int | None, config_json: str):
     import reasoning_gym
 
     sized = {} if size is None else {"size": size}  # None: the dataset's own default (some precompute per item)
-    return reasoning_gym.create_dataset(name, seed=seed, **sized, **dict(frozen_config))
+    return reasoning_gym.create_dataset(name, seed=seed, **sized, **json.loads(config_json))
 
 
-def _freeze(config: dict[str, Any]) -> tuple:
-    return tuple(sorted((key, tuple(v) if isinstance(v, list) else v) for key, v in config.items()))
+def _config_key(config: dict[str, Any]) -> str:
+    """A hashable cache key that keeps nested lists and dicts (e.g. rearc's list of ranges) as they are."""
+    return json.dumps(config, sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -37,13 +39,13 @@ class ReasoningGymVerifier:
 
     dataset: str
     size: int | None
-    frozen_config: tuple = ()
+    config_json: str = "{}"
 
     def __call__(self, completion: str, *, answer: Any, **info: Any) -> VerifyResult:
         extracted = rewards.extract_answer(completion)
         if extracted is None:
             return VerifyResult(0.0, NO_ANSWER)
-        scorer = _dataset(self.dataset, 0, self.size, self.frozen_config)
+        scorer = _dataset(self.dataset, 0, self.size, self.config_json)
         try:
             score = float(scorer.score_answer(extracted, answer))
         except Exception as error:  # a dataset's scorer choking on model text is a status, not a crash
@@ -73,7 +75,11 @@ class ReasoningGymConfig(TaskConfig):
         if self.size is not None and (not isinstance(self.size, int) or self.size < 1):
             raise ValueError(f"size must be a positive integer or None, got {self.size!r}")
         try:
-            _dataset(self.dataset, 0, self.size, _freeze(self.dataset_config))
+            config_json = _config_key(self.dataset_config)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"dataset_config must hold only JSON values (dicts, lists, strings, numbers, bools, None): {error}") from None
+        try:
+            _dataset(self.dataset, 0, self.size, config_json)
         except (TypeError, ValueError, AssertionError) as error:
             raise ValueError(f"dataset_config rejected by reasoning-gym {self.dataset!r}: {error}") from None
 
@@ -83,20 +89,22 @@ class ReasoningGymTask(Task):
 
     @property
     def size(self) -> int:
-        return len(_dataset(self.config.dataset, 0, self.config.size, _freeze(self.config.dataset_config)))
+        return len(_dataset(self.config.dataset, 0, self.config.size, _config_key(self.config.dataset_config)))
 
     def problem(self, index: int, seed: int) -> Problem:
         cfg = self.config
-        entry = _dataset(cfg.dataset, seed, cfg.size, _freeze(cfg.dataset_config))[index]
+        entry = _dataset(cfg.dataset, seed, cfg.size, _config_key(cfg.dataset_config))[index]
         return Problem(entry["question"] + cfg.prompt_suffix, entry, {"index": index, "dataset": cfg.dataset})
 
     @property
     def verifier(self):
         cfg = self.config
-        verifier = ReasoningGymVerifier(cfg.dataset, cfg.size, _freeze(cfg.dataset_config))
+        verifier = ReasoningGymVerifier(cfg.dataset, cfg.size, _config_key(cfg.dataset_config))
         return rewards.WeightedSum([("correct", verifier, 1.0)])
 
     def gold_completion(self, problem: Problem) -> str:
+        if problem.answer["answer"] is None:  # e.g. rush_hour, graph_color: many solutions, checked by score_answer
+            raise NotImplementedError(f"reasoning-gym {self.config.dataset!r} gives no reference answer to build a gold completion from")
         return f"<answer>{problem.answer['answer']}</answer>"
 
 
