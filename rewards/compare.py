@@ -7,6 +7,7 @@ undecided (None), inside the time-limited worker with sympy's scalar test.
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import Callable, Optional
 
@@ -16,6 +17,7 @@ ScalarEqual = Callable[[tuple, tuple], Verdict]
 MAX_RESULT_BITS = 4096  # size guard: exact arithmetic refuses numbers larger than this
 MAX_FACTORIAL = 300
 MAX_SET_ITEMS = 64
+MIN_GOLD_ROUNDING_PLACES = 6  # a decimal gold is read as a rounding only when this precise (rationals_match)
 
 
 class TooLarge(ArithmeticError):
@@ -65,7 +67,34 @@ def exact_value(node: tuple) -> Fraction | None:
         for k in range(2, int(arg) + 1):
             result *= k
         return Fraction(result)
+    if kind == "fn" and node[1] == "binom" and len(node[2]) == 2:
+        n, k = exact_value(node[2][0]), exact_value(node[2][1])
+        if n is None or k is None:
+            return None
+        if n.denominator != 1 or k.denominator != 1 or n < 0:
+            check_binom_size(n, k)  # sympy's gamma-based value: only small arguments reach it
+            return None
+        if k < 0 or k > n:
+            return Fraction(0)
+        check_binom_size(n, k)
+        return Fraction(math.comb(int(n), int(k)))
     return None
+
+
+def check_binom_size(n, k) -> None:
+    """Size guard for binom(n, k) with numeric n, k (Fractions or numbers), as for factorial. Raises TooLarge.
+
+    Integers 0 <= k <= n: binom(n, k) has at most min(k, n-k) * bits(n) bits, which must stay under
+    MAX_RESULT_BITS (binom(1000, 2) is fine, binom(10^9, 10^5) is not). Any other numeric arguments
+    (negative or non-integer, evaluated through gamma) must stay within the factorial bound.
+    """
+    if Fraction(n).denominator == 1 and Fraction(k).denominator == 1 and 0 <= k <= n:
+        n, k = int(n), int(k)
+        if min(k, n - k) * max(n.bit_length(), 1) > MAX_RESULT_BITS:
+            raise TooLarge("binomial too large")
+        return
+    if abs(n) > MAX_FACTORIAL or abs(k) > MAX_FACTORIAL:
+        raise TooLarge("binomial too large")
 
 
 def _guard(value: Fraction) -> None:
@@ -81,10 +110,19 @@ def decimal_places(node: tuple) -> int | None:
 
 
 def rationals_match(pred: Fraction, gold: Fraction, pred_places: int | None, gold_places: int | None) -> bool:
-    """Exact equality, or a decimal written to >= 2 places that is the other value rounded."""
+    """Exact equality, or a predicted decimal written to >= 2 places that is the gold value rounded.
+
+    Rounding is read into the prediction (0.67 answers 2/3), not into a decimal gold: a gold 0.25 is 0.25,
+    never the rounding of a predicted 0.254 (or 127/500), and 12.50 is not 12.496. The one exception is a gold
+    computed to many places (>= MIN_GOLD_ROUNDING_PLACES, 4.123105625617661 for sqrt(17)) against a prediction
+    in exact form (not a decimal literal): a wrong exact answer within half a unit of the 6th place is no
+    real risk, and such golds are roundings by construction.
+    """
     if pred == gold:
         return True
     for written, other, places in ((pred, gold, pred_places), (gold, pred, gold_places)):
+        if written is gold and (pred_places is not None or (gold_places or 0) < MIN_GOLD_ROUNDING_PLACES):
+            continue
         if places is not None and places >= 2 and abs(written) * 10**places >= 10:
             if abs(written - other) < Fraction(1, 2 * 10**places):
                 return True
@@ -272,8 +310,28 @@ def _percent(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
     pct, other = (pred, gold) if pred[0] == "pct" else (gold, pred)
     as_fraction = ("div", pct[1], ("num", Fraction(100), None))
     if pct is pred:  # the model wrote the sign: "4 4/9%" is 2/45, not the gold 40/9
+        if _is_number_literal(pct[1]) and _is_number_literal(gold) and abs(_literal_value(gold)) >= 1:
+            # a bare-number gold left its sign off (GSM8K never writes %): "25%" answers 25 as well as 0.25.
+            # Only a literal written with the sign, against a gold >= 1 in size: a gold below 1 (0.75) reads as a
+            # fraction, so "0.75%" and "\frac34%" do not answer it.
+            return _any((equivalent(as_fraction, gold, scalar_equal), equivalent(pct[1], gold, scalar_equal)))
         return equivalent(as_fraction, gold, scalar_equal)
     return _any((equivalent(other, pct[1], scalar_equal), equivalent(other, as_fraction, scalar_equal)))
+
+
+def _is_number_literal(node: tuple) -> bool:
+    """An integer or decimal literal, possibly negated: 25, -3, 12.5 (not 28/100, 1 1/4 or an expression)."""
+    while node[0] == "neg":
+        node = node[1]
+    return node[0] == "num" and (node[2] is not None or node[1].denominator == 1)
+
+
+def _literal_value(node: tuple) -> Fraction:
+    """Value of a number literal accepted by _is_number_literal."""
+    negate = False
+    while node[0] == "neg":
+        node, negate = node[1], not negate
+    return -node[1] if negate else node[1]
 
 
 def _as_interval(node: tuple) -> tuple:

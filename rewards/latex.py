@@ -59,8 +59,16 @@ _NUMBER_RE = re.compile(r"\d+(?:\.\d*)?|\.\d+")
 _THOUSANDS_RE = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])")
 _BRACKET_OR_THOUSANDS_RE = re.compile(r"(\\\{|[(\[])|(\\\}|[)\]])|" + _THOUSANDS_RE.pattern)
 _LATEX_THOUSANDS_RE = re.compile(r"(?<=\d),\s*\\!\s*(?=\d{3})")  # MATH writes 1,\!000 and 11,\! 111
-_SCI_RE = re.compile(r"[eE]([+-]?\d{1,4})(?![a-zA-Z\d])|\s*(?:\\times|\*|x)\s*10\s*\^\s*\{?\s*([+-]?\d{1,4})\s*\}?")
+# E-notation is read as scientific notation only where that is the one sensible reading (see _sci_to_pow).
+_E_NOTATION_RE = re.compile(r"(?<![\w.\\^])(\d+\.\d*|\.\d+|\d+)[eE]([+-]?)(\d{1,4})(?![\w.^])")
+_TIMES_TEN_RE = re.compile(r"(?<=[\d.])\s*(?:\\times|\*|x)\s*10\s*\^\s*\{?\s*([+-]?\d{1,4})\s*\}?")
 _WORD_RE = re.compile(r"[a-zA-Z]+")
+# Short English answer words, read as text (any case) rather than as products of one-letter variables:
+# otherwise "Yes" (Y*e*s) differs from "yes" and "no" (n*o) equals "on". Longer words are text anyway.
+_ANSWER_WORDS = {"yes", "no", "odd", "all", "not", "nil", "one", "two", "six", "ten"}
+# A whole answer of 2-3 letters with a capital, like ABD or BCA, names points or choices, not a product
+# (ADB is not ABD); it is compared as written. Lowercase xy, ab, abc stay products of variables.
+_LABEL_RE = re.compile(r"[A-Za-z]{2,3}")
 
 _FUNCTIONS = {
     "sin", "cos", "tan", "cot", "sec", "csc", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh",
@@ -169,7 +177,7 @@ def tokenize(s: str) -> list[tuple[str, str]]:
                 tokens.append(("text", word))  # hedged answers ("3 or 4") are not values
             elif word in _FUNCTIONS or word in ("sqrt", "pi", "inf", "infinity", "oo"):
                 tokens.append(("cmd", "\\" + ("infty" if word in ("inf", "infinity", "oo") else word)))
-            elif len(word) > 3 and word.lower() not in _FUNCTIONS:
+            elif len(word) > 3 and word.lower() not in _FUNCTIONS or word.lower() in _ANSWER_WORDS:
                 tokens.append(("text", word))
             else:
                 tokens.extend(("word", ch) for ch in word)
@@ -530,9 +538,68 @@ def parse_answer(answer: str) -> tuple:
     s = normalize(answer)
     if not s:
         raise ParseError("empty answer")
-    s, unit = split_unit(s)
-    node = _parse_value(s)
+    value, unit = split_unit(s)
+    if unit and len(unit) == 1 and not _PLAIN_NUMBER_RE.fullmatch(value) and not _written_as_text_unit(answer, unit):
+        # a bare one-letter "unit" after an expression is a variable: \pi r^2 h, \sqrt{2} m, 2^3 g
+        # ('4 s' and '\sqrt{2}\text{ m}' keep their unit)
+        value, unit = s, None
+    if unit is None:
+        tail = _text_word_tail(answer, s)
+        if tail is not None:
+            return tail
+    node = _parse_value(value)
     return ("unit", node, unit) if unit else node
+
+
+_WORD_TAIL_RE = re.compile(r"^(.*?\S)\s+([A-Za-z]+(?: [A-Za-z]+)?)$")
+# words that make a tail a hedge or a condition, not a unit: "12 \text{ or more}", "3 \text{ is not}"
+_TAIL_STOP_WORDS = {
+    "or", "and", "not", "no", "nor", "never", "none", "but", "except", "than", "more", "less", "least", "most",
+    "at", "only", "if", "is", "are", "was", "approximately", "about", "roughly", "maybe", "possibly",
+}
+
+
+def _text_word_tail(answer: str, s: str) -> tuple | None:
+    """'12 \\text{ cookies}' -> ('unit', 12, 'cooki'): a number followed by a \\text{} noun outside the unit list.
+
+    Only a plain number (or a fraction of numbers) and one or two letter-only words written inside \\text{}
+    (or \\mathrm{}, \\mbox{}) qualify; the words are a unit, so they only matter against a gold unit.
+    """
+    match = _WORD_TAIL_RE.match(s)
+    if not match:
+        return None
+    value, words = match.group(1), match.group(2)
+    if any(word.lower() in _TAIL_STOP_WORDS for word in words.split()):
+        return None
+    pattern = r"\\(?:text[a-z]*|mathrm|mbox)\s*\{\s*" + r"\s+".join(map(re.escape, words.split())) + r"\s*\}"
+    if not re.search(pattern, answer):
+        return None
+    try:
+        node = _parse_value(value)
+    except ParseError:
+        return None
+    if not _is_number_tree(node):
+        return None
+    unit = words.replace(" ", "").lower()
+    return ("unit", node, re.sub(r"(es|s)$", "", unit) if len(unit) > 3 else unit)
+
+
+def _is_number_tree(node: tuple) -> bool:
+    """A number, a negated number or a fraction of numbers: 12, -3, 1.5, \\frac{3}{4}."""
+    if node[0] == "num":
+        return True
+    if node[0] == "neg":
+        return _is_number_tree(node[1])
+    return node[0] == "div" and _is_number_tree(node[1]) and _is_number_tree(node[2])
+
+
+_PLAIN_NUMBER_RE = re.compile(r"[+-]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)")
+
+
+def _written_as_text_unit(answer: str, unit: str) -> bool:
+    """Did the raw answer write this unit inside \\text{}, \\mathrm{} (or \\mbox, \\textrm, ...)?"""
+    pattern = r"\\(?:text[a-z]*|mathrm|mbox)\s*\{\s*" + re.escape(unit) + r"\s*\}"
+    return re.search(pattern, answer) is not None
 
 
 def _parse_value(s: str) -> tuple:
@@ -545,6 +612,8 @@ def _parse_value(s: str) -> tuple:
         return _num(-value if sign == "-" else value)
     if _SPACED_THOUSANDS_RE.match(s):
         s = s.replace(" ", "")
+    if _LABEL_RE.fullmatch(s) and not s.islower() and s.lower() not in _ANSWER_WORDS:
+        return ("text", s)  # a label such as ABD, case and order kept
     s = _sci_to_pow(s)
     s = _join_top_level_commas(s)
     tokens = tokenize(s)
@@ -569,10 +638,25 @@ def _parse_value(s: str) -> tuple:
 
 
 def _sci_to_pow(s: str) -> str:
-    """1.5e3 and 1.5 \\times 10^{3} -> 1.5*10^{3} so both spellings read the same."""
-    def repl(match: re.Match) -> str:
-        return "*10^{" + (match.group(1) or match.group(2)) + "}"
+    """1.5e3 and 1.5 \\times 10^{3} -> 1.5*10^{3} so both spellings read the same.
 
+    The rule for E-notation, `<mantissa>e<exponent>` written with no spaces: it is scientific notation only
+    when it is a literal of its own (no letter, digit, '.', '\\', '^' glued on either side; exponent of at most
+    4 digits) and it cannot be meant as an expression in Euler's e, that is when
+      - the mantissa has a decimal point: 1.5e3, 1.2e-4, 6.02e23, or
+      - the exponent is unsigned: 2e10, 1e3 (no one writes 2e*10 as "2e10"), or
+      - the mantissa is exactly 1: 1e-3, 1e+6 (no one writes e - 3 as "1e-3").
+    An integer mantissa other than 1 with a signed exponent, like 2e-1 or 4e+2, is the expression 2e - 1 or
+    4e + 2 (math-verify's reading of every E-notation), so it neither equals 0.2 nor 400.
+    """
     if not re.search(r"\d", s):
         return s
-    return re.sub(r"(?<=[\d.])" + _SCI_RE.pattern, repl, s)
+
+    def e_notation(match: re.Match) -> str:
+        mantissa, sign, digits = match.groups()
+        if sign and "." not in mantissa and mantissa.lstrip("0") != "1":
+            return match.group(0)  # ambiguous: Euler's e in an expression
+        return mantissa + "*10^{" + sign + digits + "}"
+
+    s = _E_NOTATION_RE.sub(e_notation, s)
+    return _TIMES_TEN_RE.sub(lambda match: "*10^{" + match.group(1) + "}", s)

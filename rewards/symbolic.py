@@ -11,7 +11,8 @@ from fractions import Fraction
 import sympy
 
 from .compare import (
-    MAX_FACTORIAL, MAX_RESULT_BITS, TooLarge, Verdict, decimal_places, exact_value, rationals_match, sample_points,
+    MAX_FACTORIAL, MAX_RESULT_BITS, MIN_GOLD_ROUNDING_PLACES, TooLarge, Verdict, check_binom_size, decimal_places,
+    exact_value, rationals_match, sample_points,
 )
 
 _CONSTANTS = {"pi": sympy.pi, "e": sympy.E, "i": sympy.I, "inf": sympy.oo}
@@ -59,12 +60,24 @@ def to_sympy(node: tuple) -> sympy.Expr:
                 raise TooLarge("factorial too large")
             return sympy.factorial(args[0])
         if name == "binom":
+            _guard_binom(*args)
             return sympy.binomial(*args)
         if name in ("log", "lg"):
             base = args[1] if len(args) > 1 else (10 if name == "lg" else sympy.E)
             return sympy.log(args[0], base)
         return _FUNCTIONS[name](args[0])
     raise TypeError(f"not a scalar: {kind}")
+
+
+def _guard_binom(n: sympy.Expr, k: sympy.Expr) -> None:
+    """TooLarge before sympy evaluates (or later expands) a huge binomial: binom(10^9, 10^5) takes seconds."""
+    if n.is_number and k.is_number:
+        if n.is_Rational and k.is_Rational:
+            check_binom_size(Fraction(int(n.p), int(n.q)), Fraction(int(k.p), int(k.q)))
+        elif abs(n.evalf(15)) > MAX_FACTORIAL or abs(k.evalf(15)) > MAX_FACTORIAL:
+            raise TooLarge("binomial too large")
+    elif k.is_number and abs(k.evalf(15)) > MAX_FACTORIAL:  # binom(x, 10^5) expands to a huge product
+        raise TooLarge("binomial too large")
 
 
 def sympy_scalar_equal(pred: tuple, gold: tuple) -> Verdict:
@@ -81,12 +94,17 @@ def sympy_scalar_equal(pred: tuple, gold: tuple) -> Verdict:
     if a.has(sympy.oo, -sympy.oo) or b.has(sympy.oo, -sympy.oo):
         return False
     if not (a.free_symbols or b.free_symbols):
-        # a decimal against an irrational (1.414 vs sqrt(2)): the decimal must be the value rounded
-        for written, other in ((pred, b), (gold, a)):
-            places, value = decimal_places(written), exact_value(written)
-            if places is not None and value is not None:
-                approx = other.evalf(places + 15)
-                return bool(approx.is_real) and rationals_match(value, Fraction(str(approx)), places, None)
+        # a predicted decimal against an irrational gold (1.414 vs sqrt(2)): the decimal must be the gold rounded
+        places, value = decimal_places(pred), exact_value(pred)
+        if places is not None and value is not None:
+            approx = b.evalf(places + 15)
+            return bool(approx.is_real) and rationals_match(value, Fraction(str(approx)), places, None)
+        # a decimal gold is taken as written unless computed to many places against an exact prediction
+        # (4.123105625617661 vs sqrt(17)); see rationals_match
+        places, value = decimal_places(gold), exact_value(gold)
+        if places is not None and value is not None and places >= MIN_GOLD_ROUNDING_PLACES:
+            approx = a.evalf(places + 15)
+            return bool(approx.is_real) and rationals_match(Fraction(str(approx)), value, None, places)
     difference = a - b
     if _clearly_nonzero(difference):  # cheap rejection before simplify, which costs milliseconds
         return False
