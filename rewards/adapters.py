@@ -8,6 +8,15 @@ from .batch import score_batch
 from .mathcheck import math_verifier
 from .result import Verifier
 
+# keyword arguments a verifier call sets itself (the Verifier contract's `completion` and `answer`,
+# math_verifier's `timeout`): a dataset column of that name must not reach the verifier as info
+RESERVED_INFO_KEYS = frozenset({"completion", "answer", "timeout"})
+
+
+def _passable_info(info: dict) -> dict:
+    """`info` without reserved names or non-string keys, safe to pass on as **info."""
+    return {k: v for k, v in info.items() if isinstance(k, str) and k not in RESERVED_INFO_KEYS}
+
 
 def completion_text(completion: Any) -> str:
     """A completion as text: a string, or a chat message list (TRL's conversational format; last assistant turn)."""
@@ -48,7 +57,8 @@ class TRLReward:
             columns = sorted(k for k in kwargs if k not in self._TRL_KWARGS)
             raise KeyError(f"reward needs the dataset column {self.answer_column!r}; the batch has columns {columns}")
         answers = kwargs[self.answer_column]
-        columns = {k: v for k, v in kwargs.items() if k not in self._TRL_KWARGS and k != self.answer_column}
+        columns = _passable_info({k: v for k, v in kwargs.items() if k not in self._TRL_KWARGS})
+        columns.pop(self.answer_column, None)
         infos = [{k: v[i] for k, v in columns.items()} for i in range(len(completions))]
         texts = [completion_text(c) for c in completions]
         extra = {} if self.timeout is None else {"timeout": self.timeout}
@@ -65,9 +75,15 @@ def make_trl_reward(verifier: Verifier = math_verifier, answer_column: str = "an
 trl_reward_func = TRLReward()  # math_verifier against the dataset's "answer" column
 
 
-def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None) -> float:
-    """verl's custom_reward_function: 1.0 if solution_str's final answer equals ground_truth."""
-    info = {k: v for k, v in (extra_info or {}).items() if k not in ("answer", "timeout", "data_source")}
+def compute_score(
+    data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None, **reward_kwargs: Any
+) -> float:
+    """verl's custom_reward_function: 1.0 if solution_str's final answer equals ground_truth.
+
+    ``reward_kwargs`` (verl's ``custom_reward_function.reward_kwargs``, e.g. ``format_score``) are
+    accepted so a verl config written for another scorer never makes this raise; they change nothing."""
+    info = _passable_info(extra_info) if isinstance(extra_info, dict) else {}
+    info.pop("data_source", None)  # passed explicitly below
     return math_verifier(solution_str, answer=ground_truth, data_source=data_source, **info).score
 
 

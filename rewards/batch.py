@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import os
+import pickle
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
@@ -13,6 +15,33 @@ from .sandbox import WORKERS, CheckTimeout, WorkerError
 # Below this many items a bounded verifier runs in the caller's process: for a batch of
 # 64 short answers the fast path costs microseconds each, less than shipping them to a pool.
 POOL_MIN_ITEMS = 256
+
+
+class _WorkerPickler(pickle.Pickler):
+    """Pickles as a worker request does, refusing references into `__main__`.
+
+    A worker runs `python -m rewards.sandbox`, so its `__main__` is not the training script:
+    a verifier defined there would pickle here and fail to unpickle in every worker.
+    """
+
+    def reducer_override(self, obj: Any) -> Any:
+        if getattr(obj, "__module__", None) == "__main__":
+            name = getattr(obj, "__qualname__", None) or type(obj).__qualname__
+            raise pickle.PicklingError(f"{name} is defined in __main__")
+        return NotImplemented
+
+
+def _check_sendable(verifier: Verifier) -> None:
+    """Raise ValueError naming `verifier` if worker processes could not load it (one pickle per batch)."""
+    try:
+        _WorkerPickler(io.BytesIO(), protocol=pickle.HIGHEST_PROTOCOL).dump(verifier)
+    except Exception as exc:  # PicklingError, or whatever an object's __reduce__ raises
+        name = getattr(verifier, "__qualname__", None) or type(verifier).__qualname__
+        raise ValueError(
+            f"score_batch verifier {name!r} cannot be sent to worker processes ({str(exc)[:200]}): define it "
+            f"in an importable module (not the script run as __main__), or score in this process with workers=0 "
+            f"(a bounded verifier can set in_process_safe = True: batches under {POOL_MIN_ITEMS} then skip the pool)"
+        ) from exc
 
 
 def _score_one(verifier: Verifier, completion: str, answer: Any, info: dict) -> dict:
@@ -72,6 +101,7 @@ def score_batch(
             return [_in_process(verifier, c, a, i) for c, a, i in zip(completions, answers, infos)]
         finally:
             CHECK_TIMEOUT_S.reset(token)
+    _check_sendable(verifier)
     size = workers or min(os.cpu_count() or 1, 8)
     # one thread per worker process: each thread waits on its own pipe with its own deadline
     with ThreadPoolExecutor(max_workers=size) as threads:

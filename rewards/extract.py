@@ -2,9 +2,12 @@
 
 Order: the last \\boxed{} / \\fbox{} (balanced braces), then the last
 <answer>...</answer>, then "the (final) answer is ...", "Final Answer:",
-"Answer:", GSM8K's "#### 42", then a short response taken whole (a bare answer
-such as "(2,4)" or "3+2x"). A long response with none of these has no answer:
-a number that appears only in the working never counts. All scans are linear.
+"Answer:" (also markdown "**Answer:**", "**Final Answer**:"), GSM8K's "#### 42",
+then a short response taken whole (a bare answer such as "(2,4)" or "3+2x"). A
+long response with none of these has no answer: a number that appears only in
+the working never counts. All scans are linear in the response's length (math
+spans and <answer> tags are paired by hand: a lazy regex rescans the rest of the
+text from every unclosed opener), as the default in-process path has no time limit.
 
 Several boxes in the final sentence are read together: joined by "or" they are
 a hedge (scored wrong), joined only by "and"/commas they are one list answer;
@@ -23,16 +26,19 @@ SHORT_ANSWER_CHARS = 80  # a response this short with no marker is itself the an
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*(\{)|\\boxed +([^\s${}]+)")
 _BRACE_RE = re.compile(r"(?<!\\)[{}]")
-_ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
-_ANSWER_IS_RE = re.compile(
-    r"(?:(?:final answer|the answer|answer)\s*(?:is|:)\s*(?::\s*)?|^[ \t]*(?:final )?answer\s*(?=\$|\\[(\[]))"
-    r"(.+?)(?:\.\s|\.$|\n|$|\s*I hope)",
-    re.I | re.M,
+_ANSWER_TAG_RE = re.compile(r"<(/?)answer>", re.I)
+# "Answer:", "The final answer is", markdown "**Answer:**" / "**Final Answer**:", or "Answer $9$" at a line start
+_ANSWER_MARKER = (
+    r"(?:(?:final answer|the answer|answer)\s*(?:\*+[ \t]*)?(?:is|:)(?:\*+(?=\s))?\s*(?::\s*)?"
+    r"|^[ \t]*(?:final )?answer\s*(?=\$|\\[(\[]))"
 )
+_ANSWER_MARKER_RE = re.compile(_ANSWER_MARKER, re.I | re.M)
+_ANSWER_IS_RE = re.compile(_ANSWER_MARKER + r"(.+?)(?:\.\s|\.$|\n|$|\s*I hope)", re.I | re.M)
 _SENTENCE_END_RE = re.compile(r"[.!?](?:\s|$)|\n\s*\n")
 _HEDGE_RE = re.compile(r"\bor\b", re.I)
 _LIST_JOINER_RE = re.compile(r"(?:\s|\$|\\[()\[\]]|[,;&]|\\q?quad\b|\\text\s*\{\s*and\s*\}|\band\b)*")
-_MATH_SPAN_RE = re.compile(r"\$\$(.+?)\$\$|\$(.+?)\$|\\\((.+?)\\\)|\\\[(.+?)\\\]", re.S)
+_MATH_OPENER_RE = re.compile(r"\$|\\[(\[]")
+_MATH_CLOSER = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
 _PROSE_RE = re.compile(r"(?<![\\a-zA-Z])(?!(?:or|and)\b)[a-zA-Z]{2,}")  # "or"/"and" join values: no reduction
 _COPULA_RE = re.compile(r"\s(?:is|are|was|equals)\s(?!not\b)", re.I)
 _BOLD_RE = re.compile(r"^\*\*(.+)\*\*$", re.S)
@@ -95,23 +101,82 @@ def _last_match(pattern: re.Pattern, text: str) -> str | None:
     return last.group(1).strip() if last else None
 
 
-def answer_in_sentence(sentence: str) -> str:
-    """The value a sentence states: 'The volume of $V$ is 120' -> '120', '$x \\ge 5$ is the solution' -> 'x \\ge 5'."""
+def _math_spans(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, content) of each $$..$$, $..$, \\(..\\) and \\[..\\] span, left to right, non-overlapping.
+
+    The spans a lazy regex (`\\$(.+?)\\$|...`) finds, in linear time: that regex rescans to the
+    end of the text from every unclosed opener, quadratic on "\\(" * n.
+    """
+    spans: list[tuple[int, int, str]] = []
+    searched: dict[str, tuple[int, int]] = {}  # closer -> (searched from, found at): each stretch is scanned once
+
+    def next_closer(closer: str, start: int) -> int:
+        known = searched.get(closer)
+        if known and known[0] <= start and (known[1] == -1 or known[1] >= start):
+            return known[1]
+        found = text.find(closer, start)
+        searched[closer] = (start, found)
+        return found
+
+    position = 0
+    while (opener := _MATH_OPENER_RE.search(text, position)) is not None:
+        start = opener.start()
+        candidates = ["$$", "$"] if text.startswith("$$", start) else [opener.group()]
+        for delimiter in candidates:
+            inner = start + len(delimiter)
+            close = next_closer(_MATH_CLOSER[delimiter], inner + 1)  # the content is at least one character
+            if close != -1:
+                spans.append((start, close + len(delimiter), text[inner:close]))
+                position = close + len(delimiter)
+                break
+        else:
+            position = start + 1
+    return spans
+
+
+def _unbolded(sentence: str) -> tuple[str, list[tuple[int, int, str]]]:
+    """The sentence stripped of surrounding whitespace and `**bold**`, and its math spans."""
     sentence = sentence.strip()
     bold = _BOLD_RE.match(sentence)
     if bold:
         sentence = bold.group(1).strip()
-    spans = list(_MATH_SPAN_RE.finditer(sentence))
-    if not _PROSE_RE.search(_MATH_SPAN_RE.sub(" ", sentence)):
+    return sentence, _math_spans(sentence)
+
+
+def _has_prose(sentence: str, spans: list[tuple[int, int, str]]) -> bool:
+    """Words outside the math spans (not a bare value such as "$5$ and $6$")."""
+    pieces, last_end = [], 0
+    for start, end, _ in spans:
+        pieces.append(sentence[last_end:start])
+        last_end = end
+    pieces.append(sentence[last_end:])
+    return _PROSE_RE.search(" ".join(pieces)) is not None
+
+
+def _last_copula_outside(sentence: str, spans: list[tuple[int, int, str]]) -> re.Match | None:
+    """The last "is"/"are"/"was"/"equals" not inside a math span (spans are sorted: one pointer walks them)."""
+    last, span_index = None, 0
+    for copula in _COPULA_RE.finditer(sentence):
+        while span_index < len(spans) and spans[span_index][1] <= copula.start():
+            span_index += 1
+        inside = span_index < len(spans) and spans[span_index][0] < copula.start()
+        if not inside:
+            last = copula
+    return last
+
+
+def answer_in_sentence(sentence: str) -> str:
+    """The value a sentence states: 'The volume of $V$ is 120' -> '120', '$x \\ge 5$ is the solution' -> 'x \\ge 5'."""
+    sentence, spans = _unbolded(sentence)
+    if not _has_prose(sentence, spans):
         return sentence
-    copulas = [m for m in _COPULA_RE.finditer(sentence) if not any(s.start() < m.start() < s.end() for s in spans)]
-    if copulas:
-        tail = sentence[copulas[-1].end():].strip()
+    copula = _last_copula_outside(sentence, spans)
+    if copula is not None:
+        tail, tail_spans = _unbolded(sentence[copula.end():])
+        # the tail's spans are the sentence's own, so it has no copula left to reduce: one step is final
         if re.search(r"[\d$\\]", tail):
-            return answer_in_sentence(tail)
-    if len(spans) == 1:
-        return next(group for group in spans[0].groups() if group is not None).strip()
-    return sentence
+            return tail_spans[0][2].strip() if len(tail_spans) == 1 and _has_prose(tail, tail_spans) else tail
+    return spans[0][2].strip() if len(spans) == 1 else sentence
 
 
 def _stated_answer(text: str) -> str | None:
@@ -119,10 +184,26 @@ def _stated_answer(text: str) -> str | None:
     if "answer" not in text.lower():
         return None
     stated = _last_match(_ANSWER_IS_RE, text)
-    # "Final Answer: The final answer is 28" -> the innermost statement
-    while stated and "answer" in stated.lower() and _ANSWER_IS_RE.search(stated):
-        stated = _last_match(_ANSWER_IS_RE, stated)
+    if stated:
+        # "Final Answer: The final answer is 28" -> the innermost statement: what follows its last marker
+        inner = None
+        for marker in _ANSWER_MARKER_RE.finditer(stated):
+            if marker.end() < len(stated):
+                inner = marker
+        if inner is not None:
+            stated = stated[inner.end():].strip()
     return answer_in_sentence(stated.rstrip(".").strip()) if stated else None
+
+
+def _last_tagged(text: str) -> str | None:
+    """Content of the last <answer>...</answer>, pairing each opener with the next closer (linear)."""
+    opened, last = None, None
+    for tag in _ANSWER_TAG_RE.finditer(text):
+        if not tag.group(1):
+            opened = tag.end() if opened is None else opened
+        elif opened is not None:
+            last, opened = text[opened:tag.start()], None
+    return last
 
 
 def extract_answer(text: str) -> str | None:
@@ -136,7 +217,7 @@ def extract_answer(text: str) -> str | None:
         # a "Final Answer: ... 10,455" written after the boxes is the last word; "final answer." is not a value
         return restated if restated and re.search(r"[\d$\\]", restated) else boxed[0]
     if "<answer>" in text.lower():
-        tagged = _last_match(_ANSWER_TAG_RE, text)
+        tagged = _last_tagged(text)
         if tagged is not None:
             inner = last_boxed(tagged)
             return (inner if inner is not None else tagged).strip()

@@ -8,6 +8,7 @@ that runs sympy under a hard time limit (sandbox.py).
 
 from __future__ import annotations
 
+import numbers
 import re
 from contextvars import ContextVar
 from typing import Any
@@ -33,8 +34,11 @@ def _symbolic_check(pred: str, gold: str) -> bool | None:
 
 
 def _gold_text(answer: Any) -> str:
-    if isinstance(answer, (int, float)) and not isinstance(answer, bool):
-        return repr(answer)
+    # numbers.* so NumPy scalars from a parquet column count too (repr(np.float64(72.0)) is 'np.float64(72.0)')
+    if isinstance(answer, numbers.Integral) and not isinstance(answer, bool):
+        return str(int(answer))
+    if isinstance(answer, numbers.Real) and not isinstance(answer, bool):
+        return repr(float(answer))
     if not isinstance(answer, str):
         raise TypeError(f"gold answer must be a string or a number, got {type(answer).__name__}")
     boxed = extract_answer(answer) if ("\\boxed" in answer or "\\fbox" in answer or "####" in answer) else None

@@ -1,0 +1,116 @@
+"""Regressions from a review of rewards/: quadratic extraction, markdown markers, NumPy golds,
+adapter keyword collisions, verifiers a pool worker cannot load."""
+
+import time
+
+import numpy as np
+import pytest
+
+from rewards import VerifyResult, WeightedSum, extract_answer, format_reward, math_verifier, score_batch
+from rewards.adapters import compute_score, make_trl_reward
+
+# Each took 0.6-15 s before extraction was made linear (the default path runs in-process, no time limit).
+ADVERSARIAL = {
+    "repeated marker": ("answer: " * 4000 + "5", "5"),
+    "unclosed \\(": ("The answer is " + "\\(" * 15000, None),
+    "unclosed \\[ after a box": ("\\boxed{5} Final answer " + "\\[" * 15000, None),
+    "copulas between dollars": ("The answer is " + "x is $ " * 9000 + "5", "$ x is $ 5"),
+    "unclosed <answer>": ("<answer>" * 8000, None),
+}
+
+
+@pytest.mark.parametrize("name", ADVERSARIAL)
+def test_extraction_is_linear_on_adversarial_responses(name):
+    text, expected = ADVERSARIAL[name]
+    start = time.perf_counter()
+    answer = extract_answer(text)
+    assert time.perf_counter() - start < 0.5
+    if expected is not None:
+        assert answer == expected
+
+
+def test_repeated_marker_scores_fast_through_score_batch():
+    start = time.perf_counter()
+    [result] = score_batch(["answer: " * 4000 + "5"], ["5"], timeout=1.0)
+    assert time.perf_counter() - start < 0.5
+    assert (result.score, result.status) == (1.0, "ok")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Final Answer: The final answer is 28", "28"),  # the innermost statement, as before
+    ("The answer is $x$ is 5", "5"),
+    ("The value is $\\frac{1}{2}$ cups", "\\frac{1}{2}"),
+    ("$a$$b$ is the answer", "$a$$b$ is the answer"),
+    ("<answer><answer>3</answer> <answer>4", "<answer>3"),
+    ("x <answer>3</answer> y <answer>4</answer>", "4"),
+])
+def test_linear_extraction_keeps_the_answers(text, expected):
+    assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "**Answer:** 73", "**Final Answer:** 73", "**Final Answer**: 73", "**Answer**: $73$",
+    "Answer: **73**", "The answer is **73**.", "*Answer:* 73",
+])
+def test_markdown_bold_answer_markers(text):
+    assert math_verifier(text, answer="73").score == 1.0
+
+
+@pytest.mark.parametrize("gold, completion", [
+    (np.float64(72.0), "\\boxed{72}"), (np.int64(72), "\\boxed{72}"), (np.float32(0.5), "\\boxed{\\frac12}"),
+    (np.int32(-3), "#### -3"), (72.0, "\\boxed{72}"),
+])
+def test_numpy_scalar_golds(gold, completion):
+    result = math_verifier(completion, answer=gold)
+    assert (result.score, result.status) == (1.0, "ok")
+    assert math_verifier("\\boxed{71}", answer=gold).score == 0.0
+
+
+def test_bool_gold_is_still_an_error():
+    assert math_verifier("\\boxed{1}", answer=True).status == "error"
+
+
+def test_trl_answer_column_beside_an_answer_column():
+    reward = make_trl_reward(answer_column="solution")
+    scores = reward(prompts=["p", "p"], completions=["\\boxed{4}", "\\boxed{5}"], completion_ids=[[1], [2]],
+                    solution=["4", "4"], answer=["5", "5"], completion=["x", "y"], timeout=[0, 0], level=[1, 2])
+    assert scores == [1.0, 0.0]
+
+
+@pytest.mark.parametrize("extra_info", [
+    {"completion": "c"}, {"answer": "5", "timeout": 0}, {"data_source": "other", "index": 3}, {1: "x"}, "not a dict",
+])
+def test_verl_extra_info_never_raises(extra_info):
+    assert compute_score("gsm8k", "\\boxed{4}", "4", extra_info) == 1.0
+
+
+def _reward_defined_in_main(completion, *, answer, **info):
+    return VerifyResult(float(answer in completion))
+
+
+_reward_defined_in_main.__module__ = "__main__"  # as if defined in the training script
+
+
+@pytest.mark.parametrize("verifier", [
+    _reward_defined_in_main,
+    lambda completion, **info: 1.0,
+    WeightedSum([("correct", math_verifier, 1.0), ("mine", _reward_defined_in_main, 0.1)]),
+])
+def test_pool_refuses_a_verifier_workers_cannot_load(verifier):
+    with pytest.raises(ValueError, match=r"verifier .*importable module.*workers=0"):
+        score_batch(["\\boxed{4}"], ["4"], verifier=verifier, workers=1)
+
+
+def test_unloadable_verifier_still_runs_in_process():
+    [result] = score_batch(["\\boxed{4}"], ["4"], verifier=_reward_defined_in_main, workers=0)
+    assert result.score == 1.0
+
+
+def test_pool_accepts_importable_verifiers():
+    reward = WeightedSum([("correct", math_verifier, 1.0), ("format", format_reward(), 0.1)])
+    assert score_batch([], [], verifier=reward, workers=1) == []  # the check runs; no worker needed
+
+
+def test_verl_reward_kwargs_are_accepted():
+    assert compute_score("gsm8k", "\\boxed{4}", "4", None, format_score=0.1) == 1.0
+    assert compute_score("gsm8k", "\\boxed{5}", "4", format_score=0.1) == 0.0
