@@ -6,8 +6,10 @@ rollout of MAX_NEW_TOKENS steps, and each row's episode is scored exactly once o
 both sides; the ratio is measured in this run. Every repeat draws new actions (the
 verifier caches parses, and a rollout never repeats the last one's text), and the
 medians are reported. Scoring the B completions is the same work on both sides, so
-the script also times it alone: it bounds the ratio.
-    python bench/env_step.py [--batch 64] [--max-new-tokens 128] [--device cpu]
+the script also times it alone: it bounds the ratio. With ``--model`` (a local model
+directory or "default", the embedded SmolLM2) it also times that model's decode step on
+the same batch size, to put the env's per-step cost next to the work it sits beside.
+    python bench/env_step.py [--batch 64] [--max-new-tokens 128] [--device cpu] [--model default]
 """
 
 from __future__ import annotations
@@ -86,6 +88,29 @@ def run_sync(tokenizer, actions: np.ndarray) -> tuple[float, int]:
     return time.perf_counter() - start, taken
 
 
+@torch.no_grad()
+def time_decode_step(model_path: str, batch: int, device: str, steps: int = 8) -> float:
+    """Median seconds of one KV-cached decode step of the model on ``batch`` Arithmetic prompts."""
+    from algos.models import load_policy
+
+    model, tokenizer = load_policy(model_path, device=device)
+    env = rlvr_env.TokenVectorEnv(rlvr_env.make_task("Arithmetic"), tokenizer, num_envs=batch, max_new_tokens=steps, device=device)
+    env.reset(seed=0)
+    mask = env.prompt_mask
+    out = model(input_ids=env.prompt_ids, attention_mask=mask, use_cache=True)
+    cache, tokens = out.past_key_values, out.logits[:, -1:].argmax(-1)
+    seconds = []
+    for _ in range(steps):
+        mask = torch.cat([mask, mask.new_ones(batch, 1)], dim=1)
+        start = time.perf_counter()
+        out = model(input_ids=tokens, attention_mask=mask, past_key_values=cache, use_cache=True)
+        tokens = out.logits[:, -1:].argmax(-1)
+        if device != "cpu":
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=64)
@@ -93,6 +118,7 @@ def main() -> None:
     parser.add_argument("--eos-probability", type=float, default=0.02)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--model", help='also time this model\'s decode step at the same batch ("default" = embedded SmolLM2)')
     args = parser.parse_args()
     tokenizer = build_char_tokenizer()
 
@@ -118,6 +144,11 @@ def main() -> None:
     print(f"ratio                    {vector_rate / sync_rate:10.1f}x  (target >= 20x at B=64)")
     print(f"scoring alone            {scoring * 1e3:10.2f} ms per rollout = {scoring / vector_seconds:.0%} of TokenVectorEnv's time;"
           f" ratio bound with free stepping {sync_seconds / scoring:.1f}x")
+    if args.model:
+        decode = time_decode_step(args.model, args.batch, args.device)
+        env_step = vector_seconds / args.max_new_tokens  # scoring included, spread over the rollout's steps
+        print(f"model decode step        {decode * 1e3:10.2f} ms at B={args.batch} ({args.model});"
+              f" one TokenVectorEnv step ({env_step * 1e6:.0f} us, scoring included) = {env_step / decode:.3%} of it")
 
 
 if __name__ == "__main__":
