@@ -310,7 +310,7 @@ def _percent(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
     pct, other = (pred, gold) if pred[0] == "pct" else (gold, pred)
     as_fraction = ("div", pct[1], ("num", Fraction(100), None))
     if pct is pred:  # the model wrote the sign: "4 4/9%" is 2/45, not the gold 40/9
-        if _is_number_literal(pct[1]) and _is_number_literal(gold) and abs(_literal_value(gold)) >= 1:
+        if _is_number_literal(pct[1]) and _is_number_literal(gold) and abs(exact_value(gold)) >= 1:
             # a bare-number gold left its sign off (GSM8K never writes %): "25%" answers 25 as well as 0.25.
             # Only a literal written with the sign, against a gold >= 1 in size: a gold below 1 (0.75) reads as a
             # fraction, so "0.75%" and "\frac34%" do not answer it.
@@ -324,14 +324,6 @@ def _is_number_literal(node: tuple) -> bool:
     while node[0] == "neg":
         node = node[1]
     return node[0] == "num" and (node[2] is not None or node[1].denominator == 1)
-
-
-def _literal_value(node: tuple) -> Fraction:
-    """Value of a number literal accepted by _is_number_literal."""
-    negate = False
-    while node[0] == "neg":
-        node, negate = node[1], not negate
-    return -node[1] if negate else node[1]
 
 
 def _as_interval(node: tuple) -> tuple:

@@ -145,9 +145,12 @@ def split_unit(s: str) -> tuple[str, str | None]:
     match = _UNIT_TAIL_RE.match(s)
     if not match or not _NUMBER_RE.search(match.group(1)):
         return s, None
-    unit = re.sub(r"\s+|[{}]", "", match.group(2))
-    unit = re.sub(r"(es|s)$", "", unit) if len(unit) > 3 else unit  # plural words
-    return match.group(1).strip(), unit
+    return match.group(1).strip(), _singular(re.sub(r"\s+|[{}]", "", match.group(2)))
+
+
+def _singular(unit: str) -> str:
+    """'inches' -> 'inch', 'cookies' -> 'cooki': plural words compare equal to their singular (short units kept)."""
+    return re.sub(r"(es|s)$", "", unit) if len(unit) > 3 else unit
 
 
 # ---------------------------------------------------------------- tokenizer
@@ -571,8 +574,7 @@ def _text_word_tail(answer: str, s: str) -> tuple | None:
     value, words = match.group(1), match.group(2)
     if any(word.lower() in _TAIL_STOP_WORDS for word in words.split()):
         return None
-    pattern = r"\\(?:text[a-z]*|mathrm|mbox)\s*\{\s*" + r"\s+".join(map(re.escape, words.split())) + r"\s*\}"
-    if not re.search(pattern, answer):
+    if not _written_as_text_unit(answer, words):
         return None
     try:
         node = _parse_value(value)
@@ -580,8 +582,7 @@ def _text_word_tail(answer: str, s: str) -> tuple | None:
         return None
     if not _is_number_tree(node):
         return None
-    unit = words.replace(" ", "").lower()
-    return ("unit", node, re.sub(r"(es|s)$", "", unit) if len(unit) > 3 else unit)
+    return ("unit", node, _singular(words.replace(" ", "").lower()))
 
 
 def _is_number_tree(node: tuple) -> bool:
@@ -597,9 +598,9 @@ _PLAIN_NUMBER_RE = re.compile(r"[+-]?(?:\d[\d,]*(?:\.\d*)?|\.\d+)")
 
 
 def _written_as_text_unit(answer: str, unit: str) -> bool:
-    """Did the raw answer write this unit inside \\text{}, \\mathrm{} (or \\mbox, \\textrm, ...)?"""
-    pattern = r"\\(?:text[a-z]*|mathrm|mbox)\s*\{\s*" + re.escape(unit) + r"\s*\}"
-    return re.search(pattern, answer) is not None
+    """Did the raw answer write this unit (one or more words) inside \\text{}, \\mathrm{} (or \\mbox, \\textrm, ...)?"""
+    words = r"\s+".join(map(re.escape, unit.split()))
+    return re.search(r"\\(?:text[a-z]*|mathrm|mbox)\s*\{\s*" + words + r"\s*\}", answer) is not None
 
 
 def _parse_value(s: str) -> tuple:

@@ -34,7 +34,6 @@ class UnicodeText(spaces.Text):
         return f"UnicodeText({self.min_length}, {self.max_length})"
 
 
-
 @create_shared_memory.register(UnicodeText)
 def _refuse_shared_memory(space: UnicodeText, n: int = 1, ctx: ModuleType = mp):
     # AsyncVectorEnv reads a shared-memory Text space once, at construction, into a tuple of str (not

@@ -66,6 +66,17 @@ def build_config(config_cls: type[TaskConfig], base: TaskConfig | None, changes:
     return config
 
 
+def validate_prompt_template(template: str, placeholder: str) -> None:
+    """Raise ValueError naming prompt_template unless it contains ``{placeholder}`` and formats with it
+    alone (literal braces doubled, as in ``\\boxed{{}}``): a stray brace would otherwise fail at load time."""
+    try:
+        template.format(**{placeholder: "x"})
+    except (KeyError, IndexError, ValueError, AttributeError) as error:
+        raise ValueError(f"prompt_template must format with only {{{placeholder}}} (braces doubled): {error!r}") from None
+    if "{" + placeholder + "}" not in template:
+        raise ValueError(f"prompt_template must contain {{{placeholder}}}")
+
+
 class Task:
     """Base class of every task. Subclasses set ``config_cls`` and implement
     ``problem``, ``verifier`` and ``gold_completion``."""

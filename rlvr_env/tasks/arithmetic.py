@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from rlvr_env.answers import answer_reward, validate_answer_flags, validate_answer_weights
-from rlvr_env.task import Problem, Task, TaskConfig
+from rlvr_env.task import Problem, Task, TaskConfig, validate_prompt_template
 
 OPERATORS = "+-*/"
 
@@ -41,12 +41,7 @@ class ArithmeticConfig(TaskConfig):
             raise ValueError(f"terms must be an integer in 2..10, got {self.terms!r}")
         if not self.operators or not isinstance(self.operators, str) or set(self.operators) - set(OPERATORS):
             raise ValueError(f"operators must be a non-empty string of characters from {OPERATORS!r}, got {self.operators!r}")
-        try:
-            self.prompt_template.format(expression="1 + 1")
-        except (KeyError, IndexError, ValueError, AttributeError) as error:
-            raise ValueError(f"prompt_template must format with only {{expression}} (braces doubled): {error!r}") from None
-        if "{expression}" not in self.prompt_template:
-            raise ValueError("prompt_template must contain {expression}")
+        validate_prompt_template(self.prompt_template, "expression")
         validate_answer_weights(self.correct_weight, self.format_weight)
         validate_answer_flags(fallback_last_number=self.fallback_last_number, literal_answer=self.literal_answer)
 

@@ -16,7 +16,7 @@ from typing import Any
 from rewards.extract import last_boxed
 from rlvr_env.answers import answer_reward, validate_answer_flags, validate_answer_weights
 from rlvr_env.data import DataFileError, DatasetTask, require_str
-from rlvr_env.task import Problem, Task, TaskConfig
+from rlvr_env.task import Problem, Task, TaskConfig, validate_prompt_template
 
 ENV_VAR = "RLVR_MATH_PATH"
 _LEVEL = re.compile(r"(?:Level\s+)?(\d+)")
@@ -55,12 +55,7 @@ class MATHConfig(TaskConfig):
             raise ValueError(f"levels must be a list of integers in 1..5, got {self.levels!r}")
         if not isinstance(self.types, tuple) or not all(isinstance(t, str) for t in self.types):
             raise ValueError(f"types must be a list of strings, got {self.types!r}")
-        try:  # a stray brace or another placeholder would otherwise fail at load time with a bare KeyError
-            self.prompt_template.format(problem="x")
-        except (KeyError, IndexError, ValueError, AttributeError) as error:
-            raise ValueError(f"prompt_template must format with only {{problem}} (braces doubled): {error!r}") from None
-        if "{problem}" not in self.prompt_template:
-            raise ValueError("prompt_template must contain {problem}")
+        validate_prompt_template(self.prompt_template, "problem")
         validate_answer_weights(self.correct_weight, self.format_weight)
         validate_answer_flags(fallback_last_number=self.fallback_last_number)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rlvr_env.answers import answer_reward, validate_answer_flags, validate_answer_weights
 from rlvr_env.data import DataFileError, DatasetTask, require_str
-from rlvr_env.task import Problem, Task, TaskConfig
+from rlvr_env.task import Problem, Task, TaskConfig, validate_prompt_template
 
 ENV_VAR = "RLVR_GSM8K_PATH"
 
@@ -30,12 +30,7 @@ class GSM8KConfig(TaskConfig):
 
     def validate(self) -> None:
         super().validate()
-        try:  # a stray brace or another placeholder would otherwise fail at load time with a bare KeyError
-            self.prompt_template.format(question="x")
-        except (KeyError, IndexError, ValueError, AttributeError) as error:
-            raise ValueError(f"prompt_template must format with only {{question}} (braces doubled): {error!r}") from None
-        if "{question}" not in self.prompt_template:
-            raise ValueError("prompt_template must contain {question}")
+        validate_prompt_template(self.prompt_template, "question")
         validate_answer_weights(self.correct_weight, self.format_weight)
         validate_answer_flags(fallback_last_number=self.fallback_last_number, literal_answer=self.literal_answer)
 
