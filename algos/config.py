@@ -144,6 +144,10 @@ class GRPOSection:
     loss_agg: str = "seq-mean-token-mean"  # GRPO's 1/|o_i|; DAPO: "token-mean"; Dr. GRPO: "seq-mean-token-sum-norm"
     adv_scale: str = "group"  # "group" std, "batch" std, or "none" (Dr. GRPO mean-only)
     adv_eps: float = 1e-6
+    # DeepSeekMath process supervision, added to the outcome advantage with this weight: token t also gets the sum
+    # of the group-normalised step rewards of the steps ending at or after t. Needs a task with process rewards
+    # (Countdown's step_reward > 0). 0 = outcome supervision only (GRPO).
+    process_weight: float = 0.0
     entropy_coef: float = 0.0  # entropy bonus (0 = off; entropy is logged either way)
     dynamic_sampling: bool = False  # DAPO: drop all-equal groups and sample more
     max_sampling_rounds: int = 4  # generation rounds per step at most; then train on what was kept
@@ -168,6 +172,7 @@ class GRPOSection:
         _require(self.adv_scale in ADV_SCALES, "grpo.adv_scale", f"must be one of {ADV_SCALES}")
         # eps > 0 keeps an all-equal group's advantages 0 / eps = 0 instead of 0 / 0 = NaN
         _require(self.adv_eps > 0, "grpo.adv_eps", "must be > 0")
+        _require(math.isfinite(self.process_weight) and self.process_weight >= 0, "grpo.process_weight", "must be a finite number >= 0")
         _require(self.entropy_coef >= 0, "grpo.entropy_coef", "must be >= 0 (a bonus; negative would penalise entropy)")
         # GRPOTrainer._round_seed gives each step 101 prompt seeds; more rounds would repeat the next step's prompts
         _require(1 <= self.max_sampling_rounds <= 101, "grpo.max_sampling_rounds", "must be in 1..101")

@@ -2,7 +2,8 @@
 
 One step: sample G completions for each of `prompts_per_step` prompts by stepping a
 TokenVectorEnv; shape rewards (DAPO soft overlong penalty); keep groups with signal
-(DAPO dynamic sampling, bounded rounds); group-normalised advantages; then
+(DAPO dynamic sampling, bounded rounds); group-normalised advantages (plus, with
+`grpo.process_weight`, DeepSeekMath process supervision from the task's step rewards); then
 `num_iterations` clipped-surrogate updates over micro-batches with gradient
 accumulation, KL to a frozen reference when beta > 0. DAPO is the `dapo` preset
 (algos.config.DAPO_PRESET); each of its parts is a switch in the `grpo` section.
@@ -28,7 +29,7 @@ import torch
 import rewards
 from algos import checkpoint as ckpt
 from algos.config import DAPO_PRESET, GRPOConfig, save_config
-from algos.core.advantages import group_advantages, zero_std_group_fraction
+from algos.core.advantages import group_advantages, process_advantages, zero_std_group_fraction
 from algos.core.aggregation import aggregate_loss
 from algos.core.kl import kl_estimate
 from algos.core.policy_loss import clipped_policy_loss
@@ -54,7 +55,8 @@ PRESETS = {"dapo": DAPO_PRESET}
 
 @dataclass
 class Batch:
-    """The rows one step trains on: [N, P+T] ids/mask, [N, T] loss mask, [N] scores and advantages."""
+    """The rows one step trains on: [N, P+T] ids/mask, [N, T] loss mask, [N] scores, and [N] advantages
+    ([N, T] with process supervision)."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -68,17 +70,21 @@ class Batch:
         return self.input_ids.shape[0]
 
 
+def _right_pad_cat(parts: list[torch.Tensor], width: int) -> torch.Tensor:
+    """[n_k, T_k] parts -> [sum n_k, width], zero-padded on the right."""
+    return torch.cat([torch.nn.functional.pad(part, (0, width - part.shape[1])) for part in parts])
+
+
 def _pad_and_concat(parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]], pad_id: int):
     """[(prompt_ids [n,P_k], prompt_mask, response_ids [n,T_k], response_mask)] -> left/right padded concatenation."""
     width_p = max(p.shape[1] for p, _, _, _ in parts)
     width_t = max(r.shape[1] for _, _, r, _ in parts)
-    ids, masks, response_masks = [], [], []
+    ids, masks = [], []
     for prompt, prompt_mask, response, response_mask in parts:
         left, right = width_p - prompt.shape[1], width_t - response.shape[1]
         ids.append(torch.nn.functional.pad(torch.cat([prompt, response], 1), (left, right), value=pad_id))
         masks.append(torch.nn.functional.pad(torch.cat([prompt_mask, response_mask], 1), (left, right)))
-        response_masks.append(torch.nn.functional.pad(response_mask, (0, right)))
-    return torch.cat(ids), torch.cat(masks), width_p, torch.cat(response_masks)
+    return torch.cat(ids), torch.cat(masks), width_p, _right_pad_cat([mask for *_, mask in parts], width_t)
 
 
 class GRPOTrainer:
@@ -99,6 +105,11 @@ class GRPOTrainer:
         self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
         g = config.grpo
         self.env = make_env(config, self.tokenizer, num_envs=g.prompts_per_step * g.group_size, device=self.device)
+        if g.process_weight and self.env.task.process_step_end is None:
+            raise ValueError(
+                f"config grpo.process_weight = {g.process_weight} needs per-step process rewards, and task "
+                f"{config.env.id} with env.kwargs {config.env.kwargs} gives none (Countdown does with step_reward > 0)"
+            )
         self.backend = make_rollout_backend(config)
         self.start_step = 0
         if resume and (latest := ckpt.latest_checkpoint(self.output_dir)) is not None:
@@ -117,7 +128,7 @@ class GRPOTrainer:
     def collect(self, step: int) -> tuple[Batch | None, dict[str, float]]:
         """Generate rounds until `prompts_per_step` groups with signal are kept (or the round bound is hit)."""
         g, max_len = self.config.grpo, self.config.env.max_new_tokens
-        kept_parts, kept_scores, kept_masks = [], [], []
+        kept_parts, kept_scores, kept_masks, kept_step_rewards, kept_step_masks = [], [], [], [], []
         first_round: dict[str, float] = {}
         sampled_scores = []
         rounds = 0
@@ -152,6 +163,8 @@ class GRPOTrainer:
                 )
                 kept_scores.append(scores[rows])
                 kept_masks.append(loss_mask[rows])
+                kept_step_rewards.append(result.process_rewards[rows])
+                kept_step_masks.append(result.process_step_mask[rows])
             if not g.dynamic_sampling:
                 break
         all_sampled = torch.cat(sampled_scores)
@@ -166,16 +179,23 @@ class GRPOTrainer:
         limit = g.prompts_per_step * g.group_size  # extra informative groups of the last round are dropped
         input_ids, attention_mask, prompt_width, _ = _pad_and_concat(kept_parts, self.env.pad_id)
         width_t = input_ids.shape[1] - prompt_width
-        loss_mask = torch.cat([torch.nn.functional.pad(m, (0, width_t - m.shape[1])) for m in kept_masks])
+        loss_mask = _right_pad_cat(kept_masks, width_t)
         scores = torch.cat(kept_scores)[:limit]
         stats["kept_groups"] = scores.shape[0] // g.group_size
+        advantages = group_advantages(scores, g.group_size, scale=g.adv_scale, eps=g.adv_eps)
+        if g.process_weight:
+            step_rewards = _right_pad_cat(kept_step_rewards, width_t)[:limit]
+            step_mask = _right_pad_cat(kept_step_masks, width_t)[:limit]
+            advantages = advantages.unsqueeze(-1) + g.process_weight * process_advantages(
+                step_rewards, step_mask, g.group_size, eps=g.adv_eps
+            )
         batch = Batch(
             input_ids=input_ids[:limit],
             attention_mask=attention_mask[:limit],
             prompt_width=prompt_width,
             loss_mask=loss_mask[:limit],
             scores=scores,
-            advantages=group_advantages(scores, g.group_size, scale=g.adv_scale, eps=g.adv_eps),
+            advantages=advantages,
         )
         return batch, stats
 

@@ -46,6 +46,7 @@ class RolloutResult:
     group_ids: torch.Tensor  # Long[B], rows sharing a prompt share an id
     problems: list[Problem]
     process_rewards: torch.Tensor  # Float[B, T], the task's per-step rewards (all 0 when it gives none)
+    process_step_mask: torch.Tensor  # Bool[B, T], True on each token that ended a reasoning step, rewarded or not
 
 
 class TokenVectorEnv(VectorEnv):
@@ -174,6 +175,7 @@ class TokenVectorEnv(VectorEnv):
         self._ended_steps = torch.zeros((steps, batch), dtype=torch.bool, device=device)
         self._reward_steps = torch.zeros((steps, batch), dtype=torch.float32, device=device)
         self._process_rewards = torch.zeros((batch, steps), dtype=torch.float32, device=device)
+        self._process_step_mask = torch.zeros((batch, steps), dtype=torch.bool, device=device)
         self._step_rows = [buffer.unbind(0) for buffer in (self._terminated_steps, self._truncated_steps, self._ended_steps, self._reward_steps)]
         self._step_boundary = torch.zeros(batch, dtype=torch.bool, device=device)
         self._credited_chars = [0] * batch
@@ -279,9 +281,10 @@ class TokenVectorEnv(VectorEnv):
         texts = texts if texts is not None else self._generated_texts(rows)
         step = self._steps - 1
         for row, text in zip(rows.tolist(), texts):
-            value, self._credited_chars[row] = credit_newest_step(
-                self.task, self.problems[row], text, self._credited_chars[row], final
-            )
+            credited = self._credited_chars[row]
+            value, self._credited_chars[row] = credit_newest_step(self.task, self.problems[row], text, credited, final)
+            if self._credited_chars[row] != credited:  # a step ended here; a 0-reward step still counts (process advantages)
+                self._process_step_mask[row, step] = True
             if value:
                 self._process_rewards[row, step] = value
                 self._reward_steps[step, row] += value
@@ -321,4 +324,5 @@ class TokenVectorEnv(VectorEnv):
             group_ids=self.group_ids,
             problems=list(self.problems),
             process_rewards=self._process_rewards[:, : self._steps],
+            process_step_mask=self._process_step_mask[:, : self._steps],
         )

@@ -100,6 +100,11 @@ def test_vector_env_matches_token_env_per_step(task, tokenizer):
     assert result.process_rewards.shape == result.response_ids.shape
     assert result.process_rewards[0].sum().item() == pytest.approx(2 * STEP_REWARD)
     assert not result.process_rewards[1].any() and result.scores.tolist() == [1.0, 0.0]  # scores exclude process rewards
+    # Every step is marked where it ends, 0-reward steps too ("so:", the answer line, row 1's invalid line);
+    # the blank line is no step. A final step ends on the stop token.
+    newlines = [i for i, ch in enumerate(texts[0]) if ch == "\n"]
+    assert result.process_step_mask[0].nonzero().flatten().tolist() == [newlines[0], newlines[2], newlines[3], len(texts[0])]
+    assert result.process_step_mask[1].nonzero().flatten().tolist() == [texts[1].index("\n"), len(texts[1])]
 
 
 def test_process_rewards_off_by_default(tokenizer):
@@ -109,4 +114,5 @@ def test_process_rewards_off_by_default(tokenizer):
     while not env.all_done:
         _, reward, *_ = env.step(torch.full((2,), newline))
         assert not reward.any()
-    assert not env.results().process_rewards.any()
+    result = env.results()
+    assert not result.process_rewards.any() and not result.process_step_mask.any()

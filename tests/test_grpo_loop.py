@@ -1,4 +1,5 @@
-"""The GRPO/DAPO loop's guarantees: exact resume after SIGKILL, NaN guard, dynamic-sampling bound."""
+"""The GRPO/DAPO loop's guarantees: exact resume after SIGKILL, NaN guard, dynamic-sampling bound,
+process supervision."""
 
 import math
 import signal
@@ -11,6 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from algos.checkpoint import latest_checkpoint
+from algos.core.advantages import group_advantages, process_advantages
 from algos.config import DAPO_PRESET, GRPOConfig, load_config
 from algos.grpo import GRPOTrainer, train
 from algos.metrics import read_metrics
@@ -177,3 +179,54 @@ def test_mixed_precision_forwards_see_every_weight_update():
     assert before.dtype == after.dtype == torch.bfloat16
     assert not torch.equal(before, after.detach())
     assert layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0
+
+
+COUNTDOWN = '{"num_numbers": 3, "step_reward": 0.1}'
+
+
+class ScriptedBackend:
+    """Writes each group's rows from a script: row j of every group gets ``texts(problem)[j]``, then EOS."""
+
+    def __init__(self, texts):
+        self.texts = texts
+
+    def generate(self, model, env, **sampling):
+        scripts = [self.texts(problem)[row % env.group_size] for row, problem in enumerate(env.problems)]
+        plans = [[env.tokenizer.convert_tokens_to_ids(ch) for ch in text] for text in scripts]
+        step = 0
+        while not env.all_done:
+            env.step(torch.tensor([p[step] if step < len(p) else env.tokenizer.eos_token_id for p in plans]))
+            step += 1
+        self.result = env.results()
+        return self.result
+
+
+def test_process_supervision_adds_normalised_step_rewards_to_the_outcome_advantage(tiny_model_dir, tmp_path):
+    extra = {"env.id": "rlvr/Countdown-v0", "env.kwargs": COUNTDOWN, "env.max_new_tokens": "24", "grpo.process_weight": "0.5"}
+    trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **extra)))
+
+    def texts(problem):
+        a, b, _ = problem.answer["numbers"]
+        # a valid line of working, an invalid one, and two rows with no step before the final one
+        return [f"{a} + {b} = {a + b}\nso", f"{a} + {b} = {a + b + 1}\nso", "so", "no"]
+
+    trainer.backend = ScriptedBackend(texts)
+    batch, _ = trainer.collect(step=1)
+    result = trainer.backend.result
+    assert batch.advantages.shape == batch.loss_mask.shape  # [N, T]: one advantage per token
+    assert result.process_rewards.sum().item() == pytest.approx(0.1 * 4)  # one valid line in each of the 4 groups
+    outcome = group_advantages(batch.scores, 4, eps=1e-6)
+    process = process_advantages(result.process_rewards, result.process_step_mask, 4, eps=1e-6)
+    assert torch.allclose(batch.advantages, outcome[:, None] + 0.5 * process)
+    valid_text, invalid_text = texts(result.problems[0])[:2]
+    valid, invalid = batch.advantages[0], batch.advantages[1]
+    assert valid[0].item() > invalid[0].item()  # the valid step's credit reaches the tokens before it
+    after = valid_text.index("\n") + 1, invalid_text.index("\n") + 1
+    assert valid[after[0]].item() == pytest.approx(invalid[after[1]].item())  # and nothing after it
+    assert trainer.update(batch)["skipped_update"] == 0.0
+
+
+def test_process_supervision_needs_a_task_with_process_rewards(tiny_model_dir, tmp_path):
+    config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"grpo.process_weight": "1"}))
+    with pytest.raises(ValueError, match="grpo.process_weight"):
+        GRPOTrainer(config)
