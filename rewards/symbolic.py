@@ -89,6 +89,8 @@ def sympy_scalar_equal(pred: tuple, gold: tuple) -> Verdict:
     if pred_value is not None and gold_value is not None:
         return rationals_match(pred_value, gold_value, decimal_places(pred), decimal_places(gold))
     a, b = to_sympy(pred), to_sympy(gold)
+    if a.has(sympy.zoo, sympy.nan) or b.has(sympy.zoo, sympy.nan):  # 1/0 is undefined, not a value: 1/0 != 2/0
+        return False
     if a == b:
         return True
     if a.has(sympy.oo, -sympy.oo) or b.has(sympy.oo, -sympy.oo):

@@ -138,3 +138,14 @@ def test_one_letter_unit_after_an_expression_is_a_variable(pred, gold, equal):
 ])
 def test_text_noun_after_a_number(pred, gold, expected):
     assert score(pred, gold) == expected
+
+
+@pytest.mark.parametrize("pred,gold,equal", [
+    ("1/0", "2/0", False),  # undefined values are never equal (math-verify agrees)
+    ("\\frac{x}{0}", "\\frac{1}{0}", False),
+    ("1/0", "1/0", True),  # the same text is still the same answer
+    ("\\infty", "\\infty", True),  # unchanged: infinity is a value
+    ("1/2", "2/4", True),  # unchanged
+])
+def test_undefined_values_are_never_equal(pred, gold, equal):
+    assert math_equal(pred, gold) is equal
