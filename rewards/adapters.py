@@ -87,6 +87,13 @@ def compute_score(
     return math_verifier(solution_str, answer=ground_truth, data_source=data_source, **info).score
 
 
+def _response_of(query: str, prompt: str) -> str:
+    """What follows the prompt in the query. A decoded query may start with a BOS token's text that the
+    prompt lacks, so the prompt is searched for; when it is not found the whole query is scored."""
+    start = query.find(prompt)
+    return query[start + len(prompt) :] if start >= 0 else query
+
+
 def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence[Any], **kwargs: Any) -> dict:
     """OpenRLHF's --remote_rm_url reward_func.py: queries are prompt + response, labels the gold answers.
 
@@ -94,7 +101,7 @@ def reward_func(queries: Sequence[str], prompts: Sequence[str], labels: Sequence
     """
     if not (len(queries) == len(prompts) == len(labels)):
         raise ValueError(f"reward_func got {len(queries)} queries, {len(prompts)} prompts, {len(labels)} labels")
-    responses = [q[len(p):] if q.startswith(p) else q for q, p in zip(queries, prompts)]
+    responses = [_response_of(q, p) for q, p in zip(queries, prompts)]
     results = score_batch(responses, list(labels))
     scores = [r.score for r in results]
     no_answer = [float(r.status == "no_answer") for r in results]

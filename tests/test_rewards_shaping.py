@@ -86,3 +86,7 @@ def test_verl_and_openrlhf_adapters():
     out = reward_func(["Q: 2+2? A: \\boxed{4}", "Q: 1+1? A: \\boxed{3}"], ["Q: 2+2? A: ", "Q: 1+1? A: "], ["4", "2"])
     assert out["rewards"].tolist() == [1.0, 0.0]
     assert set(out) == {"rewards", "scores", "extra_logs"}
+    # A query decoded with its BOS text: the prompt's worked example is not the response's answer.
+    prompt = "Example: 1+3 = \\boxed{4}. Q: 2+2? A: "
+    assert reward_func(["<s>" + prompt + "no idea"], [prompt], ["4"])["rewards"].tolist() == [0.0]
+    assert reward_func(["<s>" + prompt + "\\boxed{4}"], [prompt], ["4"])["rewards"].tolist() == [1.0]
