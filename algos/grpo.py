@@ -36,6 +36,7 @@ from algos.core.policy_loss import clipped_policy_loss
 from algos.metrics import MetricsLogger
 from algos.trainer import (
     DTYPES,
+    advance_schedule_without_update,
     build_optimizer,
     build_scheduler,
     completion_logprobs,
@@ -217,7 +218,7 @@ class GRPOTrainer:
         if not batch.loss_mask.any():
             # Every row masked (e.g. all truncated under overlong filtering): a zero gradient, on which
             # AdamW's momentum and weight decay would still move the weights. No optimizer step.
-            self.scheduler.step()
+            advance_schedule_without_update(self.scheduler)
             return {"skipped_update": 1.0, "lr": self.scheduler.get_last_lr()[0]}
         micro = [slice(i, min(i + g.micro_batch_size, batch.num_rows)) for i in range(0, batch.num_rows, g.micro_batch_size)]
         mask = batch.loss_mask.float()
@@ -289,7 +290,7 @@ class GRPOTrainer:
         batch, metrics = self.collect(step)
         if batch is None:
             metrics["skipped_update"] = 1.0
-            self.scheduler.step()
+            advance_schedule_without_update(self.scheduler)
             logger.write(f"step {step}: no group with reward variance after {metrics['generation_rounds']} rounds; update skipped")
         else:
             metrics.update(self.update(batch))

@@ -11,6 +11,7 @@ import contextlib
 import math
 import random
 import time
+import warnings
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -68,6 +69,14 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_st
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def advance_schedule_without_update(scheduler) -> None:
+    """scheduler.step() for a step whose update was skipped, so the schedule follows the step count.
+    torch warns when the very first scheduler step comes before any optimizer step; here that is intended."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`")
+        scheduler.step()
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

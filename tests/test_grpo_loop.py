@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+import warnings
 
 import pytest
 import torch
@@ -99,6 +100,16 @@ def test_batch_without_loss_tokens_takes_no_optimizer_step(tiny_model_dir, tmp_p
     assert all(torch.equal(a, b) for a, b in zip(trainer.model.parameters(), before))
     assert [state["step"] for state in trainer.optimizer.state.values()] == optimizer_steps
     assert trainer.scheduler.last_epoch == 2  # the schedule still follows the step count
+
+
+def test_a_skipped_first_update_advances_the_schedule_without_a_warning(tiny_model_dir, tmp_path):
+    trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "3"})))
+    batch, _ = trainer.collect(step=1)
+    batch.loss_mask.zero_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's "lr_scheduler.step() before optimizer.step()" would raise here
+        assert trainer.update(batch)["skipped_update"] == 1.0
+    assert trainer.scheduler.last_epoch == 1
 
 
 def test_dynamic_sampling_bound_with_no_signal_skips_the_step(tiny_model_dir, tmp_path):
