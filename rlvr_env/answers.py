@@ -96,10 +96,3 @@ def validate_answer_weights(correct_weight: float, format_weight: float) -> None
         raise ValueError(f"correct_weight must be > 0, got {correct_weight}")
     if format_weight < 0:
         raise ValueError(f"format_weight must be >= 0, got {format_weight}")
-
-
-def validate_answer_flags(**flags: Any) -> None:
-    """Reject non-bool flags by name: a YAML/CLI string "false" would otherwise read as true."""
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise ValueError(f"{name} must be true or false, got {value!r}")

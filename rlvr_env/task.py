@@ -66,15 +66,25 @@ def build_config(config_cls: type[TaskConfig], base: TaskConfig | None, changes:
     return config
 
 
-def validate_prompt_template(template: str, placeholder: str) -> None:
-    """Raise ValueError naming prompt_template unless it contains ``{placeholder}`` and formats with it
-    alone (literal braces doubled, as in ``\\boxed{{}}``): a stray brace would otherwise fail at load time."""
+def validate_prompt_template(template: str, *required: str, optional: tuple[str, ...] = ()) -> None:
+    """Raise ValueError naming prompt_template unless it contains every ``{required}`` placeholder and
+    formats with those and the ``optional`` ones alone (literal braces doubled, as in ``\\boxed{{}}``):
+    a stray brace would otherwise fail at load time."""
+    names = ", ".join("{" + name + "}" for name in (*required, *optional))
     try:
-        template.format(**{placeholder: "x"})
+        template.format(**{name: "x" for name in (*required, *optional)})
     except (KeyError, IndexError, ValueError, AttributeError) as error:
-        raise ValueError(f"prompt_template must format with only {{{placeholder}}} (braces doubled): {error!r}") from None
-    if "{" + placeholder + "}" not in template:
-        raise ValueError(f"prompt_template must contain {{{placeholder}}}")
+        raise ValueError(f"prompt_template must format with only {names} (braces doubled): {error!r}") from None
+    for name in required:
+        if "{" + name + "}" not in template:
+            raise ValueError(f"prompt_template must contain {{{name}}}")
+
+
+def validate_flags(**flags: Any) -> None:
+    """Reject non-bool flags by name: a YAML/CLI string "false" would otherwise read as true."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false, got {value!r}")
 
 
 class Task:

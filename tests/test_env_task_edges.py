@@ -38,9 +38,20 @@ def test_countdown_working_line_keeps_prefix_and_trailing_period_rules():
     assert not apply_working_line("3 + 5 = 8 apples", Counter([3, 5]))
 
 
-def test_countdown_rejects_non_bool_use_all_numbers():
-    with pytest.raises(ValueError, match="use_all_numbers"):
-        rlvr_env.make_task("Countdown", use_all_numbers="false")
+@pytest.mark.parametrize("kwargs, message", [
+    ({"use_all_numbers": "false"}, "use_all_numbers"),
+    ({"step_reward": True}, "step_reward"),
+    ({"prompt_template": "Reach {target}."}, r"prompt_template must contain \{numbers\}"),
+    ({"prompt_template": "{numbers} {target} {hint}"}, "prompt_template must format with only"),
+])
+def test_countdown_config_errors_name_the_field(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        rlvr_env.make_task("Countdown", **kwargs)
+
+
+def test_countdown_template_may_leave_out_the_usage_rule():
+    task = rlvr_env.make_task("Countdown", prompt_template="Use {numbers} to make {target}.")
+    assert task.messages(task.problem(0, 0))[-1]["content"].startswith("Use [")
 
 
 def test_arithmetic_division_problems_are_unchanged():

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from rlvr_env.answers import answer_reward, validate_answer_flags, validate_answer_weights
-from rlvr_env.task import Problem, Task, TaskConfig, validate_prompt_template
+from rlvr_env.answers import answer_reward, validate_answer_weights
+from rlvr_env.task import Problem, Task, TaskConfig, validate_flags, validate_prompt_template
 
 OPERATORS = "+-*/"
 
@@ -43,7 +43,7 @@ class ArithmeticConfig(TaskConfig):
             raise ValueError(f"operators must be a non-empty string of characters from {OPERATORS!r}, got {self.operators!r}")
         validate_prompt_template(self.prompt_template, "expression")
         validate_answer_weights(self.correct_weight, self.format_weight)
-        validate_answer_flags(fallback_last_number=self.fallback_last_number, literal_answer=self.literal_answer)
+        validate_flags(fallback_last_number=self.fallback_last_number, literal_answer=self.literal_answer)
 
 
 def prime_factors(n: int) -> Counter:

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from rewards.extract import last_boxed
-from rlvr_env.answers import answer_reward, validate_answer_flags, validate_answer_weights
+from rlvr_env.answers import answer_reward, validate_answer_weights
 from rlvr_env.data import DataFileError, DatasetTask, require_str
-from rlvr_env.task import Problem, Task, TaskConfig, validate_prompt_template
+from rlvr_env.task import Problem, Task, TaskConfig, validate_flags, validate_prompt_template
 
 ENV_VAR = "RLVR_MATH_PATH"
 _LEVEL = re.compile(r"(?:Level\s+)?(\d+)")
@@ -57,7 +57,7 @@ class MATHConfig(TaskConfig):
             raise ValueError(f"types must be a list of strings, got {self.types!r}")
         validate_prompt_template(self.prompt_template, "problem")
         validate_answer_weights(self.correct_weight, self.format_weight)
-        validate_answer_flags(fallback_last_number=self.fallback_last_number)
+        validate_flags(fallback_last_number=self.fallback_last_number)
 
 
 class MATHTask(DatasetTask, Task):

@@ -23,7 +23,7 @@ import numpy as np
 
 import rewards
 from rewards.result import NO_ANSWER, OK, VerifyResult
-from rlvr_env.task import Problem, Task, TaskConfig
+from rlvr_env.task import Problem, Task, TaskConfig, validate_flags, validate_prompt_template
 
 _BINARY = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 # Only what an arithmetic expression needs; anything else is rejected before parsing.
@@ -144,14 +144,11 @@ class CountdownConfig(TaskConfig):
             raise ValueError(f"max_number must be an integer >= 2, got {self.max_number!r}")
         if not isinstance(self.max_target, int) or self.max_target < 1:
             raise ValueError(f"max_target must be a positive integer, got {self.max_target!r}")
-        if not isinstance(self.use_all_numbers, bool):
-            raise ValueError(f"use_all_numbers must be true or false, got {self.use_all_numbers!r}")
-        if not isinstance(self.step_reward, (int, float)) or not 0 <= self.step_reward <= 1:
+        validate_flags(use_all_numbers=self.use_all_numbers)
+        step_reward_is_number = isinstance(self.step_reward, (int, float)) and not isinstance(self.step_reward, bool)
+        if not step_reward_is_number or not 0 <= self.step_reward <= 1:
             raise ValueError(f"step_reward must be a number in [0, 1], got {self.step_reward!r}")
-        try:
-            self.prompt_template.format(numbers="[1, 2]", target=3, usage="once")
-        except (KeyError, IndexError, ValueError) as error:
-            raise ValueError(f"prompt_template may use only {{numbers}}, {{target}}, {{usage}}: {error!r}") from None
+        validate_prompt_template(self.prompt_template, "numbers", "target", optional=("usage",))
 
 
 class CountdownTask(Task):

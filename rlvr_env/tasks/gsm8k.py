@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlvr_env.answers import answer_reward, validate_answer_flags, validate_answer_weights
+from rlvr_env.answers import answer_reward, validate_answer_weights
 from rlvr_env.data import DataFileError, DatasetTask, require_str
-from rlvr_env.task import Problem, Task, TaskConfig, validate_prompt_template
+from rlvr_env.task import Problem, Task, TaskConfig, validate_flags, validate_prompt_template
 
 ENV_VAR = "RLVR_GSM8K_PATH"
 
@@ -32,7 +32,7 @@ class GSM8KConfig(TaskConfig):
         super().validate()
         validate_prompt_template(self.prompt_template, "question")
         validate_answer_weights(self.correct_weight, self.format_weight)
-        validate_answer_flags(fallback_last_number=self.fallback_last_number, literal_answer=self.literal_answer)
+        validate_flags(fallback_last_number=self.fallback_last_number, literal_answer=self.literal_answer)
 
 
 def final_answer(solution: str) -> str | None:
