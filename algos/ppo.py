@@ -131,6 +131,8 @@ class PPOSection:
         _require(self.reward_source in REWARD_SOURCES, "ppo.reward_source", f"must be one of {REWARD_SOURCES}")
         _require(self.reward_source != "model" or bool(self.reward_model), "ppo.reward_model",
                  "must name a reward model directory when ppo.reward_source is 'model'")
+        _require(self.reward_source == "model" or self.reward_model is None, "ppo.reward_model",
+                 "is set, but ppo.reward_source is 'env', so it would be ignored: set ppo.reward_source = 'model'")
 
 
 @dataclass

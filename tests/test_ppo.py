@@ -66,6 +66,8 @@ def small_config(model_dir, output_dir, **extra):
 def test_config_errors_name_the_key(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="ppo.reward_model"):
         small_config(tiny_model_dir, tmp_path, **{"ppo.reward_source": "model"})
+    with pytest.raises(ValueError, match="ppo.reward_model.*ignored"):  # a reward model the env source would never read
+        small_config(tiny_model_dir, tmp_path, **{"reward_model": "runs/rm"})
     with pytest.raises(ValueError, match="ppo.value_model"):
         small_config(tiny_model_dir, tmp_path, **{"ppo.value_model": "both"})
     with pytest.raises(ValueError, match="ppo.num_minibatches"):
