@@ -12,6 +12,7 @@ optionally `PRESETS` (name -> nested dict of config values applied before the fi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import sys
@@ -68,13 +69,13 @@ def register(subparsers) -> None:
     evaluate.set_defaults(func=_eval)
 
 
-def _load(module_name: str, preset: str | None, args, extra: dict[str, Any]):
+def _load(config_cls: type, args, extra: dict[str, Any], **options):
+    """config_cls from args.config < args.overrides < the set values of ``extra``; ``options`` go to load_config."""
     from algos.config import load_config, parse_overrides
 
-    module = importlib.import_module(module_name)
     overrides = parse_overrides(args.overrides)
     overrides.update({k: str(v) for k, v in extra.items() if v is not None})
-    return module, load_config(module.Config, args.config, overrides, preset=getattr(module, "PRESETS", {}).get(preset))
+    return load_config(config_cls, args.config, overrides, **options)
 
 
 def _fail(message: str) -> int:
@@ -85,11 +86,15 @@ def _fail(message: str) -> int:
 def _train(args) -> int:
     module_name, preset = ALGORITHMS[args.algo]
     try:
-        module, config = _load(module_name, preset, args, {"env.id": args.env, "model.path": args.model})
+        module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
         if err.name == module_name:
             return _fail(f"algorithm {args.algo!r} is not available: module {module_name} is missing")
         raise
+    try:
+        config = _load(
+            module.Config, args, {"env.id": args.env, "model.path": args.model}, preset=getattr(module, "PRESETS", {}).get(preset)
+        )
     except (ValueError, FileNotFoundError) as err:
         return _fail(str(err))
     summary = module.train(config, resume=args.resume)
@@ -98,10 +103,15 @@ def _train(args) -> int:
 
 
 def _eval(args) -> int:
+    from algos.config import EvalConfig
+
+    # A training run's config.yaml works as is: its training-only sections (optim, grpo, ppo) are set aside.
+    training_sections = {
+        f.name for module, _ in ALGORITHMS.values() for f in dataclasses.fields(importlib.import_module(module).Config)
+    } - {f.name for f in dataclasses.fields(EvalConfig)}
+    extra = {"env.id": args.env, "model.path": args.model, "env.eval_size": args.num_problems}
     try:
-        _, config = _load(
-            "algos.grpo", None, args, {"env.id": args.env, "model.path": args.model, "env.eval_size": args.num_problems}
-        )
+        config = _load(EvalConfig, args, extra, unused_sections=training_sections)
     except (ValueError, FileNotFoundError) as err:
         return _fail(str(err))
     from algos.trainer import evaluate_saved_model

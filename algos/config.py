@@ -18,6 +18,7 @@ import math
 import tomllib
 import types
 import typing
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,6 +179,19 @@ class GRPOSection:
         _require(1 <= self.max_sampling_rounds <= 101, "grpo.max_sampling_rounds", "must be in 1..101")
         _require(self.overlong_cache >= 1, "grpo.overlong_cache", "must be >= 1")
         _require(self.logprob_chunk_size >= 1, "grpo.logprob_chunk_size", "must be >= 1")
+
+
+@dataclass
+class EvalConfig:
+    """What `rlvr eval` reads: the sections evaluation uses, which every algorithm's config shares."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def validate(self) -> None:
+        validate_sections(self)
 
 
 @dataclass
@@ -401,11 +415,14 @@ def load_config(
     path: str | Path | None = None,
     overrides: dict[str, str] | list[str] | None = None,
     preset: dict[str, Any] | None = None,
+    unused_sections: Collection[str] = (),
 ) -> Any:
-    """Build and validate `cls` from defaults < preset < file at `path` < CLI overrides."""
+    """Build and validate `cls` from defaults < preset < file at `path` < CLI overrides.
+    `unused_sections`: top-level sections of the file that `cls` does not have and that are set aside
+    (a training run's `optim` and `grpo` when `rlvr eval` reads its config.yaml); any other unknown key is an error."""
     data: dict[str, Any] = _merge({}, preset or {})
     if path is not None:
-        data = _merge(data, load_file(path))
+        data = _merge(data, {k: v for k, v in load_file(path).items() if k not in unused_sections})
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
     for key, value in (overrides or {}).items():

@@ -40,6 +40,29 @@ def test_eval_prints_held_out_accuracy(tmp_path, capsys):
     assert report["problems"] == 4 and 0.0 <= report["accuracy"] <= 1.0
 
 
+@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+def test_eval_reads_a_training_runs_saved_config(algo, tmp_path, capsys):
+    import importlib
+
+    from algos.config import save_config
+
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(tokenizer, hidden_size=16, num_layers=1, num_heads=2).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    config = importlib.import_module(cli.ALGORITHMS[algo][0]).Config()
+    config.model.path, config.env.eval_size, config.env.max_new_tokens = str(tmp_path), 3, 2
+    config.env.kwargs = {"digits": 1}
+    save_config(config, tmp_path / "config.yaml")  # as a run saves it: optim, run and grpo/ppo sections included
+    assert main(["eval", "--config", str(tmp_path / "config.yaml")]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["problems"] == 3
+
+
+def test_eval_still_rejects_an_unknown_section(tmp_path, capsys):
+    (tmp_path / "run.yaml").write_text("envv: {id: rlvr/Arithmetic-v0}\n")
+    assert main(["eval", "--config", str(tmp_path / "run.yaml")]) == 2
+    assert "unknown config key 'envv'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("algo", ["grpo", "dapo"])
 def test_algorithm_table_resolves_presets(algo):
     import importlib
