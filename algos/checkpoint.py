@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+LEFTOVER_RE = re.compile(r"^\.checkpoint-\d+\.(?:tmp|stale)-(\d+)$")  # group 1: the writing process's pid
 TRAINER_FILE = "trainer.pt"
 
 
@@ -96,9 +97,41 @@ def save_checkpoint(
         final.rename(stale)
         shutil.rmtree(stale)
     tmp.rename(final)
-    for old in list_checkpoints(output_dir)[:-keep_last]:
+    _fsync_dir(output_dir)  # the rename reaches the disk before any older checkpoint is deleted
+    # Only checkpoints up to this step are pruned: this one is never deleted in favour of higher-numbered ones.
+    for old in [p for p in list_checkpoints(output_dir) if _step_of(p) <= step][:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
+    _remove_leftovers(output_dir)
     return final
+
+
+def _step_of(checkpoint: Path) -> int:
+    return int(CHECKPOINT_RE.match(checkpoint.name).group(1))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    return True
+
+
+def _remove_leftovers(output_dir: Path) -> None:
+    """Delete half-written or half-deleted checkpoint folders of killed processes (a full model copy each)."""
+    for path in output_dir.iterdir():
+        if (m := LEFTOVER_RE.match(path.name)) and path.is_dir() and not _process_alive(int(m.group(1))):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def load_checkpoint(

@@ -28,7 +28,7 @@ import torch
 
 import rewards
 from algos import checkpoint as ckpt
-from algos.config import DAPO_PRESET, GRPOConfig, save_config
+from algos.config import DAPO_PRESET, GRPOConfig
 from algos.core.advantages import group_advantages, process_advantages, zero_std_group_fraction
 from algos.core.aggregation import aggregate_loss
 from algos.core.kl import kl_estimate
@@ -36,7 +36,7 @@ from algos.core.policy_loss import clipped_policy_loss
 from algos.metrics import MetricsLogger
 from algos.trainer import (
     DTYPES,
-    advance_schedule_without_update,
+    advance_schedule,
     build_optimizer,
     build_scheduler,
     completion_logprobs,
@@ -44,6 +44,7 @@ from algos.trainer import (
     guarded_optimizer_step,
     make_env,
     make_rollout_backend,
+    open_run_dir,
     resolve_device,
     rollout_metrics,
     run_training,
@@ -95,6 +96,7 @@ class GRPOTrainer:
         config.validate()
         self.config = config
         self.output_dir = Path(config.run.output_dir)
+        latest = open_run_dir(config, resume)
         seed_everything(config.run.seed)
         self.device = resolve_device(config.model.device)
         self.model, self.tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=self.device)
@@ -113,11 +115,9 @@ class GRPOTrainer:
             )
         self.backend = make_rollout_backend(config)
         self.start_step = 0
-        if resume and (latest := ckpt.latest_checkpoint(self.output_dir)) is not None:
+        if latest is not None:
             loaded = ckpt.load_checkpoint(latest, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
             self.start_step = loaded["step"]
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        save_config(config, self.output_dir / "config.yaml")
 
     # ------------------------------------------------------------ sampling
 
@@ -218,7 +218,7 @@ class GRPOTrainer:
         if not batch.loss_mask.any():
             # Every row masked (e.g. all truncated under overlong filtering): a zero gradient, on which
             # AdamW's momentum and weight decay would still move the weights. No optimizer step.
-            advance_schedule_without_update(self.scheduler)
+            advance_schedule(self.scheduler)
             return {"skipped_update": 1.0, "lr": self.scheduler.get_last_lr()[0]}
         micro = [slice(i, min(i + g.micro_batch_size, batch.num_rows)) for i in range(0, batch.num_rows, g.micro_batch_size)]
         mask = batch.loss_mask.float()
@@ -269,7 +269,7 @@ class GRPOTrainer:
                 totals["skipped_update"] = 1.0
             totals["loss"] = loss_total if finite else math.nan
             totals["grad_norm"] = outcome.grad_norm
-        self.scheduler.step()
+        advance_schedule(self.scheduler)
         n_tokens = norms["global_num_tokens"]
         totals.update({k: v / n_tokens for k, v in stat_sums.items()})
         totals.update({"ratio_min": ratio_min, "ratio_max": ratio_max, "lr": self.scheduler.get_last_lr()[0]})
@@ -290,7 +290,7 @@ class GRPOTrainer:
         batch, metrics = self.collect(step)
         if batch is None:
             metrics["skipped_update"] = 1.0
-            advance_schedule_without_update(self.scheduler)
+            advance_schedule(self.scheduler)
             logger.write(f"step {step}: no group with reward variance after {metrics['generation_rounds']} rounds; update skipped")
         else:
             metrics.update(self.update(batch))

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +33,21 @@ def _json_safe(value: Any) -> Any:
 
 
 def read_metrics(output_dir: str | Path) -> list[dict[str, Any]]:
-    """All records of a run's metrics.jsonl, in order."""
+    """All records of a run's metrics.jsonl, in order. A cut-off last line (a write that a full disk
+    or a power loss stopped halfway) is skipped with a warning; a bad line before it is an error."""
     path = Path(output_dir) / METRICS_FILE
     if not path.is_file():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, 1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if number < len(lines):
+                raise ValueError(f"{path}: line {number} is not a JSON record ({error})") from None
+            warnings.warn(f"{path}: skipping the cut-off last line {number}: {line[:80]!r}", stacklevel=2)
+    return records
 
 
 class MetricsLogger:
@@ -55,7 +67,13 @@ class MetricsLogger:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.output_dir / METRICS_FILE
         kept = [r for r in read_metrics(self.output_dir) if r.get("step", 0) <= start_step] if start_step else []
-        self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        # Written aside and renamed over the old file: a kill here leaves either file whole, never an empty one.
+        partial = self.path.with_name(f".{METRICS_FILE}.tmp-{os.getpid()}")
+        with partial.open("w") as fh:
+            fh.write("".join(json.dumps(r) + "\n" for r in kept))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(partial, self.path)
         self._file = self.path.open("a")
         self._tb = None
         if tensorboard:

@@ -37,7 +37,6 @@ from algos.config import (
     RolloutConfig,
     RunConfig,
     _require,
-    save_config,
     validate_sections,
 )
 from algos.core.aggregation import MODES as LOSS_AGG_MODES
@@ -59,12 +58,14 @@ from algos.core.policy_loss import clipped_policy_loss
 from algos.metrics import MetricsLogger
 from algos.trainer import (
     DTYPES,
+    advance_schedule,
     build_scheduler,
     completion_logprobs,
     evaluate,
     guarded_optimizer_step,
     make_env,
     make_rollout_backend,
+    open_run_dir,
     resolve_device,
     rollout_metrics,
     run_training,
@@ -189,6 +190,7 @@ class PPOTrainer:
         self.config = config
         p = config.ppo
         self.output_dir = Path(config.run.output_dir)
+        latest = open_run_dir(config, resume)
         seed_everything(config.run.seed)
         self.device = resolve_device(config.model.device)
         self.policy, self.tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=self.device)
@@ -214,13 +216,11 @@ class PPOTrainer:
         self.env = make_env(config, self.tokenizer, num_envs=p.prompts_per_step * p.samples_per_prompt, device=self.device)
         self.backend = make_rollout_backend(config)
         self.start_step = 0
-        if resume and (latest := ckpt.latest_checkpoint(self.output_dir)) is not None:
+        if latest is not None:
             loaded = ckpt.load_checkpoint(latest, model=self.policy, optimizer=self.optimizer, scheduler=self.scheduler)
             self.critic.load_state_dict(loaded["state"]["critic"])
             self.kl_controller.load_state_dict(loaded["state"]["kl_controller"])
             self.start_step = loaded["step"]
-        self.output_dir.mkdir(parents=True, exist_ok=True)
-        save_config(config, self.output_dir / "config.yaml")
 
     def _build_optimizer(self) -> torch.optim.AdamW:
         """AdamW over the policy (optim.lr) and the critic's own weights (ppo.critic_lr, default 10x)."""
@@ -375,7 +375,7 @@ class PPOTrainer:
                 outcome = guarded_optimizer_step(self.modules, self.optimizer, self.config.optim.max_grad_norm, finite)
                 skipped += not outcome.applied
                 grad_norms.append(outcome.grad_norm)
-        self.scheduler.step()
+        advance_schedule(self.scheduler)
         stats = {key: value / max(tokens_seen, 1.0) for key, value in sums.items()}
         stats.update({"grad_norm": sum(grad_norms) / len(grad_norms), "skipped_updates": skipped,
                       "lr": self.scheduler.get_last_lr()[0], "critic_lr": self.scheduler.get_last_lr()[1],

@@ -13,12 +13,14 @@ import random
 import time
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from algos.config import ModelConfig, OptimConfig
+from algos import checkpoint as ckpt
+from algos.config import ModelConfig, OptimConfig, from_dict, load_file, save_config, to_dict
 from algos.core.logprobs import DEFAULT_CHUNK_SIZE, logprobs_from_hidden
 from algos.metrics import MetricsLogger
 
@@ -71,9 +73,10 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_st
     return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
 
 
-def advance_schedule_without_update(scheduler) -> None:
-    """scheduler.step() for a step whose update was skipped, so the schedule follows the step count.
-    torch warns when the very first scheduler step comes before any optimizer step; here that is intended."""
+def advance_schedule(scheduler) -> None:
+    """scheduler.step() once per training step, whether or not its update was applied: the schedule follows
+    the step count. torch warns when the first scheduler step comes before any optimizer step (a skipped
+    first update); here that is intended."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`")
         scheduler.step()
@@ -273,6 +276,53 @@ class Agent(Protocol):
     def train_step(self, step: int, logger) -> dict[str, float]: ...  # collect + update; returns the step's metrics
     def evaluate(self) -> float: ...
     def save(self, step: int) -> Any: ...
+
+
+# What a resumed run may change: how long it runs, how it reports, where it computes; not what it learns.
+RESUMABLE_KEYS = frozenset({
+    "run.steps", "run.save_every", "run.keep_last", "run.eval_every", "run.progress", "run.tensorboard", "run.plots",
+    "model.device",
+})
+
+
+def _values_by_key(config: Any) -> dict[str, Any]:
+    """{"section.field": value} of a config (a mapping field such as env.kwargs stays one value)."""
+    return {f"{section}.{key}": value for section, fields in to_dict(config).items() for key, value in fields.items()}
+
+
+def open_run_dir(config: Any, resume: bool) -> Path | None:
+    """Check run.output_dir and write config.yaml into it; the checkpoint to resume from (None: start at step 0).
+
+    A fresh start refuses a directory that holds checkpoints: pruning would delete the new run's checkpoints in
+    favour of the old, newer-numbered ones, and a later --resume would continue the old run. A resume refuses a
+    config that differs from the saved config.yaml outside RESUMABLE_KEYS (the optimizer, for one, would keep
+    the checkpoint's learning rate while config.yaml claimed the new one).
+    """
+    output_dir = Path(config.run.output_dir)
+    saved = output_dir / "config.yaml"
+    latest = ckpt.latest_checkpoint(output_dir)
+    if latest is not None and not resume:
+        raise ValueError(
+            f"run.output_dir {output_dir} holds {latest.name} of an earlier run: "
+            "resume it (--resume) or choose another run.output_dir"
+        )
+    if latest is not None and saved.is_file():
+        try:  # through the config class: a key added since the run started reads as its default
+            old = _values_by_key(from_dict(type(config), load_file(saved)))
+        except ValueError as error:
+            raise ValueError(f"cannot resume {latest}: {saved} is not a {type(config).__name__} ({error})") from None
+        new = _values_by_key(config)
+        if changed := sorted(k for k in new if old[k] != new[k] and k not in RESUMABLE_KEYS):
+            listed = "; ".join(f"{k}: {old[k]!r} -> {new[k]!r}" for k in changed[:8])
+            raise ValueError(
+                f"cannot resume {latest} with a different config ({listed}). To continue the run as it was "
+                f"configured, pass --config {saved}. A resumed run may change only {', '.join(sorted(RESUMABLE_KEYS))}"
+            )
+    if resume and latest is None:
+        warnings.warn(f"--resume: no checkpoint in {output_dir}, starting at step 0", stacklevel=2)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, saved)
+    return latest
 
 
 def run_training(agent: Agent) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 process supervision."""
 
 import math
+import re
 import signal
 import subprocess
 import sys
@@ -73,6 +74,25 @@ def test_sigkilled_run_resumes_to_the_same_parameters_bitwise(tiny_model_dir, tm
     drop = ("step_time_s",)
     strip = lambda rows: [{k: v for k, v in r.items() if k not in drop} for r in rows]  # noqa: E731
     assert strip(read_metrics(tmp_path / "killed")) == strip(read_metrics(tmp_path / "full"))
+
+
+def test_a_fresh_run_refuses_a_directory_with_another_runs_checkpoints(tiny_model_dir, tmp_path):
+    config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "1"}))
+    GRPOTrainer(config).save(1)
+    with pytest.raises(ValueError, match=r"run.output_dir .* holds checkpoint-1 .*--resume"):
+        GRPOTrainer(config)
+    assert GRPOTrainer(config, resume=True).start_step == 1
+
+
+def test_resume_refuses_a_changed_config_but_allows_a_longer_run(tiny_model_dir, tmp_path):
+    GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "2"}))).save(1)
+    for key, value in (("optim.lr", "0.05"), ("grpo.group_size", "2"), ("env.kwargs", "{digits: 2}")):
+        changed = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "2", key: value}))
+        with pytest.raises(ValueError, match=rf"cannot resume .*checkpoint-1 .*\({re.escape(key)}: .*--config"):
+            GRPOTrainer(changed, resume=True)
+    assert load_config(GRPOConfig, tmp_path / "config.yaml").optim.lr == 1e-3  # the refused run did not overwrite it
+    longer = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "5", "run.progress": "true"}))
+    assert GRPOTrainer(longer, resume=True).start_step == 1
 
 
 def test_nonfinite_loss_skips_the_update_and_leaves_weights_intact(tiny_model_dir, tmp_path):

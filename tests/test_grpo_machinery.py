@@ -69,6 +69,31 @@ def test_only_complete_checkpoints_count_and_old_ones_are_pruned(tmp_path):
     assert latest_checkpoint(tmp_path).name == "checkpoint-3"
 
 
+def test_pruning_never_deletes_the_new_checkpoint_and_clears_killed_writers_leftovers(tmp_path):
+    model, optimizer, _ = _tiny()
+    for step in (11, 12):  # another run's, numbered higher
+        save_checkpoint(tmp_path, step, model=model, optimizer=optimizer, keep_last=2)
+    dead_pid = 2**22 + 1  # above Linux's pid_max default: no such process
+    (tmp_path / f".checkpoint-5.tmp-{dead_pid}").mkdir()
+    (tmp_path / f".checkpoint-5.stale-{dead_pid}").mkdir()
+    save_checkpoint(tmp_path, 3, model=model, optimizer=optimizer, keep_last=2)
+    save_checkpoint(tmp_path, 6, model=model, optimizer=optimizer, keep_last=2)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-3", "checkpoint-6", "checkpoint-11", "checkpoint-12"]
+    assert not list(tmp_path.glob(".checkpoint-*"))
+
+
+def test_metrics_reader_skips_only_a_cut_off_last_line(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "rew')
+    with pytest.warns(UserWarning, match="cut-off last line 3"):
+        assert read_metrics(tmp_path) == [{"step": 1}, {"step": 2}]
+    with pytest.warns(UserWarning):  # a resume from step 2 keeps whole records and drops the cut one
+        MetricsLogger(tmp_path, total_steps=3, start_step=2, tensorboard=False, progress=False).close(plot=False)
+    assert read_metrics(tmp_path) == [{"step": 1}, {"step": 2}]
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\nnot json\n{"step": 3}\n')
+    with pytest.raises(ValueError, match="line 2 is not a JSON record"):
+        read_metrics(tmp_path)
+
+
 def test_completion_logprobs_match_full_logits_with_left_padding():
     from algos.trainer import completion_logprobs, position_ids_from_mask
 
