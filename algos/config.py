@@ -121,6 +121,9 @@ class RunConfig:
     tensorboard: bool = True  # when tensorboard is installed
     plots: bool = True  # PNG curves at the end (matplotlib)
     progress: bool = True  # live tqdm bar with key metrics
+    # A fresh run in an output_dir holding an earlier run's checkpoints deletes them (as HF Trainer's
+    # overwrite_output_dir); false = refuse to start there (resume it, or pick another output_dir).
+    overwrite_output_dir: bool = False
 
     def validate(self) -> None:
         _require(self.steps >= 1, "run.steps", "must be >= 1")

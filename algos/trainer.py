@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import shutil
 import time
 import warnings
 from dataclasses import dataclass
@@ -281,7 +282,7 @@ class Agent(Protocol):
 # What a resumed run may change: how long it runs, how it reports, where it computes; not what it learns.
 RESUMABLE_KEYS = frozenset({
     "run.steps", "run.save_every", "run.keep_last", "run.eval_every", "run.progress", "run.tensorboard", "run.plots",
-    "model.device",
+    "run.overwrite_output_dir", "model.device",
 })
 
 
@@ -302,10 +303,14 @@ def open_run_dir(config: Any, resume: bool) -> Path | None:
     saved = output_dir / "config.yaml"
     latest = ckpt.latest_checkpoint(output_dir)
     if latest is not None and not resume:
-        raise ValueError(
-            f"run.output_dir {output_dir} holds {latest.name} of an earlier run: "
-            "resume it (--resume) or choose another run.output_dir"
-        )
+        if not config.run.overwrite_output_dir:
+            raise ValueError(
+                f"run.output_dir {output_dir} holds {latest.name} of an earlier run: resume it (--resume), "
+                "choose another run.output_dir, or set run.overwrite_output_dir to delete its checkpoints"
+            )
+        for checkpoint in ckpt.list_checkpoints(output_dir):
+            shutil.rmtree(checkpoint)
+        latest = None
     if latest is not None and saved.is_file():
         try:  # through the config class: a key added since the run started reads as its default
             old = _values_by_key(from_dict(type(config), load_file(saved)))

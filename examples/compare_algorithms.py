@@ -35,6 +35,7 @@ def shared_overrides(args, output_dir: Path) -> dict[str, str]:
         "run.steps": str(args.steps),
         "run.eval_every": str(args.eval_every),
         "run.output_dir": str(output_dir),
+        "run.overwrite_output_dir": "true",  # a rerun replaces the comparison
         "run.save_every": "0",
         "run.progress": "false",
         "run.tensorboard": "false",

@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--out", default="runs/ppo-default")
     args, extra = parser.parse_known_args(argv)
-    overrides = {**DEFAULTS, "run.steps": str(args.steps), "run.output_dir": args.out}
+    overrides = {**DEFAULTS, "run.steps": str(args.steps), "run.output_dir": args.out, "run.overwrite_output_dir": "true"}
     overrides.update(dict(zip([key.lstrip("-") for key in extra[::2]], extra[1::2])))
     summary = ppo.train(load_config(ppo.PPOConfig, overrides=overrides))
     print(f"held-out accuracy: {summary['eval_accuracy_before']:.3f} -> {summary['eval_accuracy_after']:.3f}")

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from algos.checkpoint import latest_checkpoint
+from algos.checkpoint import latest_checkpoint, list_checkpoints
 from algos.core.advantages import group_advantages, process_advantages
 from algos.config import DAPO_PRESET, GRPOConfig, load_config
 from algos.grpo import GRPOTrainer, train
@@ -82,6 +82,8 @@ def test_a_fresh_run_refuses_a_directory_with_another_runs_checkpoints(tiny_mode
     with pytest.raises(ValueError, match=r"run.output_dir .* holds checkpoint-1 .*--resume"):
         GRPOTrainer(config)
     assert GRPOTrainer(config, resume=True).start_step == 1
+    config.run.overwrite_output_dir = True
+    assert GRPOTrainer(config).start_step == 0 and not list_checkpoints(tmp_path)
 
 
 def test_resume_refuses_a_changed_config_but_allows_a_longer_run(tiny_model_dir, tmp_path):
