@@ -186,7 +186,7 @@ class GRPOSection:
 
 @dataclass
 class EvalConfig:
-    """What `rlvr eval` reads: the sections evaluation uses, which every algorithm's config shares."""
+    """The sections every algorithm's config shares; all that `rlvr eval` reads."""
 
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
@@ -198,14 +198,10 @@ class EvalConfig:
 
 
 @dataclass
-class GRPOConfig:
-    """GRPO (and, through the `dapo` preset, DAPO): shared sections plus the `grpo` section."""
+class GRPOConfig(EvalConfig):
+    """GRPO (and, through the `dapo` preset, DAPO): the shared sections plus `optim` and `grpo`."""
 
-    model: ModelConfig = field(default_factory=ModelConfig)
-    env: EnvConfig = field(default_factory=EnvConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    run: RunConfig = field(default_factory=RunConfig)
     grpo: GRPOSection = field(default_factory=GRPOSection)
 
     def validate(self) -> None:

@@ -30,15 +30,7 @@ from typing import Any
 import torch
 
 from algos import checkpoint as ckpt
-from algos.config import (
-    EnvConfig,
-    ModelConfig,
-    OptimConfig,
-    RolloutConfig,
-    RunConfig,
-    _require,
-    validate_sections,
-)
+from algos.config import EvalConfig, OptimConfig, _require
 from algos.core.aggregation import MODES as LOSS_AGG_MODES
 from algos.core.aggregation import aggregate_loss
 from algos.core.gae import (
@@ -137,18 +129,11 @@ class PPOSection:
 
 
 @dataclass
-class PPOConfig:
-    """PPO: the shared sections plus the `ppo` section."""
+class PPOConfig(EvalConfig):
+    """PPO: the shared sections plus `optim` and `ppo`."""
 
-    model: ModelConfig = field(default_factory=ModelConfig)
-    env: EnvConfig = field(default_factory=EnvConfig)
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
-    run: RunConfig = field(default_factory=RunConfig)
     ppo: PPOSection = field(default_factory=PPOSection)
-
-    def validate(self) -> None:
-        validate_sections(self)
 
 
 Config = PPOConfig
