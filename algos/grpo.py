@@ -10,7 +10,7 @@ accumulation, KL to a frozen reference when beta > 0. DAPO is the `dapo` preset
 
 Dynamic sampling bound: at most `max_sampling_rounds` generation rounds per step.
 A group is informative when its task scores (accuracy, before the soft overlong penalty)
-differ and at least one of its rows is trained on. When the bound is hit with fewer than
+differ, or with process supervision its step rewards do, and at least one of its rows is trained on. When the bound is hit with fewer than
 `prompts_per_step` informative groups, the step trains on the groups it has (the loss
 normalisers count only those); with none, the update is skipped and logged as
 `skipped_update = 1`, as it is when every kept row's loss is masked (overlong filtering).
@@ -29,7 +29,7 @@ import torch
 import rewards
 from algos import checkpoint as ckpt
 from algos.config import DAPO_PRESET, GRPOConfig
-from algos.core.advantages import group_advantages, process_advantages, zero_std_group_fraction
+from algos.core.advantages import group_advantages, process_advantages, step_rewards_vary, zero_std_group_fraction
 from algos.core.aggregation import aggregate_loss
 from algos.core.kl import kl_estimate
 from algos.core.policy_loss import clipped_policy_loss
@@ -152,10 +152,14 @@ class GRPOTrainer:
                 first_round = rollout_metrics(result, scores)
             sampled_scores.append(scores)
             # DAPO keeps a group when its accuracy varies (the task score, before the length penalty)
-            # and some row of it is trained on (overlong filtering may mask them all).
+            # and some row of it is trained on (overlong filtering may mask them all). With process
+            # supervision, step rewards that differ within the group are a signal too.
             accuracy = result.scores.float().reshape(-1, g.group_size)
+            varies = accuracy.amax(1) > accuracy.amin(1)
+            if g.process_weight:
+                varies |= step_rewards_vary(result.process_rewards, result.process_step_mask, g.group_size)
             trained = loss_mask.any(-1).reshape(-1, g.group_size).any(1)
-            informative = (accuracy.amax(1) > accuracy.amin(1)) & trained
+            informative = varies & trained
             groups = informative if g.dynamic_sampling else torch.ones_like(informative)
             rows = groups.repeat_interleave(g.group_size).nonzero().flatten()
             if rows.numel():

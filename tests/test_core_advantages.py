@@ -7,6 +7,7 @@ from algos.core.advantages import (
     group_advantages,
     mean_only_advantages,
     process_advantages,
+    step_rewards_vary,
     zero_std_group_fraction,
 )
 
@@ -56,3 +57,12 @@ def test_process_advantages_sum_normalised_future_steps():
     n = 1 / math.sqrt(3)
     expected = torch.tensor([[n, n, 2 * n, 2 * n], [-n, -n, -n, 0.0]])
     torch.testing.assert_close(adv, expected)
+
+
+def test_step_rewards_vary_per_group_over_masked_steps_only():
+    # Two groups of 2 rows, T = 3. Group 0: steps 0.1 and 0.0 (varies); group 1: steps all 0.1, and a
+    # large reward off the step mask that must not count.
+    rewards = torch.tensor([[0.1, 0.0, 0.0], [0.0, 0.0, 0.0], [0.1, 0.0, 9.0], [0.0, 0.1, 0.0]])
+    mask = torch.tensor([[1, 0, 0], [0, 1, 0], [1, 0, 0], [0, 1, 0]], dtype=torch.bool)
+    assert step_rewards_vary(rewards, mask, group_size=2).tolist() == [True, False]
+    assert step_rewards_vary(rewards, torch.zeros_like(mask), group_size=2).tolist() == [False, False]  # no steps

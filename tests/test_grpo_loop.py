@@ -259,6 +259,23 @@ def test_process_supervision_adds_normalised_step_rewards_to_the_outcome_advanta
     assert trainer.update(batch)["skipped_update"] == 0.0
 
 
+def test_dynamic_sampling_keeps_groups_whose_step_rewards_differ(tiny_model_dir, tmp_path):
+    extra = {"env.id": "rlvr/Countdown-v0", "env.kwargs": COUNTDOWN, "env.max_new_tokens": "24",
+             "grpo.dynamic_sampling": "true", "grpo.max_sampling_rounds": "1"}
+
+    def texts(problem):  # every answer wrong (accuracy all 0); one valid line of working per group
+        a, b, _ = problem.answer["numbers"]
+        return [f"{a} + {b} = {a + b}\nso", "so", "so", "no"]
+
+    kept = {}
+    for weight in ("0", "1"):
+        trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides(
+            tiny_model_dir, tmp_path / weight, **extra, **{"grpo.process_weight": weight})))
+        trainer.backend = ScriptedBackend(texts)
+        kept[weight] = trainer.collect(step=1)[1]["kept_groups"]
+    assert kept == {"0": 0, "1": 4}
+
+
 def test_process_supervision_needs_a_task_with_process_rewards(tiny_model_dir, tmp_path):
     config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"grpo.process_weight": "1"}))
     with pytest.raises(ValueError, match="grpo.process_weight"):

@@ -47,6 +47,15 @@ def zero_std_group_fraction(scores: torch.Tensor, group_size: int) -> float:
     return (grouped.amax(dim=1) == grouped.amin(dim=1)).float().mean().item()
 
 
+def step_rewards_vary(step_rewards: torch.Tensor, step_mask: torch.Tensor, group_size: int) -> torch.Tensor:
+    """[B, T] step rewards, [B, T] step mask -> [B // G] bool: do a group's step rewards differ (process signal)?"""
+    mask = _grouped(step_mask.bool(), group_size)
+    rewards = _grouped(step_rewards.float(), group_size)
+    highest = torch.where(mask, rewards, -torch.inf).amax(dim=(1, 2))
+    lowest = torch.where(mask, rewards, torch.inf).amin(dim=(1, 2))
+    return highest > lowest
+
+
 def process_advantages(
     step_rewards: torch.Tensor, step_mask: torch.Tensor, group_size: int, eps: float = 1e-6
 ) -> torch.Tensor:
