@@ -23,6 +23,15 @@ def test_k3_is_zero_at_equality_nonnegative_and_clamped():
     assert torch.isfinite(kl).all() and (kl >= 0).all() and kl.max().item() == 10.0
 
 
+def test_k3_reaches_its_clamp_with_a_gradient_up_to_it():
+    # pi/pi_ref = e^10.5: k3 = e^-10.5 + 10.5 - 1 ~ 9.50003, still below the clamp of 10, so it keeps a gradient
+    logp = torch.tensor([[10.5, 11.0]], requires_grad=True)
+    kl = kl_estimate(logp, torch.zeros(1, 2), "k3", clamp=10.0)
+    assert kl[0, 0].item() == pytest.approx(math.exp(-10.5) + 9.5) and kl[0, 1].item() == 10.0
+    kl.sum().backward()
+    assert logp.grad[0, 0].item() == pytest.approx(1 - math.exp(-10.5)) and logp.grad[0, 1].item() == 0.0
+
+
 def test_unknown_estimator_is_named():
     with pytest.raises(ValueError, match="k4"):
         kl_estimate(torch.zeros(1, 1), torch.zeros(1, 1), "k4")

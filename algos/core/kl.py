@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 ESTIMATORS = ("k1", "k2", "k3")
+LOG_RATIO_BOUND = 20.0  # |log pi_ref/pi| inside exp(): e^20 ~ 5e8 is finite in fp32
 
 
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3", clamp: float = 10.0) -> torch.Tensor:
@@ -21,6 +22,7 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str = "k3
     elif estimator == "k2":
         kl = 0.5 * log_ratio.square()
     else:
-        ref_over_pi = (-log_ratio).clamp(-clamp, clamp)  # keep exp() finite before the output clamp
-        kl = ref_over_pi.exp() - ref_over_pi - 1
+        # exp() kept finite as verl does; bounding it at +-clamp instead would stop k3 near clamp - 1
+        log_ref_over_pi = (-log_ratio).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+        kl = log_ref_over_pi.exp() - log_ref_over_pi - 1
     return kl.clamp(-clamp, clamp)
