@@ -10,7 +10,8 @@ accumulation, KL to a frozen reference when beta > 0. DAPO is the `dapo` preset
 
 Dynamic sampling bound: at most `max_sampling_rounds` generation rounds per step.
 A group is informative when its task scores (accuracy, before the soft overlong penalty)
-differ, or with process supervision its step rewards do, and at least one of its rows is trained on. When the bound is hit with fewer than
+differ, or with process supervision its step rewards do, and at least one of its rows is
+trained on. When the bound is hit with fewer than
 `prompts_per_step` informative groups, the step trains on the groups it has (the loss
 normalisers count only those); with none, the update is skipped and logged as
 `skipped_update = 1`, as it is when every kept row's loss is masked (overlong filtering).
