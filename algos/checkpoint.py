@@ -46,13 +46,16 @@ def _fsync_tree(path: Path) -> None:
                 os.fsync(fh.fileno())
 
 
-def list_checkpoints(output_dir: str | Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first."""
-    output_dir = Path(output_dir)
+def _numbered_checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
+    """(step, path) of each complete checkpoint of a run, oldest first."""
     if not output_dir.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in output_dir.iterdir() if (m := CHECKPOINT_RE.match(p.name)) and p.is_dir()]
-    return [p for _, p in sorted(found)]
+    return sorted((int(m.group(1)), p) for p in output_dir.iterdir() if (m := CHECKPOINT_RE.match(p.name)) and p.is_dir())
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of a run, oldest first."""
+    return [path for _, path in _numbered_checkpoints(Path(output_dir))]
 
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
@@ -99,14 +102,10 @@ def save_checkpoint(
     tmp.rename(final)
     _fsync_dir(output_dir)  # the rename reaches the disk before any older checkpoint is deleted
     # Only checkpoints up to this step are pruned: this one is never deleted in favour of higher-numbered ones.
-    for old in [p for p in list_checkpoints(output_dir) if _step_of(p) <= step][:-keep_last]:
+    for old in [path for number, path in _numbered_checkpoints(output_dir) if number <= step][:-keep_last]:
         shutil.rmtree(old, ignore_errors=True)
     _remove_leftovers(output_dir)
     return final
-
-
-def _step_of(checkpoint: Path) -> int:
-    return int(CHECKPOINT_RE.match(checkpoint.name).group(1))
 
 
 def _fsync_dir(path: Path) -> None:
