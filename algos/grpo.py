@@ -51,6 +51,7 @@ from algos.trainer import (
     run_training,
     seed_everything,
 )
+from rlvr_env import make_task
 
 Config = GRPOConfig
 PRESETS = {"dapo": DAPO_PRESET}
@@ -95,6 +96,13 @@ class GRPOTrainer:
         from algos.models import load_policy
 
         config.validate()
+        g = config.grpo
+        # Checked before open_run_dir writes config.yaml, so a refused config leaves no run behind.
+        if g.process_weight and make_task(config.env.id, **config.env.kwargs).process_step_end is None:
+            raise ValueError(
+                f"config grpo.process_weight = {g.process_weight} needs per-step process rewards, and task "
+                f"{config.env.id} with env.kwargs {config.env.kwargs} gives none (Countdown does with step_reward > 0)"
+            )
         self.config = config
         self.output_dir = Path(config.run.output_dir)
         latest = open_run_dir(config, resume)
@@ -107,13 +115,7 @@ class GRPOTrainer:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.optimizer = build_optimizer(self.model, config.optim)
         self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
-        g = config.grpo
         self.env = make_env(config, self.tokenizer, num_envs=g.prompts_per_step * g.group_size, device=self.device)
-        if g.process_weight and self.env.task.process_step_end is None:
-            raise ValueError(
-                f"config grpo.process_weight = {g.process_weight} needs per-step process rewards, and task "
-                f"{config.env.id} with env.kwargs {config.env.kwargs} gives none (Countdown does with step_reward > 0)"
-            )
         self.backend = make_rollout_backend(config)
         self.start_step = 0
         if latest is not None:

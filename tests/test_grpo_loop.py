@@ -280,3 +280,4 @@ def test_process_supervision_needs_a_task_with_process_rewards(tiny_model_dir, t
     config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"grpo.process_weight": "1"}))
     with pytest.raises(ValueError, match="grpo.process_weight"):
         GRPOTrainer(config)
+    assert not (tmp_path / "config.yaml").exists()  # refused before the run directory was written
