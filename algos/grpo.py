@@ -40,6 +40,7 @@ from algos.trainer import (
     advance_schedule,
     build_optimizer,
     build_scheduler,
+    check_lm_head,
     completion_logprobs,
     evaluate,
     guarded_optimizer_step,
@@ -109,6 +110,7 @@ class GRPOTrainer:
         seed_everything(config.run.seed)
         self.device = resolve_device(config.model.device)
         self.model, self.tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=self.device)
+        check_lm_head(self.model, len(self.tokenizer))
         # The frozen reference exists only when the KL term does: beta = 0 costs no memory.
         self.ref_model = None
         if config.grpo.beta > 0:
@@ -217,6 +219,7 @@ class GRPOTrainer:
             batch.prompt_width,
             temperature=self.config.rollout.temperature,
             chunk_size=self.config.grpo.logprob_chunk_size,
+            vocab_size=len(self.tokenizer),
         )
 
     def update(self, batch: Batch) -> dict[str, float]:

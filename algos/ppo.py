@@ -52,9 +52,11 @@ from algos.trainer import (
     DTYPES,
     advance_schedule,
     build_scheduler,
+    check_lm_head,
     completion_logprobs,
     evaluate,
     guarded_optimizer_step,
+    lm_head_of,
     make_env,
     make_rollout_backend,
     open_run_dir,
@@ -179,6 +181,7 @@ class PPOTrainer:
         seed_everything(config.run.seed)
         self.device = resolve_device(config.model.device)
         self.policy, self.tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=self.device)
+        check_lm_head(self.policy, len(self.tokenizer))
         head = self.policy.get_output_embeddings()
         if not isinstance(head, torch.nn.Linear) or head.bias is not None:
             raise TypeError(f"PPO needs a bias-free linear LM head, got {type(head).__name__}")
@@ -233,14 +236,14 @@ class PPOTrainer:
             values = self.critic.values_from_hidden(hidden)
             if not train_policy:
                 return None, None, values
-            weight = self.policy.get_output_embeddings().weight
-            logp, entropy = logprobs_from_hidden(hidden, weight, ids[:, prompt_width:], temperature, p.logprob_chunk_size)
+            weight, transform = lm_head_of(self.policy, len(self.tokenizer))
+            logp, entropy = logprobs_from_hidden(hidden, weight, ids[:, prompt_width:], temperature, p.logprob_chunk_size, transform)
             return logp, entropy, values
         # Value of the state before completion token t is read where that token is predicted (P-1+t).
         values = self.critic(ids, mask)[:, prompt_width - 1 : -1]
         if not train_policy:
             return None, None, values
-        logp, entropy = completion_logprobs(self.policy, ids, mask, prompt_width, temperature, p.logprob_chunk_size)
+        logp, entropy = completion_logprobs(self.policy, ids, mask, prompt_width, temperature, p.logprob_chunk_size, len(self.tokenizer))
         return logp, entropy, values
 
     def _micro_slices(self, rows: torch.Tensor) -> list[torch.Tensor]:
@@ -278,7 +281,7 @@ class PPOTrainer:
             if self.ref_model is not None:
                 ref_logp.append(
                     completion_logprobs(self.ref_model, input_ids[rows], attention_mask[rows], prompt_width,
-                                        self.config.rollout.temperature, p.logprob_chunk_size)[0]
+                                        self.config.rollout.temperature, p.logprob_chunk_size, len(self.tokenizer))[0]
                 )
         old_logp, old_values = torch.cat(old_logp), torch.cat(old_values)
 

@@ -129,8 +129,11 @@ class HFRollout:
         params = SamplingParams(**{**self.params.__dict__, **sampling})
         _check_env_ready(env)
         device = next(model.parameters()).device
-        if env.device != device:
-            raise ValueError(f"env tensors are on {env.device} but the model is on {device}; build the env with device={device}")
+        # The tensors' device, not env.device: torch.device("cuda") != the "cuda:0" its tensors report.
+        if env.input_ids.device != device:
+            raise ValueError(
+                f"env tensors are on {env.input_ids.device} but the model is on {device}; build the env with device={device}"
+            )
         generator = self.generator_for(device)
         was_training = model.training
         model.eval()  # no dropout while sampling
@@ -164,8 +167,9 @@ class HFRollout:
         actions = torch.full((batch,), env.pad_id, dtype=torch.long, device=env.device)
         logprobs = torch.zeros((batch, env.max_new_tokens), device=env.device)
         steps = 0
+        vocab = env.single_action_space.n  # the tokenizer's ids: rows of a padded embedding table are never sampled
         while True:
-            tokens, token_logprobs = sample_tokens(logits, params, generator)
+            tokens, token_logprobs = sample_tokens(logits[:, :vocab], params, generator)
             actions[cached_rows] = tokens  # rows that already finished get nothing: the env pads them
             logprobs[cached_rows, steps] = token_logprobs
             env.step(actions)

@@ -22,17 +22,19 @@ import torch
 
 from algos import checkpoint as ckpt
 from algos.config import ModelConfig, OptimConfig, from_dict, load_file, save_config, to_dict
-from algos.core.logprobs import DEFAULT_CHUNK_SIZE, logprobs_from_hidden
+from algos.core.logprobs import DEFAULT_CHUNK_SIZE, LogitTransform, logprobs_from_hidden
 from algos.metrics import MetricsLogger
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def resolve_device(name: str) -> torch.device:
-    """'auto' -> cuda when available, else cpu; anything else as torch spells it."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    """'auto' -> cuda when available, else cpu; anything else as torch spells it. A device without
+    an index gets the current one ("cuda" -> "cuda:0"), the name a model's parameters report."""
+    device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def mixed_precision(model_cfg: ModelConfig, device: torch.device) -> contextlib.AbstractContextManager:
@@ -88,6 +90,41 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def lm_head_of(model: torch.nn.Module, vocab_size: int | None = None) -> tuple[torch.Tensor, LogitTransform]:
+    """The LM head's [V, H] weight and the transform the model applies to its logits (read from its config).
+    ``vocab_size`` (the tokenizer's length) drops the rows past it: embedding tables are often padded
+    (Qwen2.5: 151,936 rows for 151,665 tokens), and the rollout samples from the tokenizer's ids only."""
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear) or head.bias is not None:
+        raise TypeError(f"completion_logprobs needs a bias-free linear LM head, got {type(head).__name__}")
+    config = model.config.get_text_config()
+    scale = 1.0 / config.logits_scaling if getattr(config, "logits_scaling", None) else getattr(config, "logit_scale", None)
+    transform = LogitTransform(scale=float(scale or 1.0), softcap=getattr(config, "final_logit_softcapping", None))
+    return head.weight[:vocab_size], transform
+
+
+@torch.no_grad()
+def check_lm_head(model: torch.nn.Module, vocab_size: int | None = None) -> None:
+    """Raise ValueError unless ``lm_head_of`` reproduces the model's own logits on a probe input; otherwise
+    completion_logprobs would train a distribution other than the one the rollout samples."""
+    weight, transform = lm_head_of(model, vocab_size)
+    probe = (torch.arange(1, 9, device=weight.device) % weight.shape[0])[None]
+    was_training = model.training
+    model.eval()  # no dropout: both passes must see the same network
+    try:
+        expected = model(input_ids=probe).logits[0, :, : weight.shape[0]].float()
+        got = transform(model.get_decoder()(input_ids=probe).last_hidden_state[0] @ weight.T).float()
+    finally:
+        model.train(was_training)
+    difference = (got - expected).abs().max().item()
+    if not difference <= 2e-2 * expected.abs().max().item() + 1e-4:
+        raise ValueError(
+            f"{type(model).__name__}'s logits differ from its LM head's output by up to {difference:.3g}: the model "
+            f"transforms its logits in a way completion_logprobs does not know (it knows logit_scale, logits_scaling "
+            f"and final_logit_softcapping), so training would use other log-probs than the rollout's"
+        )
+
+
 def completion_logprobs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -95,6 +132,7 @@ def completion_logprobs(
     prompt_width: int,
     temperature: float = 1.0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    vocab_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, P+T] ids and mask -> ([B, T] log-probs of the completion tokens, [B, T] entropy), fp32,
     0 where the completion mask is 0.
@@ -102,13 +140,11 @@ def completion_logprobs(
     Work a plain forward would waste is skipped, with the same result: identical prompts (a
     GRPO group) run through the model once and their KV cache, graph included, serves every
     row of the group; columns of padding no row uses are cut; the LM head projects only the
-    completion's tokens, in chunks, so [B, T, V] logits never exist.
+    completion's tokens, in chunks, so [B, T, V] logits never exist. ``vocab_size``: see ``lm_head_of``.
     """
     from transformers import DynamicCache
 
-    head = model.get_output_embeddings()
-    if not isinstance(head, torch.nn.Linear) or head.bias is not None:
-        raise TypeError(f"completion_logprobs needs a bias-free linear LM head, got {type(head).__name__}")
+    weight, transform = lm_head_of(model, vocab_size)
     if getattr(model, "is_gradient_checkpointing", False):
         raise ValueError("completion_logprobs shares prompt KV caches, which gradient checkpointing drops: disable it")
     completion_ids, completion_mask = input_ids[:, prompt_width:], attention_mask[:, prompt_width:]
@@ -146,7 +182,9 @@ def completion_logprobs(
         ).last_hidden_state
         hidden = torch.cat([hidden, completion_hidden], 1)
     valid_used = valid[:, :used]
-    taken, spread = logprobs_from_hidden(hidden[valid_used], head.weight, completion_ids[:, :used][valid_used], temperature, chunk_size)
+    taken, spread = logprobs_from_hidden(
+        hidden[valid_used], weight, completion_ids[:, :used][valid_used], temperature, chunk_size, transform
+    )
     logp[valid] = taken
     entropy[valid] = spread
     return logp, entropy

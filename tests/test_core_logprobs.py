@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from algos.core.logprobs import logprobs_from_hidden, logprobs_from_logits
+from algos.core.logprobs import LogitTransform, logprobs_from_hidden, logprobs_from_logits
 
 
 def test_logprob_and_entropy_match_hand_computed_values():
@@ -37,6 +37,16 @@ def test_chunked_hidden_path_equals_full_log_softmax_values_and_grads(chunk_size
     for got, want in zip(grads, expected_grads):
         torch.testing.assert_close(got, want)
 
+
+
+def test_logit_transform_scales_then_softcaps_by_hand():
+    # [0, 4] x 0.5 = [0, 2]; softcap 2: [0, 2 tanh(1)] = [0, 1.5232]; at temperature 1 p(1) = 1 / (1 + e^-1.5232).
+    transform = LogitTransform(scale=0.5, softcap=2.0)
+    torch.testing.assert_close(transform(torch.tensor([0.0, 4.0])), torch.tensor([0.0, 2 * math.tanh(1.0)]))
+    hidden, weight = torch.tensor([[[1.0]]]), torch.tensor([[0.0], [4.0]])
+    logp, _ = logprobs_from_hidden(hidden, weight, torch.tensor([[1]]), transform=transform)
+    assert logp.item() == pytest.approx(-math.log1p(math.exp(-2 * math.tanh(1.0))))
+    assert LogitTransform()(weight).equal(weight)  # the default is the identity
 
 def test_bf16_logits_are_upcast_per_chunk():
     logits = torch.randn(2, 4, 9).to(torch.bfloat16)

@@ -143,6 +143,41 @@ def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly():
         torch.testing.assert_close(shared, param.grad, atol=1e-5, rtol=1e-4)
 
 
+
+@pytest.mark.parametrize("arch, logit_config", [
+    ("Gemma2", {"final_logit_softcapping": 3.0, "head_dim": 8}),
+    ("Granite", {"logits_scaling": 8.0}),
+    ("Cohere", {"logit_scale": 0.0625}),
+])
+def test_completion_logprobs_apply_the_models_own_logit_transform(arch, logit_config, monkeypatch):
+    """Gemma-2 soft-caps its logits, Granite and Cohere scale them: the trainer's log-probs (LM head on
+    hidden states) must equal the model's own forward, which is what the rollout samples from."""
+    import transformers
+
+    from algos import trainer
+    from algos.core.logprobs import LogitTransform
+    from algos.trainer import check_lm_head, completion_logprobs, position_ids_from_mask
+
+    config = getattr(transformers, f"{arch}Config")(
+        vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, **logit_config,
+    )
+    torch.manual_seed(0)
+    model = getattr(transformers, f"{arch}ForCausalLM")(config).eval()
+    with torch.no_grad():  # logits of a trained model's size, where the soft cap bites
+        model.get_output_embeddings().weight.mul_(40.0)
+    ids = torch.randint(4, 40, (2, 9))
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        logp, _ = completion_logprobs(model, ids, mask, prompt_width=4)
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
+    expected = torch.log_softmax(logits[:, 3:-1].float(), -1).gather(-1, ids[:, 4:, None]).squeeze(-1)
+    torch.testing.assert_close(logp, expected, atol=1e-4, rtol=1e-4)
+    check_lm_head(model)
+    monkeypatch.setattr(trainer, "lm_head_of", lambda model, vocab_size=None: (model.lm_head.weight, LogitTransform()))
+    with pytest.raises(ValueError, match=f"{arch}ForCausalLM's logits differ from its LM head's output"):
+        check_lm_head(model)  # a transform the trainer does not know is refused, not trained through
+
 def test_nonfinite_gradients_skip_the_update_and_keep_weights():
     from algos.trainer import guarded_optimizer_step
 
@@ -156,3 +191,15 @@ def test_nonfinite_gradients_skip_the_update_and_keep_weights():
     model(input_ids=ids, labels=ids).loss.backward()
     assert guarded_optimizer_step(model, optimizer, max_grad_norm=1.0).applied
     assert not all(torch.equal(a, b) for a, b in zip(model.parameters(), before))
+
+
+def test_cuda_devices_resolve_to_the_indexed_name_model_parameters_report(monkeypatch):
+    """torch.device("cuda") != torch.device("cuda:0"), the device a model's parameters report: an
+    unindexed name made the rollout's env/model device check fail on every GPU run."""
+    from algos.trainer import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert resolve_device("auto") == resolve_device("cuda") == torch.device("cuda", 0)
+    assert resolve_device("cuda:1") == torch.device("cuda", 1)
+    assert resolve_device("cpu") == torch.device("cpu")

@@ -161,6 +161,31 @@ def test_sample_tokens_logprob_is_renormalised_over_the_kept_tokens():
     assert math.isclose(logprobs.item(), math.log(0.5 / 0.8), rel_tol=1e-5)
 
 
+
+def test_padded_embedding_rows_are_never_sampled_and_log_probs_agree(tokenizer):
+    """A model whose embedding table is padded past the tokenizer (Qwen2.5: 151,936 rows for 151,665
+    tokens) with all the mass on the padding rows: the rollout samples only the tokenizer's ids, and
+    its log-probs equal the trainer's over the same ids."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from algos.trainer import completion_logprobs
+
+    torch.manual_seed(0)
+    vocab = len(tokenizer)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=vocab + 28, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1)).eval()
+    with torch.no_grad():
+        model.lm_head.weight[vocab:] *= 100  # the padding rows would win almost every draw
+    env = make_env(tokenizer, num_envs=8)
+    env.reset(seed=0, options={"group_size": 2})
+    rollout = HFRollout(seed=0).generate(model, env)  # before: ValueError "not token ids in [0, 100)"
+    assert rollout.response_ids.max().item() < vocab
+    ids = torch.cat([env.prompt_ids, rollout.response_ids], 1)
+    mask = torch.cat([env.prompt_mask, rollout.response_mask], 1)
+    with torch.no_grad():
+        trained, _ = completion_logprobs(model, ids, mask, env.prompt_width, vocab_size=vocab)
+    torch.testing.assert_close(trained, rollout.logprobs, atol=1e-5, rtol=1e-5)
+
 @pytest.mark.realmodel
 def test_hf_rollout_matches_generate_on_smollm():
     from algos.models import load_policy

@@ -7,6 +7,9 @@ V-wide logits are recomputed in the backward pass instead of being kept.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import partial
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
@@ -24,9 +27,28 @@ def _logprob_entropy(logits: torch.Tensor, tokens: torch.Tensor, temperature: fl
     return taken, entropy
 
 
-def _hidden_chunk(hidden: torch.Tensor, weight: torch.Tensor, tokens: torch.Tensor, temperature: float):
+@dataclass(frozen=True)
+class LogitTransform:
+    """What a causal LM applies to hidden @ W.T before its softmax: multiply by ``scale`` (Cohere's
+    logit_scale, Granite's 1 / logits_scaling), then soft-cap to ``softcap * tanh(x / softcap)``
+    (Gemma-2's final_logit_softcapping). The default is the identity, as in most models."""
+
+    scale: float = 1.0
+    softcap: float | None = None
+
+    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.scale != 1.0:
+            logits = logits * self.scale
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
+
+
+def _hidden_chunk(
+    hidden: torch.Tensor, weight: torch.Tensor, tokens: torch.Tensor, temperature: float, transform: LogitTransform
+):
     """[N, H] hidden, [V, H] weight, [N] tokens -> ([N] log-prob, [N] entropy)."""
-    return _logprob_entropy(hidden @ weight.T, tokens, temperature)
+    return _logprob_entropy(transform(hidden @ weight.T), tokens, temperature)
 
 
 def _logits_chunk(logits: torch.Tensor, tokens: torch.Tensor, temperature: float):
@@ -61,11 +83,13 @@ def logprobs_from_hidden(
     tokens: torch.Tensor,
     temperature: float = 1.0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
+    transform: LogitTransform = LogitTransform(),
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B, T, H] hidden, [V, H] lm_head weight, [B, T] tokens -> ([B, T] log pi(token), [B, T] entropy), fp32."""
+    """[B, T, H] hidden, [V, H] lm_head weight, [B, T] tokens -> ([B, T] log pi(token), [B, T] entropy), fp32;
+    the logits are ``transform(hidden @ weight.T) / temperature``."""
     if hidden.shape[:-1] != tokens.shape:
         raise ValueError(f"hidden {tuple(hidden.shape)} and tokens {tuple(tokens.shape)} disagree on [B, T]")
-    return _chunked(_hidden_chunk, hidden, (lm_head_weight,), tokens, temperature, chunk_size)
+    return _chunked(partial(_hidden_chunk, transform=transform), hidden, (lm_head_weight,), tokens, temperature, chunk_size)
 
 
 def logprobs_from_logits(
