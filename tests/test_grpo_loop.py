@@ -174,11 +174,12 @@ def test_bf16_autocast_trains_fp32_weights_on_bf16_matmuls(tiny_model_dir, tmp_p
         # an untrained model's groups have no reward variance; the entropy bonus still moves the weights
         overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "1", "model.autocast": "bfloat16", "grpo.entropy_coef": "0.01"}),
     )
+    trainer = GRPOTrainer(config)  # its start-up LM-head probe runs in fp32, before training
     linear_out = set()
     record = lambda module, args, out: linear_out.add(out.dtype) if isinstance(module, torch.nn.Linear) else None  # noqa: E731
     handle = torch.nn.modules.module.register_module_forward_hook(record)
     try:
-        summary = train(config)
+        summary = trainer.train()
     finally:
         handle.remove()
     assert linear_out == {torch.bfloat16}  # rollouts, evaluation and the update all ran under autocast
