@@ -236,11 +236,10 @@ def make_env(config, tokenizer, num_envs: int, device: torch.device, problem_see
 
 def task_accuracy(result) -> torch.Tensor:
     """RolloutResult -> [B] 1.0 where the answer was right: the task's "correct" component when it
-    reports one (scores may include format credit), else score >= 1."""
-    correct = result.reward_components.get("correct")
-    if correct is not None:
-        return (correct > 0.5).float()
-    return (result.scores >= 1.0).float()
+    reports one (scores may include format credit), else the score; either counts at >= 1, as in
+    Task.is_success (partial credit, e.g. reasoning-gym's 0.65, is not a solved problem)."""
+    correct = result.reward_components.get("correct", result.scores)
+    return (correct >= 1.0).float()
 
 
 def rollout_metrics(result, scores: torch.Tensor) -> dict[str, float]:

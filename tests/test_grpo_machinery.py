@@ -203,3 +203,16 @@ def test_cuda_devices_resolve_to_the_indexed_name_model_parameters_report(monkey
     assert resolve_device("auto") == resolve_device("cuda") == torch.device("cuda", 0)
     assert resolve_device("cuda:1") == torch.device("cuda", 1)
     assert resolve_device("cpu") == torch.device("cpu")
+
+
+def test_accuracy_counts_full_credit_only_as_task_is_success_does():
+    """A reasoning-gym scorer's partial credit (0.65) was counted as a solved problem by the trainer's
+    accuracy (threshold 0.5) while Task.is_success (curriculum, CompletionEnv) said unsolved."""
+    from types import SimpleNamespace
+
+    from algos.trainer import task_accuracy
+
+    graded = SimpleNamespace(reward_components={"correct": torch.tensor([1.0, 0.65, 0.0])}, scores=torch.tensor([1.1, 0.75, 0.1]))
+    assert task_accuracy(graded).tolist() == [1.0, 0.0, 0.0]
+    plain = SimpleNamespace(reward_components={}, scores=torch.tensor([1.0, 0.9, 0.0]))
+    assert task_accuracy(plain).tolist() == [1.0, 0.0, 0.0]
