@@ -114,8 +114,10 @@ def _eval(args) -> int:
         config = _load(EvalConfig, args, extra, unused_sections=training_sections)
     except (ValueError, FileNotFoundError) as err:
         return _fail(str(err))
-    from algos.trainer import evaluate_saved_model
+    from algos.trainer import eval_task, evaluate_saved_model
 
     accuracy = evaluate_saved_model(config, config.model.path)
-    print(json.dumps({"env": config.env.id, "model": config.model.path, "problems": config.env.eval_size, "accuracy": accuracy}))
+    indices = eval_task(config)[1]
+    problems = config.env.eval_size if indices is None else len(indices)
+    print(json.dumps({"env": config.env.id, "model": config.model.path, "problems": problems, "accuracy": accuracy}))
     return 0

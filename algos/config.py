@@ -67,8 +67,11 @@ class EnvConfig:
     max_prompt_tokens: int | None = None  # None = the longest prompt of the batch
     use_chat_template: bool = True  # render prompts with the tokenizer's chat template
     system_prompt: str | None = None
-    eval_size: int = 100  # held-out problems for `rlvr eval` and periodic evaluation
-    eval_seed: int = 12345  # held-out problems come from a seed training never uses
+    eval_size: int = 100  # held-out problems for `rlvr eval` and periodic evaluation (a dataset: its first ones)
+    eval_seed: int = 12345  # held-out problems of a procedural task come from a seed training never uses
+    # Task arguments for evaluation, over env.kwargs: a dataset task's held-out file (verl's data.val_files),
+    # e.g. {data_path: gsm8k_test.jsonl}; without it a dataset task is evaluated on its training file.
+    eval_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
         _require(self.max_new_tokens >= 1, "env.max_new_tokens", "must be >= 1")

@@ -51,6 +51,7 @@ from algos.trainer import (
     rollout_metrics,
     run_training,
     seed_everything,
+    warn_if_eval_reads_training_data,
 )
 from rlvr_env import make_task
 
@@ -118,6 +119,7 @@ class GRPOTrainer:
         self.optimizer = build_optimizer(self.model, config.optim)
         self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
         self.env = make_env(config, self.tokenizer, num_envs=g.prompts_per_step * g.group_size, device=self.device)
+        warn_if_eval_reads_training_data(config, self.env.task)
         self.backend = make_rollout_backend(config)
         self.start_step = 0
         if latest is not None:

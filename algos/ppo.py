@@ -64,6 +64,7 @@ from algos.trainer import (
     rollout_metrics,
     run_training,
     seed_everything,
+    warn_if_eval_reads_training_data,
 )
 from algos.value_model import VALUE_MODEL_KINDS, build_value_model
 
@@ -202,6 +203,7 @@ class PPOTrainer:
                 p.reward_model, device=str(self.device), batch_size=p.reward_model_batch_size
             )
         self.env = make_env(config, self.tokenizer, num_envs=p.prompts_per_step * p.samples_per_prompt, device=self.device)
+        warn_if_eval_reads_training_data(config, self.env.task)
         self.backend = make_rollout_backend(config)
         self.start_step = 0
         if latest is not None:

@@ -216,13 +216,14 @@ def guarded_optimizer_step(
     return StepOutcome(applied=applied, grad_norm=grad_norm)
 
 
-def make_env(config, tokenizer, num_envs: int, device: torch.device, problem_seed: int | None = None):
-    """The TokenVectorEnv of config.env (any config with `env` and `run` sections) with `num_envs` rows."""
+def make_env(config, tokenizer, num_envs: int, device: torch.device, problem_seed: int | None = None, task=None):
+    """The TokenVectorEnv of config.env (any config with `env` and `run` sections) with `num_envs` rows,
+    over ``task`` (default: config.env.id built with config.env.kwargs)."""
     from rlvr_env import TokenVectorEnv, make_task
 
     env_cfg = config.env
     return TokenVectorEnv(
-        make_task(env_cfg.id, **env_cfg.kwargs),
+        task if task is not None else make_task(env_cfg.id, **env_cfg.kwargs),
         tokenizer,
         num_envs=num_envs,
         max_new_tokens=env_cfg.max_new_tokens,
@@ -279,11 +280,34 @@ def make_rollout_backend(config):
     raise ValueError(f"config rollout.backend: unknown backend {cfg.backend!r} (choose 'hf' or 'vllm')")
 
 
+def eval_task(config):
+    """(task, problem indices) of evaluation: config.env.id built with env.kwargs updated by env.eval_kwargs;
+    a dataset's first env.eval_size problems, each once (all of them when it has fewer), or None for a
+    procedural task, whose problems are drawn from the seed env.eval_seed that training never uses."""
+    from rlvr_env import make_task
+
+    env_cfg = config.env
+    task = make_task(env_cfg.id, **{**env_cfg.kwargs, **env_cfg.eval_kwargs})
+    return task, None if task.size is None else list(range(min(env_cfg.eval_size, task.size)))
+
+
+def warn_if_eval_reads_training_data(config, task) -> None:
+    """Training on a dataset task without env.eval_kwargs evaluates on problems it trains on: say so."""
+    if task.size is not None and not config.env.eval_kwargs:
+        warnings.warn(
+            f"{config.env.id} is a fixed dataset and env.eval_kwargs is empty, so eval_accuracy scores problems "
+            f"of the training data; set env.eval_kwargs (e.g. {{data_path: test.jsonl}}) for a held-out score",
+            stacklevel=2,
+        )
+
+
 @torch.no_grad()
 def evaluate(model, tokenizer, config, backend, device: torch.device) -> float:
-    """Greedy accuracy on config.env.eval_size held-out problems (problem seed config.env.eval_seed)."""
-    env = make_env(config, tokenizer, num_envs=config.env.eval_size, device=device, problem_seed=config.env.eval_seed)
-    env.reset(seed=config.env.eval_seed, options={"group_size": 1})
+    """Greedy accuracy on the held-out problems of ``eval_task(config)``."""
+    task, indices = eval_task(config)
+    rows = config.env.eval_size if indices is None else len(indices)
+    env = make_env(config, tokenizer, num_envs=rows, device=device, problem_seed=config.env.eval_seed, task=task)
+    env.reset(seed=config.env.eval_seed, options={"group_size": 1, "problem_indices": indices})
     was_training = model.training
     model.eval()
     try:

@@ -71,3 +71,37 @@ def test_algorithm_table_resolves_presets(algo):
     module = importlib.import_module(module_name)
     assert hasattr(module, "Config") and callable(module.train)
     assert preset is None or preset in module.PRESETS
+
+
+def test_eval_of_a_dataset_scores_each_problem_of_the_eval_file_once(tmp_path, capsys):
+    """A dataset task's eval used to draw eval_size indices with replacement from the training file;
+    now it reads env.eval_kwargs' file, each of its first eval_size problems once."""
+    from pathlib import Path
+
+    from algos.config import EvalConfig
+    from algos.trainer import eval_task, warn_if_eval_reads_training_data
+
+    test_file = Path(__file__).parent / "data" / "gsm8k_tiny.jsonl"  # 3 problems
+    config = EvalConfig()
+    config.env.id, config.env.kwargs = "rlvr/GSM8K-v0", {"data_path": str(tmp_path / "train_file_never_read.jsonl")}
+    config.env.eval_kwargs, config.env.eval_size = {"data_path": str(test_file)}, 10
+    task, indices = eval_task(config)
+    assert indices == [0, 1, 2] and task.problem(2, 0).answer == "5000"
+    config.env.eval_size = 2
+    assert eval_task(config)[1] == [0, 1]
+
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(tokenizer, hidden_size=16, num_layers=1, num_heads=2).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    code = main([
+        "eval", "--env", "rlvr/GSM8K-v0", "--model", str(tmp_path / "model"), "--num-problems", "10",
+        "--env.max_new_tokens", "2", "--env.use_chat_template", "false",
+        "--env.kwargs", f"{{data_path: {tmp_path / 'train_file_never_read.jsonl'}}}",
+        "--env.eval_kwargs", f"{{data_path: {test_file}}}",
+    ])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["problems"] == 3
+
+    config.env.kwargs, config.env.eval_kwargs = {"data_path": str(test_file)}, {}
+    with pytest.warns(UserWarning, match="scores problems of the training data"):
+        warn_if_eval_reads_training_data(config, eval_task(config)[0])
