@@ -57,6 +57,14 @@ def seed_everything(seed: int) -> None:
 
 def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
     params = [p for p in model.parameters() if p.requires_grad]
+    half = sorted({str(p.dtype) for p in params if p.dtype in (torch.bfloat16, torch.float16)})
+    if half:
+        warnings.warn(
+            f"AdamW updates {', '.join(half)} weights in place: a step smaller than the weight's precision is lost "
+            f"(bf16 keeps ~3 significant digits, so at lr {cfg.lr:g} most updates round away). Train with "
+            f"model.dtype = float32 and model.autocast = bfloat16 for fp32 master weights and bf16 matmuls",
+            stacklevel=2,
+        )
     return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
 
 

@@ -216,3 +216,17 @@ def test_accuracy_counts_full_credit_only_as_task_is_success_does():
     assert task_accuracy(graded).tolist() == [1.0, 0.0, 0.0]
     plain = SimpleNamespace(reward_components={}, scores=torch.tensor([1.0, 0.9, 0.0]))
     assert task_accuracy(plain).tolist() == [1.0, 0.0, 0.0]
+
+
+def test_adamw_on_half_precision_weights_warns_and_names_the_fix():
+    """bf16 weights updated by AdamW at lr 1e-6 mostly do not change: training looked normal and did not learn."""
+    import warnings
+
+    from algos.config import OptimConfig
+    from algos.trainer import build_optimizer
+
+    with pytest.warns(UserWarning, match=r"torch.bfloat16 weights .* model.dtype = float32 and model.autocast = bfloat16"):
+        build_optimizer(torch.nn.Linear(4, 4).to(torch.bfloat16), OptimConfig())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build_optimizer(torch.nn.Linear(4, 4), OptimConfig())
