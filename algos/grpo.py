@@ -118,7 +118,8 @@ class GRPOTrainer:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.optimizer = build_optimizer(self.model, config.optim)
         self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
-        self.env = make_env(config, self.tokenizer, num_envs=g.prompts_per_step * g.group_size, device=self.device)
+        self.env = make_env(config, self.tokenizer, num_envs=g.prompts_per_step * g.group_size, device=self.device,
+                            model=self.model)
         warn_if_eval_reads_training_data(config, self.env.task)
         self.backend = make_rollout_backend(config)
         self.start_step = 0

@@ -202,7 +202,8 @@ class PPOTrainer:
             self.reward_model = RewardModel.from_pretrained(
                 p.reward_model, device=str(self.device), batch_size=p.reward_model_batch_size
             )
-        self.env = make_env(config, self.tokenizer, num_envs=p.prompts_per_step * p.samples_per_prompt, device=self.device)
+        self.env = make_env(config, self.tokenizer, num_envs=p.prompts_per_step * p.samples_per_prompt, device=self.device,
+                            model=self.policy)
         warn_if_eval_reads_training_data(config, self.env.task)
         self.backend = make_rollout_backend(config)
         self.start_step = 0

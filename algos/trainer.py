@@ -224,9 +224,18 @@ def guarded_optimizer_step(
     return StepOutcome(applied=applied, grad_norm=grad_norm)
 
 
-def make_env(config, tokenizer, num_envs: int, device: torch.device, problem_seed: int | None = None, task=None):
+def stop_token_ids(model, tokenizer) -> list[int]:
+    """The tokenizer's EOS and the model's generation_config EOS ids (Qwen2.5: <|im_end|> and <|endoftext|>),
+    the ids model.generate and vllm stop at, so both rollout backends end rows where the env does."""
+    generation = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    listed = generation if isinstance(generation, (list, tuple)) else [generation]
+    ids = {tokenizer.eos_token_id, *listed} - {None}
+    return sorted(i for i in ids if 0 <= i < len(tokenizer))
+
+
+def make_env(config, tokenizer, num_envs: int, device: torch.device, problem_seed: int | None = None, task=None, model=None):
     """The TokenVectorEnv of config.env (any config with `env` and `run` sections) with `num_envs` rows,
-    over ``task`` (default: config.env.id built with config.env.kwargs)."""
+    over ``task`` (default: config.env.id built with config.env.kwargs); ``model`` adds its stop tokens."""
     from rlvr_env import TokenVectorEnv, make_task
 
     env_cfg = config.env
@@ -240,6 +249,7 @@ def make_env(config, tokenizer, num_envs: int, device: torch.device, problem_see
         use_chat_template=env_cfg.use_chat_template,
         system_prompt=env_cfg.system_prompt,
         problem_seed=config.run.seed if problem_seed is None else problem_seed,
+        stop_token_ids=None if model is None else stop_token_ids(model, tokenizer),
     )
 
 
@@ -314,7 +324,7 @@ def evaluate(model, tokenizer, config, backend, device: torch.device) -> float:
     """Greedy accuracy on the held-out problems of ``eval_task(config)``."""
     task, indices = eval_task(config)
     rows = config.env.eval_size if indices is None else len(indices)
-    env = make_env(config, tokenizer, num_envs=rows, device=device, problem_seed=config.env.eval_seed, task=task)
+    env = make_env(config, tokenizer, num_envs=rows, device=device, problem_seed=config.env.eval_seed, task=task, model=model)
     env.reset(seed=config.env.eval_seed, options={"group_size": 1, "problem_indices": indices})
     was_training = model.training
     model.eval()

@@ -230,3 +230,31 @@ def test_adamw_on_half_precision_weights_warns_and_names_the_fix():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         build_optimizer(torch.nn.Linear(4, 4), OptimConfig())
+
+
+def test_rows_stop_at_the_models_generation_config_eos_ids_too():
+    """Qwen2.5-Instruct stops at <|im_end|> (its tokenizer's EOS) and <|endoftext|> (generation_config):
+    model.generate and vllm stop at both, so the env must too, or the backends disagree on where rows end."""
+    from algos.config import EvalConfig
+    from algos.rollout import HFRollout
+    from algos.trainer import make_env, stop_token_ids
+
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, hidden_size=16, num_layers=1, num_heads=2).eval()
+    other_end = tokenizer.convert_tokens_to_ids("#")
+    model.generation_config.eos_token_id = [other_end, tokenizer.eos_token_id, len(tokenizer) + 5]
+    assert stop_token_ids(model, tokenizer) == sorted([tokenizer.eos_token_id, other_end])  # ids past the tokenizer dropped
+    model.generation_config.eos_token_id = None
+    assert stop_token_ids(model, tokenizer) == [tokenizer.eos_token_id]
+
+    model.generation_config.eos_token_id = other_end
+    with torch.no_grad():
+        model.lm_head.bias = torch.nn.Parameter(torch.zeros(len(tokenizer)))
+        model.lm_head.bias[other_end] = 100.0  # the model's first token is its generation-config EOS
+    config = EvalConfig()
+    config.env.max_new_tokens, config.env.use_chat_template = 5, False
+    env = make_env(config, tokenizer, num_envs=2, device=torch.device("cpu"), model=model)
+    env.reset(seed=0)
+    result = HFRollout(seed=0).generate(model, env)
+    assert result.response_ids[:, 0].tolist() == [other_end] * 2
+    assert result.response_mask.sum(-1).tolist() == [1, 1] and not result.truncated.any()
