@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -66,7 +66,9 @@ class CurriculumWrapper(gym.Wrapper):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         options = dict(options or {})
-        options["task"] = {**self.curriculum.current, **options.get("task", {})}
+        changes = options.get("task")
+        if changes is None or isinstance(changes, Mapping):  # anything else is left to the env's error naming it
+            options["task"] = {**self.curriculum.current, **(changes or {})}
         obs, info = self.env.reset(seed=seed, options=options)
         return obs, {**info, "curriculum_level": self.curriculum.level}
 

@@ -1,4 +1,4 @@
-"""Loading local dataset files (JSON Lines, or parquet through `datasets`).
+"""Loading local dataset files (JSON Lines, or parquet through `pyarrow`).
 
 Nothing downloads: a dataset task reads a file whose path comes from a kwarg or
 an environment variable, and every error names the path, the line and the field.
@@ -57,19 +57,21 @@ def read_records(path: Path) -> list[tuple[int, dict[str, Any]]]:
 
 
 def _read_parquet(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    # pyarrow directly, not datasets.Dataset.from_parquet: that caches by path and mtime (a file
+    # rewritten within the same mtime tick gave the old rows) and writes Arrow files to the HF cache.
     try:
-        import datasets
         import pyarrow
-        from datasets.exceptions import DatasetGenerationError
+        import pyarrow.parquet
     except ImportError:
-        raise DataFileError(f"{path}: reading parquet needs `datasets` (pip install 'rlvr-env[data]')") from None
+        raise DataFileError(f"{path}: reading parquet needs `pyarrow` (pip install 'rlvr-env[data]')") from None
     try:
-        table = datasets.Dataset.from_parquet(str(path), keep_in_memory=True)
-    except (pyarrow.ArrowException, DatasetGenerationError) as error:
+        with pyarrow.parquet.ParquetFile(path) as parquet_file:
+            rows = parquet_file.read().to_pylist()
+    except (pyarrow.ArrowException, OSError) as error:
         raise DataFileError(f"{path}: not a readable parquet file ({error})") from None
-    if len(table) == 0:
+    if not rows:
         raise DataFileError(f"{path}: no records")
-    return [(row_number, dict(row)) for row_number, row in enumerate(table, start=1)]
+    return list(enumerate(rows, start=1))
 
 
 def require_str(record: dict[str, Any], field: str, path: Path, line: int) -> str:

@@ -3,7 +3,8 @@
 Autoreset is DISABLED: one batch is one rollout. The agent resets, steps until
 ``all_done``, reads ``results()``, and resets again. Rows finish independently
 (a stop token -> terminated, ``max_new_tokens`` -> truncated); the rows that
-finish on a step are decoded and scored together through ``rewards.score_batch``.
+finish on a step are decoded and scored together through ``rewards.score_batch``
+(through ``task.verify`` row by row when the task overrides it, as the other views score).
 
 Stepping is a handful of in-place tensor ops on preallocated buffers and one
 host sync (whether any row ended); rows are decoded and scored only when they
@@ -134,7 +135,10 @@ class TokenVectorEnv(VectorEnv):
         group_size = int(group_size)
         num_prompts = self.num_envs // group_size
         apply_task_option(self.task, task_changes)
-        self._verifier = self.task.verifier  # built once per batch: tasks build it from their config
+        # A task that overrides verify() is scored through it, as CompletionEnv and TokenEnv score it;
+        # otherwise through its verifier, built once per batch (tasks build it from their config).
+        overrides_verify = getattr(self.task.verify, "__func__", None) is not Task.verify
+        self._verifier = None if overrides_verify else self.task.verifier
         if indices is None:
             indices = self.np_random.integers(0, self.task.size or PROCEDURAL_INDEX_RANGE, size=num_prompts).tolist()
         elif len(indices) != num_prompts:
@@ -295,9 +299,12 @@ class TokenVectorEnv(VectorEnv):
         if self._is_step_end is not None:
             self._credit_steps(rows, texts, final=True)
         row_list = rows.tolist()
-        results = rewards.score_batch(
-            texts, [self.problems[r].answer for r in row_list], verifier=self._verifier, workers=self.score_workers
-        )
+        if self._verifier is None:
+            results = [self.task.verify(text, self.problems[r]) for r, text in zip(row_list, texts)]
+        else:
+            results = rewards.score_batch(
+                texts, [self.problems[r].answer for r in row_list], verifier=self._verifier, workers=self.score_workers
+            )
         scores = torch.tensor([r.score for r in results], dtype=torch.float32, device=self.device)
         self.scores.index_copy_(0, rows, scores)
         self._reward_steps[self._steps - 1].index_add_(0, rows, scores)

@@ -74,6 +74,16 @@ def test_curriculum_records_numpy_and_tensor_outcomes():
     assert curriculum.record(np.array([False])) is True and curriculum.level == 1
 
 
+def test_curriculum_wrapper_takes_a_none_task_option_as_completion_env_does():
+    env = rlvr_env.CurriculumWrapper(gym.make("rlvr/Arithmetic-v0", digits=3))
+    _, info = env.reset(seed=0, options={"task": None})
+    assert info["curriculum_level"] == 0 and env.unwrapped.task.config.digits == env.curriculum.levels[0]["digits"] == 1
+    _, info = env.reset(seed=0, options={"task": {"terms": 3}})
+    assert (env.unwrapped.task.config.digits, env.unwrapped.task.config.terms) == (1, 3)
+    with pytest.raises(ValueError, match=r"reset option 'task' must be a mapping of ArithmeticConfig fields, got 'digits=2'"):
+        env.reset(seed=0, options={"task": "digits=2"})
+
+
 def test_async_vectorisation_needs_shared_memory_off():
     with pytest.raises(ValueError, match=r"vector_kwargs=\{'shared_memory': False\}"):
         gym.make_vec("rlvr/Arithmetic-v0", num_envs=2, vectorization_mode="async")

@@ -1,6 +1,7 @@
-"""GSM8K/MATH data files: malformed files, MATH row shapes and failed reconfigures."""
+"""GSM8K/MATH data files: malformed files, MATH row shapes and golds, failed reconfigures, parquet reads."""
 
 import json
+import os
 
 import gymnasium as gym
 import pytest
@@ -24,7 +25,6 @@ def test_invalid_utf8_names_the_file_and_line(tmp_path):
 
 
 def test_upper_case_parquet_suffix_is_read_as_parquet(tmp_path):
-    pytest.importorskip("datasets")
     pyarrow = pytest.importorskip("pyarrow")
     import pyarrow.parquet
 
@@ -34,7 +34,7 @@ def test_upper_case_parquet_suffix_is_read_as_parquet(tmp_path):
 
 
 def test_corrupt_parquet_names_the_file(tmp_path):
-    pytest.importorskip("datasets")
+    pytest.importorskip("pyarrow")
     path = tmp_path / "corrupt.parquet"
     path.write_bytes(b"PAR1 this is not parquet")
     with pytest.raises(DataFileError, match=r"corrupt\.parquet: not a readable parquet file"):
@@ -73,7 +73,6 @@ def test_math_null_answer_without_a_boxed_solution_names_line_and_fields(tmp_pat
 
 
 def test_math_parquet_with_a_partly_null_answer_column(tmp_path):
-    pytest.importorskip("datasets")
     pyarrow = pytest.importorskip("pyarrow")
     import pyarrow.parquet
 
@@ -82,6 +81,34 @@ def test_math_parquet_with_a_partly_null_answer_column(tmp_path):
     pyarrow.parquet.write_table(pyarrow.table(columns), path)
     task = rlvr_env.make_task("MATH", data_path=str(path))
     assert [task.problem(i, 0).answer for i in range(2)] == ["7", "2"]
+
+
+def test_math_gold_reads_the_solution_as_a_prediction_is_read(tmp_path):
+    solution = "Factoring, $(x-2)(x-3)=0$, so the solutions are $\\boxed{2}$ and $\\boxed{3}$."
+    rows = [
+        {"problem": "Solve x^2 - 5x + 6 = 0.", "solution": solution},
+        {"problem": "p", "solution": "First $\\boxed{1}$. Then, correcting that, $\\boxed{5}$."},  # a revision: the last box
+    ]
+    task = rlvr_env.make_task("MATH", data_path=write_jsonl(tmp_path / "math.jsonl", rows))
+    problem = task.problem(0, 0)
+    assert [problem.answer, task.problem(1, 0).answer] == ["2, 3", "5"]
+    assert task.verify(solution, problem).score == 1.0  # a completion in the reference's own style
+    assert task.verify("\\boxed{3, 2}", problem).score == 1.0
+    assert task.verify("\\boxed{3}", problem).score == 0.0  # half the solutions
+    assert task.verify(task.gold_completion(problem), problem).score == 1.0
+
+
+def test_rewritten_parquet_with_the_same_mtime_is_read_again(tmp_path):
+    pyarrow = pytest.importorskip("pyarrow")
+    import pyarrow.parquet
+
+    path = tmp_path / "train.parquet"
+    pyarrow.parquet.write_table(pyarrow.table({"question": ["q1"], "answer": ["#### 1"]}), path)
+    assert rlvr_env.make_task("GSM8K", data_path=str(path)).problem(0, 0).answer == "1"
+    stat = os.stat(path)
+    pyarrow.parquet.write_table(pyarrow.table({"question": ["q2"], "answer": ["#### 2"]}), path)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # a cache keyed on path and mtime would serve row "1"
+    assert rlvr_env.make_task("GSM8K", data_path=str(path)).problem(0, 0).answer == "2"
 
 
 def test_math500_shape_matches_level_and_type_filters(tmp_path):

@@ -1,10 +1,13 @@
-"""TokenVectorEnv: groups, EOS/truncation, batch scoring, autoreset mode, device placement."""
+"""TokenVectorEnv: groups, EOS/truncation, batch scoring, autoreset mode, device placement,
+tasks that override verify."""
 
 import pytest
 import torch
 from gymnasium.vector import AutoresetMode
 
 import rlvr_env
+from rewards import VerifyResult
+from rlvr_env.tasks.arithmetic import ArithmeticTask
 from rlvr_env.testing import build_char_tokenizer
 
 
@@ -121,3 +124,41 @@ def test_step_outputs_keep_their_values_and_obs_are_live_views(tokenizer):
     assert all(torch.equal(t, s) for t, s in zip(first[1:4], snapshot))  # later steps write other rows
     assert first[2].tolist() == [True, False] and last[2].tolist() == [True, False] and last[3].tolist() == [False, True]
     assert last[0] is obs and obs["num_generated"].tolist() == [1, 3]  # one dict of views, updated in place
+
+
+class WorkingRequiredArithmetic(ArithmeticTask):
+    """Overrides verify (part of the Task contract), not the verifier: no reward without the working shown."""
+
+    def verify(self, completion, problem):
+        result = super().verify(completion, problem)
+        if "=" in completion:
+            return result
+        return VerifyResult(0.0, result.status, {**result.details, "components": {"correct": 0.0, "format": 0.0}})
+
+
+def test_every_view_scores_a_task_that_overrides_verify(tokenizer):
+    task = WorkingRequiredArithmetic(digits=1)
+    problem = task.problem(0, 0)
+    completions = [f"\\boxed{{{problem.answer}}}", task.gold_completion(problem)]  # right answer; with working
+    eos = tokenizer.eos_token_id
+
+    completion_rewards, token_rewards = [], []
+    for text in completions:
+        env = rlvr_env.CompletionEnv(task)
+        env.reset(seed=0, options={"problem_index": 0})
+        completion_rewards.append(env.step(text)[1])
+        env = rlvr_env.TokenEnv(task, tokenizer, max_new_tokens=64)
+        env.reset(seed=0, options={"problem_index": 0})
+        for token in ids(tokenizer, text) + [eos]:
+            reward = env.step(token)[1]
+        token_rewards.append(reward)
+
+    vector = rlvr_env.TokenVectorEnv(task, tokenizer, num_envs=2, max_new_tokens=64)
+    vector.reset(seed=0, options={"group_size": 2, "problem_indices": [0]})
+    plans = [ids(tokenizer, text) + [eos] for text in completions]
+    for step in range(max(len(plan) for plan in plans)):
+        vector.step(torch.tensor([plan[min(step, len(plan) - 1)] for plan in plans]))
+    result = vector.results()
+
+    assert completion_rewards == token_rewards == result.scores.tolist() == [0.0, 1.0]
+    assert result.reward_components["correct"].tolist() == [0.0, 1.0] and result.completions == completions

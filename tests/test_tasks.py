@@ -224,7 +224,7 @@ def test_missing_data_file_names_the_path(tmp_path):
         rlvr_env.make_task("MATH", data_path=str(tmp_path / "nowhere.jsonl"))
 
 
-def test_parquet_files_load_through_datasets(tmp_path):
+def test_parquet_files_written_by_datasets_load(tmp_path):
     datasets = pytest.importorskip("datasets")
     rows = [json.loads(line) for line in GSM8K.read_text().splitlines()]
     path = tmp_path / "train.parquet"

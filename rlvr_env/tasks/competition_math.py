@@ -3,7 +3,8 @@
 Rows are the public format: ``{"problem", "solution" (with a final \\boxed{}),
 "level": "Level 3", "type": "Algebra"}``; the MATH-500 shape (integer ``level``, ``"subject"``
 for the type) works too. A non-empty ``"answer"`` field (MATH-500) wins over the solution's
-last ``\\boxed{}``.
+final ``\\boxed{}`` answer, read as a prediction is: the boxes of the final sentence together
+("$\\boxed{2}$ and $\\boxed{3}$" -> "2, 3").
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rewards.extract import last_boxed
+from rewards.extract import extract_answer, last_boxed
 from rlvr_env.answers import answer_reward, validate_answer_weights
 from rlvr_env.data import DataFileError, DatasetTask, require_str
 from rlvr_env.task import Problem, Task, TaskConfig, validate_flags, validate_prompt_template
@@ -75,7 +76,9 @@ class MATHTask(DatasetTask, Task):
             answer = record.get("answer")
             answer = "" if answer is None else str(answer).strip()
             if not answer:  # no "answer" field, or a null/empty one (e.g. a partly-null parquet column)
-                answer = last_boxed(require_str(record, "solution", path, line))
+                solution = require_str(record, "solution", path, line)
+                # the rule predictions are read with, so a completion in the solution's own style scores
+                answer = extract_answer(solution) if last_boxed(solution) is not None else None
                 if not answer:
                     raise DataFileError(
                         f"{path}:{line}: field 'solution' has no final \\boxed{{...}} answer and field 'answer' is missing or empty"
