@@ -1,5 +1,6 @@
 """Regressions from a review of rewards/: quadratic extraction, markdown markers, NumPy golds,
-adapter keyword collisions, verifiers a pool worker cannot load."""
+adapter keyword collisions, verifiers a pool worker cannot load, OpenRLHF's special-token text,
+verl's list ground truths."""
 
 import time
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 from rewards import VerifyResult, WeightedSum, extract_answer, format_reward, math_verifier, score_batch
-from rewards.adapters import compute_score, make_trl_reward
+from rewards.adapters import compute_score, make_trl_reward, reward_func, strip_trailing_special_tokens
 
 # Each took 0.6-15 s before extraction was made linear (the default path runs in-process, no time limit).
 ADVERSARIAL = {
@@ -114,3 +115,62 @@ def test_pool_accepts_importable_verifiers():
 def test_verl_reward_kwargs_are_accepted():
     assert compute_score("gsm8k", "\\boxed{4}", "4", None, format_score=0.1) == 1.0
     assert compute_score("gsm8k", "\\boxed{5}", "4", format_score=0.1) == 0.0
+
+
+# SmolLM2-Instruct's chat prompt; OpenRLHF's queries are tokenizer.batch_decode(sequences, skip_special_tokens=False)
+# of left- and right-padded prompt + response + EOS rows, and this tokenizer pads with its EOS, <|im_end|>.
+SMOLLM2_PROMPT = (
+    "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
+)
+OPENRLHF_RESPONSES = ["\\boxed{4}", "2 + 2 = 4. The answer is 4.", "Answer: 4", "4", "2+2=4\n#### 4", "The answer is 5."]
+
+
+def test_openrlhf_queries_ending_in_eos_and_padding_text():
+    queries = ["<|im_end|>" * 2 + SMOLLM2_PROMPT + response + "<|im_end|>" * 4 for response in OPENRLHF_RESPONSES]
+    out = reward_func(queries, [SMOLLM2_PROMPT] * len(queries), ["4"] * len(queries))
+    assert out["rewards"].tolist() == [1.0, 1.0, 1.0, 1.0, 1.0, 0.0]
+    assert out["extra_logs"]["no_answer"].tolist() == [0.0] * 6
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("The answer is 4.<|im_end|><|im_end|>", "The answer is 4."),
+    ("#### 4<|eot_id|><|end_of_text|>", "#### 4"),  # Llama 3
+    ("Answer: 4</s><pad><pad>", "Answer: 4"),  # Llama 2 / Mistral / T5
+    ("Answer: 4<end_of_turn>\n<eos><pad>", "Answer: 4"),  # Gemma
+    ("Answer: 4<｜end▁of▁sentence｜>", "Answer: 4"),  # DeepSeek
+    ("Answer: 4 \n<|endoftext|>  ", "Answer: 4"),
+    ("<answer>4</answer>", "<answer>4</answer>"),  # markup that is not a special token stays
+    ("x <|not a token|>", "x <|not a token|>"),
+    ("<|im_end|>" * 3, ""),
+])
+def test_trailing_special_token_text_is_stripped(text, expected):
+    assert strip_trailing_special_tokens(text) == expected
+
+
+def test_stripping_a_long_padding_run_is_linear():
+    start = time.perf_counter()
+    assert strip_trailing_special_tokens("#### 4" + "<|endoftext|>" * 50_000) == "#### 4"
+    assert time.perf_counter() - start < 1.0
+
+
+def test_verl_solution_ending_in_eos_text():  # verl's naive reward manager decoded responses with their EOS before 0.4
+    assert compute_score("gsm8k", "2 + 2 = 4. The answer is 4.<|im_end|>", "4") == 1.0
+
+
+@pytest.mark.parametrize("ground_truth, score", [
+    (np.array(["4"], dtype=object), 1.0),  # verl reads a list-valued ground_truth column as a NumPy array
+    (np.array(["four", "4"], dtype=object), 1.0),
+    (["4", "2^2"], 1.0),
+    (("5", "6"), 0.0),
+    (np.str_("4"), 1.0),
+    (np.array("4"), 1.0),
+])
+def test_verl_ground_truth_lists_accept_any_of_their_answers(ground_truth, score):
+    assert compute_score("my_math", "so \\boxed{4}", ground_truth) == score
+
+
+@pytest.mark.parametrize("ground_truth", [None, [], np.array([], dtype=object), ["4", None], "", "  "])
+def test_verl_unusable_ground_truth_raises_naming_it(ground_truth):
+    with pytest.raises(ValueError, match=r"ground_truth .* \(data_source 'my_math'\) has no usable answer"):
+        compute_score("my_math", "so \\boxed{4}", ground_truth)
