@@ -5,17 +5,23 @@ Order: the last \\boxed{} / \\fbox{} (balanced braces), then the last
 "Answer:" (also markdown "**Answer:**", "**Final Answer**:"), GSM8K's "#### 42",
 then a short response taken whole (a bare answer such as "(2,4)" or "3+2x"). A
 long response with none of these has no answer: a number that appears only in
-the working never counts. All scans are linear in the response's length (math
-spans and <answer> tags are paired by hand: a lazy regex rescans the rest of the
-text from every unclosed opener), as the default in-process path has no time limit.
+the working never counts. A blank box or tag pair is the prompt's "within
+\\boxed{}" echoed back and is skipped. All scans are linear in the response's
+length (math spans and <answer> tags are paired by hand: a lazy regex rescans the
+rest of the text from every unclosed opener, and a lazy match tries its ending at
+every character, so no ending may look an unbounded distance ahead), as the
+default in-process path has no time limit.
 
 Several boxes in the final sentence are read together: joined by "or" they are
 a hedge (scored wrong), joined only by "and"/commas they are one list answer;
 boxes in earlier sentences are revisions, and the last box wins. A "Final
 Answer:" statement written after the last box is the response's last word.
+Inside a tag, a box or a stated answer is the value ("<answer>The answer is 4</answer>" -> 4).
 A stated answer that is a sentence ("The volume is 120", "$x \\ge 5$ is the
-solution") is reduced to its value: what follows the last "is", else its one
-math span.
+solution", "Therefore x = 3") is reduced to its value: what follows the last
+"is" (or "=" when only a value follows), else its one math span; a closing remark
+in words ("6 (not 5)") and a stated answer's closing "!" ("the answer is 42!") are
+dropped; "x = 3 or x = 4" and "A = 5 and B = 6" stay whole.
 """
 
 from __future__ import annotations
@@ -33,14 +39,20 @@ _ANSWER_MARKER = (
     r"|^[ \t]*(?:final )?answer\s*(?=\$|\\[(\[]))"
 )
 _ANSWER_MARKER_RE = re.compile(_ANSWER_MARKER, re.I | re.M)
-_ANSWER_IS_RE = re.compile(_ANSWER_MARKER + r"(.+?)(?:\.\s|\.$|\n|$|\s*I hope)", re.I | re.M)
+# The lazy value tries each ending at every character, so an ending may look only a bounded distance ahead
+# ("\s*I hope" rescanned a whole run of spaces from each of its positions: quadratic). "!" before a capital
+# ends the sentence ("42! So"), not "5! = 120"; a "!" at the end is stripped by _stated_answer.
+_ANSWER_IS_RE = re.compile(
+    _ANSWER_MARKER + r"(.+?)(?:\.\s|\.$|\n|$|I hope|![ \t]{1,8}(?=(?-i:[A-Z])))", re.I | re.M
+)
 _SENTENCE_END_RE = re.compile(r"[.!?](?:\s|$)|\n\s*\n")
 _HEDGE_RE = re.compile(r"\bor\b", re.I)
+_JOINER_RE = re.compile(r"\b(?:or|and)\b", re.I)
 _LIST_JOINER_RE = re.compile(r"(?:\s|\$|\\[()\[\]]|[,;&]|\\q?quad\b|\\text\s*\{\s*and\s*\}|\band\b)*")
 _MATH_OPENER_RE = re.compile(r"\$|\\[(\[]")
 _MATH_CLOSER = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
 _PROSE_RE = re.compile(r"(?<![\\a-zA-Z])(?!(?:or|and)\b)[a-zA-Z]{2,}")  # "or"/"and" join values: no reduction
-_COPULA_RE = re.compile(r"\s(?:is|are|was|equals)\s(?!not\b)", re.I)
+_COPULA_RE = re.compile(r"\s(?:is|are|was|equals)\s(?!not\b)|(?<![<>!=:])=(?!=)", re.I)  # "=", not "<=", "=="
 _BOLD_RE = re.compile(r"^\*\*(.+)\*\*$", re.S)
 _GSM8K_RE = re.compile(r"####\s*([^\n]+)")
 
@@ -59,7 +71,9 @@ def _boxes_from_last(text: str):
             yield match.start(), match.end(), match.group(2)
         elif match.start(1) in closing:
             end = closing[match.start(1)]
-            yield match.start(), end + 1, text[match.end(1):end]
+            content = text[match.end(1):end]
+            if content.strip():  # an empty \boxed{} echoes the prompt's "within \boxed{}": not an answer
+                yield match.start(), end + 1, content
 
 
 def _matching_braces(text: str) -> dict[int, int]:
@@ -153,28 +167,49 @@ def _has_prose(sentence: str, spans: list[tuple[int, int, str]]) -> bool:
     return _PROSE_RE.search(" ".join(pieces)) is not None
 
 
-def _last_copula_outside(sentence: str, spans: list[tuple[int, int, str]]) -> re.Match | None:
-    """The last "is"/"are"/"was"/"equals" not inside a math span (spans are sorted: one pointer walks them)."""
-    last, span_index = None, 0
+def _copulas_outside(sentence: str, spans: list[tuple[int, int, str]]) -> tuple[re.Match, re.Match] | None:
+    """The first and last "is"/"are"/"was"/"equals"/"=" outside the math spans (sorted: one pointer walks them)."""
+    first = last = None
+    span_index = 0
     for copula in _COPULA_RE.finditer(sentence):
         while span_index < len(spans) and spans[span_index][1] <= copula.start():
             span_index += 1
         inside = span_index < len(spans) and spans[span_index][0] < copula.start()
         if not inside:
-            last = copula
-    return last
+            first, last = first or copula, copula
+    return (first, last) if last else None
+
+
+def _without_aside(sentence: str) -> str:
+    """'6 (not 5)' -> '6': a closing parenthetical in words is a remark on the value, not part of it."""
+    sentence = sentence.strip()
+    if not sentence.endswith(")"):
+        return sentence
+    opener = sentence.rfind("(")
+    aside, value = sentence[opener + 1:-1], sentence[:opener].rstrip()
+    # plain words only: "\left(a, b\right)", "(2, 4)" and "$f(x)$" are values
+    if opener > 0 and not re.search(r"[()$\\]", aside) and _PROSE_RE.search(aside):
+        return value
+    return sentence
 
 
 def answer_in_sentence(sentence: str) -> str:
     """The value a sentence states: 'The volume of $V$ is 120' -> '120', '$x \\ge 5$ is the solution' -> 'x \\ge 5'."""
-    sentence, spans = _unbolded(sentence)
+    sentence, spans = _unbolded(_without_aside(sentence))
     if not _has_prose(sentence, spans):
         return sentence
-    copula = _last_copula_outside(sentence, spans)
-    if copula is not None:
+    copulas = _copulas_outside(sentence, spans)
+    if copulas is not None:
+        first, copula = copulas
+        joiners = list(_JOINER_RE.finditer(sentence, first.end(), copula.start()))
+        # "x = 3 or x = 4" (a hedge), "A = 5 and B = 6" (a list): the last part alone is not the answer
+        if joiners and not _PROSE_RE.search(sentence, joiners[-1].end(), copula.start()):
+            return sentence
         tail, tail_spans = _unbolded(sentence[copula.end():])
+        # "x = 3" ends in its value; "= 153. Put your final answer..." is working followed by more prose
+        equation_with_prose = copula.group() == "=" and _has_prose(tail, tail_spans)
         # the tail's spans are the sentence's own, so it has no copula left to reduce: one step is final
-        if re.search(r"[\d$\\]", tail):
+        if re.search(r"[\d$\\]", tail) and not equation_with_prose:
             return tail_spans[0][2].strip() if len(tail_spans) == 1 and _has_prose(tail, tail_spans) else tail
     return spans[0][2].strip() if len(spans) == 1 else sentence
 
@@ -192,18 +227,37 @@ def _stated_answer(text: str) -> str | None:
                 inner = marker
         if inner is not None:
             stated = stated[inner.end():].strip()
-    return answer_in_sentence(stated.rstrip(".").strip()) if stated else None
+    # a final "!" ends the sentence: "the answer is 42!" is 42 (a factorial is kept inside $5!$ or \boxed{5!})
+    return answer_in_sentence(stated.rstrip(".!").strip()) if stated else None
 
 
 def _last_tagged(text: str) -> str | None:
-    """Content of the last <answer>...</answer>, pairing each opener with the next closer (linear)."""
+    """Content of the last non-blank <answer>...</answer>, pairing each opener with the next closer (linear).
+
+    A blank pair is the prompt's "inside <answer></answer> tags" echoed back, not an answer.
+    """
     opened, last = None, None
     for tag in _ANSWER_TAG_RE.finditer(text):
         if not tag.group(1):
             opened = tag.end() if opened is None else opened
         elif opened is not None:
-            last, opened = text[opened:tag.start()], None
+            if text[opened:tag.start()].strip():
+                last = text[opened:tag.start()]
+            opened = None
     return last
+
+
+def tagged_answer(text: str) -> str | None:
+    """The answer in the last <answer>...</answer>: its box, else the value it states ("The answer is 4"), else all."""
+    if not isinstance(text, str) or "<answer>" not in text.lower():
+        return None
+    tagged = _last_tagged(text)
+    if tagged is None:
+        return None
+    inner = last_boxed(tagged)
+    if inner is not None:
+        return inner.strip()
+    return _stated_answer(tagged) or tagged.strip()
 
 
 def extract_answer(text: str) -> str | None:
@@ -216,11 +270,9 @@ def extract_answer(text: str) -> str | None:
         restated = _stated_answer(after) if "final answer" in after.lower() else None
         # a "Final Answer: ... 10,455" written after the boxes is the last word; "final answer." is not a value
         return restated if restated and re.search(r"[\d$\\]", restated) else boxed[0]
-    if "<answer>" in text.lower():
-        tagged = _last_tagged(text)
-        if tagged is not None:
-            inner = last_boxed(tagged)
-            return (inner if inner is not None else tagged).strip()
+    tagged = tagged_answer(text)
+    if tagged is not None:
+        return tagged
     stated = _stated_answer(text)
     if stated:
         return stated

@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any
 
 import rewards
+from rewards.extract import tagged_answer
 from rewards.result import ERROR, NO_ANSWER, OK, VerifyResult
 from rlvr_env.task import Problem, Task, TaskConfig
 
@@ -35,14 +36,21 @@ def _config_key(config: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class ReasoningGymVerifier:
-    """The dataset's ``score_answer`` on the answer in ``<answer>``/``\\boxed{}`` (``rewards.extract_answer``)."""
+    """The dataset's ``score_answer`` on the answer in the ``<answer>`` tags the prompt asks for, else the one
+    ``rewards.extract_answer`` finds (``\\boxed{}``, "the answer is", ...).
+
+    Tags first, as in reasoning-gym's own ``extract_answer``: a ``\\boxed{0}`` tried in the working must not
+    beat the final ``<answer>``. The maths tasks keep SPEC.md's ``\\boxed{}``-first order.
+    """
 
     dataset: str
     size: int | None
     config_json: str = "{}"
 
     def __call__(self, completion: str, *, answer: Any, **info: Any) -> VerifyResult:
-        extracted = rewards.extract_answer(completion)
+        extracted = tagged_answer(completion)
+        if extracted is None:
+            extracted = rewards.extract_answer(completion)
         if extracted is None:
             return VerifyResult(0.0, NO_ANSWER)
         scorer = _dataset(self.dataset, 0, self.size, self.config_json)
