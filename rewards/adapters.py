@@ -61,7 +61,9 @@ class TRLReward:
     """A TRL `reward_funcs` entry: called as f(prompts=..., completions=..., completion_ids=..., **columns).
 
     `answer_column` names the dataset column holding the gold answers; other columns reach
-    the verifier as info. Picklable, and its `__name__` is what TRL logs the reward as.
+    the verifier as info. A row whose gold answer is None gets None: TRL's "this reward does not
+    apply" (a multi-task dataset's rows of another task), which it leaves out of the reward sum.
+    Picklable, and its `__name__` is what TRL logs the reward as.
     """
 
     # TRL's own extra keyword arguments; never passed on to a verifier as dataset columns
@@ -74,7 +76,7 @@ class TRLReward:
         self.__name__ = name
         self.timeout = timeout
 
-    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float]:
+    def __call__(self, prompts: Sequence[Any], completions: Sequence[Any], **kwargs: Any) -> list[float | None]:
         if self.answer_column not in kwargs:
             columns = sorted(k for k in kwargs if k not in self._TRL_KWARGS)
             raise KeyError(f"reward needs the dataset column {self.answer_column!r}; the batch has columns {columns}")
@@ -82,10 +84,14 @@ class TRLReward:
         columns = _passable_info({k: v for k, v in kwargs.items() if k not in self._TRL_KWARGS})
         columns.pop(self.answer_column, None)
         infos = [{k: v[i] for k, v in columns.items()} for i in range(len(completions))]
-        texts = [completion_text(c) for c in completions]
+        rows = [i for i, answer in enumerate(answers) if answer is not None]
         extra = {} if self.timeout is None else {"timeout": self.timeout}
-        results = score_batch(texts, answers, verifier=self.verifier, infos=infos, **extra)
-        return [r.score for r in results]
+        results = score_batch([completion_text(completions[i]) for i in rows], [answers[i] for i in rows],
+                              verifier=self.verifier, infos=[infos[i] for i in rows], **extra)
+        scores: list[float | None] = [None] * len(completions)
+        for i, result in zip(rows, results):
+            scores[i] = result.score
+        return scores
 
 
 def make_trl_reward(verifier: Verifier = math_verifier, answer_column: str = "answer", name: str = "math_reward",

@@ -72,6 +72,8 @@ def test_trl_adapter_called_as_grpo_trainer_calls_it():
     assert reward(prompts=["q"], completions=["\\boxed{4}"], completion_ids=[[1]], solution=["4"]) == [1.0]
     with pytest.raises(KeyError, match="solution"):
         reward(prompts=["q"], completions=["x"], completion_ids=[[1]], answer=["4"])
+    # A multi-task batch: rows without a gold answer are not this reward's (TRL leaves None out of the sum).
+    assert reward(prompts=["q"] * 3, completions=["\\boxed{4}", "def f(): pass", "7"], solution=["4", None, "6"]) == [1.0, None, 0.0]
 
 
 def test_trl_names_the_reward():
