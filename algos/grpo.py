@@ -43,6 +43,7 @@ from algos.trainer import (
     check_lm_head,
     completion_logprobs,
     evaluate,
+    grad_scaler,
     guarded_optimizer_step,
     make_env,
     make_rollout_backend,
@@ -118,6 +119,7 @@ class GRPOTrainer:
             self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
         self.optimizer = build_optimizer(self.model, config.optim)
         self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
+        self.scaler = grad_scaler(config.model, self.device)
         self.env = make_env(config, self.tokenizer, num_envs=g.prompts_per_step * g.group_size, device=self.device,
                             model=self.model)
         warn_if_eval_reads_training_data(config, self.env.task)
@@ -125,6 +127,7 @@ class GRPOTrainer:
         self.start_step = 0
         if latest is not None:
             loaded = ckpt.load_checkpoint(latest, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
+            self.scaler.load_state_dict(loaded["state"].get("grad_scaler", {}))
             self.start_step = loaded["step"]
 
     # ------------------------------------------------------------ sampling
@@ -270,14 +273,14 @@ class GRPOTrainer:
                 if not torch.isfinite(loss):
                     finite = False  # the whole update is skipped below; no NaN reaches the weights
                     continue
-                loss.backward()
+                self.scaler.scale(loss).backward()
                 loss_total += loss.item()
                 tokens = m.sum().item()
                 stat_sums["entropy"] = stat_sums.get("entropy", 0.0) + (entropy.detach() * m).sum().item()
                 for key in ("clip_frac_low", "clip_frac_high", "dual_clip_frac", "ratio_mean"):
                     stat_sums[key] = stat_sums.get(key, 0.0) + out.stats[key] * tokens
                 ratio_min, ratio_max = min(ratio_min, out.stats["ratio_min"]), max(ratio_max, out.stats["ratio_max"])
-            outcome = guarded_optimizer_step(self.model, self.optimizer, self.config.optim.max_grad_norm, finite)
+            outcome = guarded_optimizer_step(self.model, self.optimizer, self.config.optim.max_grad_norm, finite, self.scaler)
             if not outcome.applied:
                 totals["skipped_update"] = 1.0
             totals["loss"] = loss_total if finite else math.nan
@@ -296,7 +299,7 @@ class GRPOTrainer:
     def save(self, step: int) -> Path:
         return ckpt.save_checkpoint(
             self.output_dir, step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
-            tokenizer=self.tokenizer, keep_last=self.config.run.keep_last,
+            tokenizer=self.tokenizer, state={"grad_scaler": self.scaler.state_dict()}, keep_last=self.config.run.keep_last,
         )
 
     def train_step(self, step: int, logger: MetricsLogger) -> dict[str, float]:

@@ -55,6 +55,7 @@ from algos.trainer import (
     check_lm_head,
     completion_logprobs,
     evaluate,
+    grad_scaler,
     guarded_optimizer_step,
     lm_head_of,
     make_env,
@@ -194,6 +195,7 @@ class PPOTrainer:
         self.modules.eval()
         self.optimizer = self._build_optimizer()
         self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
+        self.scaler = grad_scaler(config.model, self.device)
         self.kl_controller = AdaptiveKLController(p.kl_coef, p.kl_target, p.kl_horizon)
         self.reward_model = None
         if p.reward_source == "model":
@@ -211,6 +213,7 @@ class PPOTrainer:
             loaded = ckpt.load_checkpoint(latest, model=self.policy, optimizer=self.optimizer, scheduler=self.scheduler)
             self.critic.load_state_dict(loaded["state"]["critic"])
             self.kl_controller.load_state_dict(loaded["state"]["kl_controller"])
+            self.scaler.load_state_dict(loaded["state"].get("grad_scaler", {}))
             self.start_step = loaded["step"]
 
     def _build_optimizer(self) -> torch.optim.AdamW:
@@ -362,8 +365,8 @@ class PPOTrainer:
                     if not torch.isfinite(loss):
                         finite = False  # the whole minibatch update is skipped; no NaN reaches the weights
                         continue
-                    loss.backward()
-                outcome = guarded_optimizer_step(self.modules, self.optimizer, self.config.optim.max_grad_norm, finite)
+                    self.scaler.scale(loss).backward()
+                outcome = guarded_optimizer_step(self.modules, self.optimizer, self.config.optim.max_grad_norm, finite, self.scaler)
                 skipped += not outcome.applied
                 grad_norms.append(outcome.grad_norm)
         advance_schedule(self.scheduler)
@@ -381,7 +384,8 @@ class PPOTrainer:
         return evaluate(self.policy, self.tokenizer, self.config, self.backend, device=self.device)
 
     def save(self, step: int) -> Path:
-        state = {"critic": self.critic.state_dict(), "kl_controller": self.kl_controller.state_dict()}
+        state = {"critic": self.critic.state_dict(), "kl_controller": self.kl_controller.state_dict(),
+                 "grad_scaler": self.scaler.state_dict()}
         return ckpt.save_checkpoint(
             self.output_dir, step, model=self.policy, optimizer=self.optimizer, scheduler=self.scheduler,
             tokenizer=self.tokenizer, state=state, keep_last=self.config.run.keep_last,

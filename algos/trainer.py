@@ -204,13 +204,27 @@ class StepOutcome:
     grad_norm: float
 
 
+def grad_scaler(model_cfg: ModelConfig, device: torch.device) -> torch.amp.GradScaler:
+    """Dynamic loss scaling for model.autocast = float16, whose small gradients underflow to 0 (as
+    torch.amp recommends); disabled (a pass-through) otherwise: bfloat16 has float32's range."""
+    return torch.amp.GradScaler(device.type, enabled=model_cfg.autocast == "float16")
+
+
 def guarded_optimizer_step(
-    model: torch.nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float, loss_finite: bool = True
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    max_grad_norm: float,
+    loss_finite: bool = True,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> StepOutcome:
     """Clip and apply the accumulated gradients unless the loss or any gradient is NaN/inf.
 
     A skipped update leaves the weights and optimizer state untouched; gradients are cleared either way.
+    With an enabled ``scaler`` (the losses were ``scaler.scale(loss).backward()``), the gradients are
+    unscaled before clipping, and an overflow skips the update and lowers the scale.
     """
+    if scaler is not None and scaler.is_enabled():
+        scaler.unscale_(optimizer)
     params = [p for p in model.parameters() if p.grad is not None]
     if params:
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"))
@@ -220,6 +234,8 @@ def guarded_optimizer_step(
     applied = loss_finite and math.isfinite(grad_norm)
     if applied:
         optimizer.step()
+    if scaler is not None and scaler.is_enabled():
+        scaler.update()  # reads the overflow flags unscale_ recorded
     optimizer.zero_grad(set_to_none=True)
     return StepOutcome(applied=applied, grad_norm=grad_norm)
 

@@ -168,11 +168,12 @@ def test_overlong_filter_masks_truncated_rows(tiny_model_dir, tmp_path):
     assert torch.all(batch.scores[filtered] == -1.0)
 
 
-def test_bf16_autocast_trains_fp32_weights_on_bf16_matmuls(tiny_model_dir, tmp_path):
+@pytest.mark.parametrize("half", ["bfloat16", "float16"])
+def test_half_autocast_trains_fp32_weights_on_half_matmuls(half, tiny_model_dir, tmp_path):
     config = load_config(
         GRPOConfig,
         # an untrained model's groups have no reward variance; the entropy bonus still moves the weights
-        overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "1", "model.autocast": "bfloat16", "grpo.entropy_coef": "0.01"}),
+        overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "1", "model.autocast": half, "grpo.entropy_coef": "0.01"}),
     )
     trainer = GRPOTrainer(config)  # its start-up LM-head probe runs in fp32, before training
     linear_out = set()
@@ -182,7 +183,7 @@ def test_bf16_autocast_trains_fp32_weights_on_bf16_matmuls(tiny_model_dir, tmp_p
         summary = trainer.train()
     finally:
         handle.remove()
-    assert linear_out == {torch.bfloat16}  # rollouts, evaluation and the update all ran under autocast
+    assert linear_out == {getattr(torch, half)}  # rollouts, evaluation and the update all ran under autocast
     initial = load_file(tiny_model_dir / "model.safetensors")
     trained = load_file(latest_checkpoint(tmp_path) / "model" / "model.safetensors")
     assert all(t.dtype == torch.float32 for t in trained.values())  # master weights stay fp32
@@ -190,6 +191,9 @@ def test_bf16_autocast_trains_fp32_weights_on_bf16_matmuls(tiny_model_dir, tmp_p
     last = read_metrics(tmp_path)[-1]
     assert last["skipped_update"] == 0.0 and math.isfinite(last["loss"])
     assert 0.0 <= summary["eval_accuracy_after"] <= 1.0
+    # float16 trains under loss scaling, whose scale a resumed run continues from
+    scaler_state = torch.load(latest_checkpoint(tmp_path) / "trainer.pt", weights_only=False)["state"]["grad_scaler"]
+    assert (scaler_state["scale"] == 65536.0) if half == "float16" else scaler_state == {}
 
 
 def test_autocast_must_name_a_half_dtype(tiny_model_dir, tmp_path):

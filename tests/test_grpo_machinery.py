@@ -258,3 +258,28 @@ def test_rows_stop_at_the_models_generation_config_eos_ids_too():
     result = HFRollout(seed=0).generate(model, env)
     assert result.response_ids[:, 0].tolist() == [other_end] * 2
     assert result.response_mask.sum(-1).tolist() == [1, 1] and not result.truncated.any()
+
+
+def test_float16_loss_scaling_unscales_before_clipping_and_backs_off_on_overflow():
+    """fp16 autocast without loss scaling lets small gradients underflow to 0; with it, the step sees the
+    true gradients (clipping and grad_norm unscaled), and an overflow skips the update and halves the scale."""
+    from algos.config import ModelConfig
+    from algos.trainer import grad_scaler, guarded_optimizer_step
+
+    assert not grad_scaler(ModelConfig(autocast="bfloat16"), torch.device("cpu")).is_enabled()
+    scaler = grad_scaler(ModelConfig(autocast="float16"), torch.device("cpu"))
+    layer = torch.nn.Linear(2, 1, bias=False)
+    layer.weight.data.fill_(1.0)
+    optimizer = torch.optim.SGD(layer.parameters(), lr=0.1)
+    loss = layer(torch.tensor([[3.0, 4.0]])).sum()  # gradient [3, 4], norm 5
+    scaler.scale(loss).backward()
+    assert layer.weight.grad.tolist() == [[3.0 * 65536, 4.0 * 65536]]
+    outcome = guarded_optimizer_step(layer, optimizer, max_grad_norm=1.0, scaler=scaler)
+    assert outcome.applied and outcome.grad_norm == pytest.approx(5.0)
+    torch.testing.assert_close(layer.weight.data, torch.tensor([[1 - 0.1 * 0.6, 1 - 0.1 * 0.8]]))  # clipped to norm 1
+    scale = scaler.get_scale()
+    layer(torch.tensor([[3.0, 4.0]])).sum().mul(float("inf")).backward()
+    before = layer.weight.data.clone()
+    outcome = guarded_optimizer_step(layer, optimizer, max_grad_norm=1.0, scaler=scaler)
+    assert not outcome.applied and torch.equal(layer.weight.data, before)
+    assert scaler.get_scale() == scale / 2
