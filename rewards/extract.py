@@ -52,7 +52,12 @@ _LIST_JOINER_RE = re.compile(r"(?:\s|\$|\\[()\[\]]|[,;&]|\\q?quad\b|\\text\s*\{\
 _MATH_OPENER_RE = re.compile(r"\$|\\[(\[]")
 _MATH_CLOSER = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
 _PROSE_RE = re.compile(r"(?<![\\a-zA-Z])(?!(?:or|and)\b)[a-zA-Z]{2,}")  # "or"/"and" join values: no reduction
-_COPULA_RE = re.compile(r"\s(?:is|are|was|equals)\s(?!not\b)|(?<![<>!=:])=(?!=)", re.I)  # "=", not "<=", "=="
+_COPULA_RE = re.compile(r"\s(?:is|are|was|equals)\s(?!not\b)", re.I)
+_EQUALS_RE = re.compile(r"(?<![<>!=:])=(?!=)")  # "=", not "<=", "==", ":="
+# Between two "=": a list of values ("x = 1, x = 2"); between two words: "or"/"and" only ("2, since 3 is 3").
+_EQUALS_JOINER_RE = re.compile(r"\b(?:or|and)\b|[,;]", re.I)
+_MATH_IN_ASIDE_RE = re.compile(r"[()$\\^_{}=+*/<>]")
+_WORD_RE = re.compile(r"[a-zA-Z]{3,}|[a-zA-Z]+\s+[a-zA-Z]+")  # "(not 5)", "(in cm)"; "(de)" is a product
 _BOLD_RE = re.compile(r"^\*\*(.+)\*\*$", re.S)
 _GSM8K_RE = re.compile(r"####\s*([^\n]+)")
 
@@ -87,8 +92,10 @@ def _matching_braces(text: str) -> dict[int, int]:
     return closing
 
 
-def final_boxed(text: str) -> tuple[str, int] | None:
-    """The boxed answer of the final sentence and where it ends: a hedge, a list, or the last box."""
+def final_boxed(text: str, or_is_list: bool = False) -> tuple[str, int] | None:
+    """The boxed answer of the final sentence and where it ends: a hedge, a list, or the last box.
+    ``or_is_list``: boxes joined by "or" are a list too, as in a reference solution, where
+    "$x = \\boxed{3}$ or $x = \\boxed{-3}$" names every answer (in a response it is a hedge)."""
     group: list[tuple[int, int, str]] = []  # boxes of the final sentence, last first
     for box in _boxes_from_last(text):
         if group and _SENTENCE_END_RE.search(text, box[1], group[-1][0]):
@@ -101,9 +108,10 @@ def final_boxed(text: str) -> tuple[str, int] | None:
     if len(contents) == 1:
         return contents[0], end
     joiners = [text[later[1]:earlier[0]] for earlier, later in zip(group, group[1:])]
-    if any(_HEDGE_RE.search(joiner) for joiner in joiners):
+    hedged = any(_HEDGE_RE.search(joiner) for joiner in joiners)
+    if hedged and not or_is_list:
         return " or ".join(contents), end  # "either 4 or 6": not a value, so it scores wrong
-    if all(_LIST_JOINER_RE.fullmatch(joiner) for joiner in joiners):
+    if hedged or all(_LIST_JOINER_RE.fullmatch(joiner) for joiner in joiners):
         return ", ".join(contents), end  # "\\boxed{-2} and \\boxed{1}": the answers together
     return group[0][2].strip(), end  # a revision within the sentence
 
@@ -167,11 +175,13 @@ def _has_prose(sentence: str, spans: list[tuple[int, int, str]]) -> bool:
     return _PROSE_RE.search(" ".join(pieces)) is not None
 
 
-def _copulas_outside(sentence: str, spans: list[tuple[int, int, str]]) -> tuple[re.Match, re.Match] | None:
-    """The first and last "is"/"are"/"was"/"equals"/"=" outside the math spans (sorted: one pointer walks them)."""
+def _copulas_outside(
+    sentence: str, spans: list[tuple[int, int, str]], pattern: re.Pattern
+) -> tuple[re.Match, re.Match] | None:
+    """The first and last ``pattern`` match outside the math spans (sorted: one pointer walks them)."""
     first = last = None
     span_index = 0
-    for copula in _COPULA_RE.finditer(sentence):
+    for copula in pattern.finditer(sentence):
         while span_index < len(spans) and spans[span_index][1] <= copula.start():
             span_index += 1
         inside = span_index < len(spans) and spans[span_index][0] < copula.start()
@@ -187,8 +197,9 @@ def _without_aside(sentence: str) -> str:
         return sentence
     opener = sentence.rfind("(")
     aside, value = sentence[opener + 1:-1], sentence[:opener].rstrip()
-    # plain words only: "\left(a, b\right)", "(2, 4)" and "$f(x)$" are values
-    if opener > 0 and not re.search(r"[()$\\]", aside) and _PROSE_RE.search(aside):
+    # A remark stands apart after a blank and holds a word, no maths: "2(x^2 + xy)", "(2, 4)", "$f(x)$",
+    # "\left(a, b\right)" and "4 \cdot (de)" are values.
+    if opener > 0 and sentence[opener - 1].isspace() and not _MATH_IN_ASIDE_RE.search(aside) and _WORD_RE.search(aside):
         return value
     return sentence
 
@@ -198,11 +209,14 @@ def answer_in_sentence(sentence: str) -> str:
     sentence, spans = _unbolded(_without_aside(sentence))
     if not _has_prose(sentence, spans):
         return sentence
-    copulas = _copulas_outside(sentence, spans)
+    # "is"/"are"/... first ("the function is f(x) = x^2 + 1"); "=" only in a sentence without one ("Therefore x = 3")
+    copulas, joiner = _copulas_outside(sentence, spans, _COPULA_RE), _JOINER_RE
+    if copulas is None:
+        copulas, joiner = _copulas_outside(sentence, spans, _EQUALS_RE), _EQUALS_JOINER_RE
     if copulas is not None:
         first, copula = copulas
-        joiners = list(_JOINER_RE.finditer(sentence, first.end(), copula.start()))
-        # "x = 3 or x = 4" (a hedge), "A = 5 and B = 6" (a list): the last part alone is not the answer
+        joiners = list(joiner.finditer(sentence, first.end(), copula.start()))
+        # "x = 3 or x = 4" (a hedge), "A = 5 and B = 6", "x = 1, x = 2" (lists): the last part alone is not the answer
         if joiners and not _PROSE_RE.search(sentence, joiners[-1].end(), copula.start()):
             return sentence
         tail, tail_spans = _unbolded(sentence[copula.end():])

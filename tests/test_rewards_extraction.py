@@ -34,7 +34,7 @@ def test_a_long_run_of_blanks_is_linear(name):
     ("{" * 200_000, None),
     ("\\" * 200_000, None),
     ("The answer is: so x " + "= " * 100_000 + "5", "5"),
-    ("The answer is 5 (" + "ab " * 70_000 + ")", "5"),
+    ("The answer is 5 (" + "abc " * 50_000 + ")", "5"),
     ("The answer is 5" + "!" * 200_000, "5"),
     ("<answer> </answer>" * 12_000, None),
 ])
@@ -81,6 +81,18 @@ def test_a_blank_box_or_tag_is_the_prompt_echoed_not_an_answer(text, expected):
     ("Therefore, A = 5 and B = 6.", "Therefore, A = 5 and B = 6."),
     ("Whether a is positive or negative, the result is 5", "5"),
     ("Since a is 2 and b is 3, the product is 6", "6"),
+    # not remarks: a factor or argument in brackets, and a 2-letter product
+    ("The answer is 2(x^2 + xy + y^2).", "2(x^2 + xy + y^2)"),
+    ("(x+y)(x^2 - xy + y^2)", "(x+y)(x^2 - xy + y^2)"),
+    ("The factorization is 3(ab + 1)", "3(ab + 1)"),
+    ("The answer is \\log(ab)", "\\log(ab)"),
+    ("The answer is 4 \\cdot (de)", "4 \\cdot (de)"),
+    # "=" only where no "is"/"are" states the value, and a list of "=" stays whole
+    ("The final answer is: the roots are x = 1, x = 2.", "x = 1, x = 2"),
+    ("The dimensions are l = 4, w = 5", "l = 4, w = 5"),
+    ("Final Answer: the function is f(x) = x^2 + 1", "f(x) = x^2 + 1"),
+    ("Therefore, the total cost is 5 * 3 = 15 dollars.", "5 * 3 = 15 dollars."),
+    ("Therefore x = 1, x = 2", "Therefore x = 1, x = 2"),
 ])
 def test_common_phrasings_are_reduced_to_their_value(text, expected):
     assert extract_answer(text) == expected

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rewards.extract import extract_answer, last_boxed
+from rewards.extract import final_boxed
 from rlvr_env.answers import answer_reward, validate_answer_weights
 from rlvr_env.data import DataFileError, DatasetTask, require_str
 from rlvr_env.task import Problem, Task, TaskConfig, validate_flags, validate_prompt_template
@@ -77,8 +77,10 @@ class MATHTask(DatasetTask, Task):
             answer = "" if answer is None else str(answer).strip()
             if not answer:  # no "answer" field, or a null/empty one (e.g. a partly-null parquet column)
                 solution = require_str(record, "solution", path, line)
-                # the rule predictions are read with, so a completion in the solution's own style scores
-                answer = extract_answer(solution) if last_boxed(solution) is not None else None
+                # the final sentence's boxes, read as a prediction's are (a list when joined), except that
+                # "\boxed{3} or \boxed{-3}" lists the answers instead of hedging between them
+                boxed = final_boxed(solution, or_is_list=True)
+                answer = boxed[0] if boxed else None
                 if not answer:
                     raise DataFileError(
                         f"{path}:{line}: field 'solution' has no final \\boxed{{...}} answer and field 'answer' is missing or empty"
