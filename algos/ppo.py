@@ -51,6 +51,7 @@ from algos.metrics import MetricsLogger
 from algos.trainer import (
     DTYPES,
     advance_schedule,
+    build_optimizer,
     build_scheduler,
     check_lm_head,
     completion_logprobs,
@@ -224,7 +225,7 @@ class PPOTrainer:
             {"params": [q for q in self.policy.parameters() if q.requires_grad], "lr": optim.lr},
             {"params": list(self.critic.parameters()), "lr": critic_lr},
         ]
-        return torch.optim.AdamW(groups, betas=optim.betas, eps=optim.adam_eps, weight_decay=optim.weight_decay)
+        return build_optimizer(groups, optim)
 
     # ------------------------------------------------------------ forward passes
 

@@ -55,9 +55,13 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.AdamW:
-    params = [p for p in model.parameters() if p.requires_grad]
-    half = sorted({str(p.dtype) for p in params if p.dtype in (torch.bfloat16, torch.float16)})
+def build_optimizer(model_or_groups: torch.nn.Module | list[dict[str, Any]], cfg: OptimConfig) -> torch.optim.AdamW:
+    """AdamW (cfg's lr, betas, eps, weight decay) over a model's trainable parameters, or over parameter
+    groups (dicts with "params" and their own settings, e.g. PPO's critic "lr")."""
+    groups = model_or_groups
+    if isinstance(model_or_groups, torch.nn.Module):
+        groups = [{"params": [p for p in model_or_groups.parameters() if p.requires_grad]}]
+    half = sorted({str(p.dtype) for group in groups for p in group["params"] if p.dtype in (torch.bfloat16, torch.float16)})
     if half:
         warnings.warn(
             f"AdamW updates {', '.join(half)} weights in place: a step smaller than the weight's precision is lost "
@@ -65,7 +69,7 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Ada
             f"model.dtype = float32 and model.autocast = bfloat16 for fp32 master weights and bf16 matmuls",
             stacklevel=2,
         )
-    return torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_steps: int):
@@ -223,9 +227,11 @@ def guarded_optimizer_step(
     With an enabled ``scaler`` (the losses were ``scaler.scale(loss).backward()``), the gradients are
     unscaled before clipping, and an overflow skips the update and lowers the scale.
     """
-    if scaler is not None and scaler.is_enabled():
-        scaler.unscale_(optimizer)
     params = [p for p in model.parameters() if p.grad is not None]
+    # No gradient (every loss was non-finite, so none was backpropagated): nothing for the scaler to check.
+    scaling = scaler is not None and scaler.is_enabled() and bool(params)
+    if scaling:
+        scaler.unscale_(optimizer)
     if params:
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"))
         grad_norm = norm.item()
@@ -234,7 +240,7 @@ def guarded_optimizer_step(
     applied = loss_finite and math.isfinite(grad_norm)
     if applied:
         optimizer.step()
-    if scaler is not None and scaler.is_enabled():
+    if scaling:
         scaler.update()  # reads the overflow flags unscale_ recorded
     optimizer.zero_grad(set_to_none=True)
     return StepOutcome(applied=applied, grad_norm=grad_norm)
@@ -327,7 +333,10 @@ def eval_task(config):
 
 def warn_if_eval_reads_training_data(config, task) -> None:
     """Training on a dataset task without env.eval_kwargs evaluates on problems it trains on: say so."""
-    if task.size is not None and not config.env.eval_kwargs:
+    from rlvr_env.data import DatasetTask
+
+    # A file's problems ignore the seed; a sized generator (reasoning-gym) still draws eval problems from eval_seed.
+    if isinstance(task, DatasetTask) and not config.env.eval_kwargs:
         warnings.warn(
             f"{config.env.id} is a fixed dataset and env.eval_kwargs is empty, so eval_accuracy scores problems "
             f"of the training data; set env.eval_kwargs (e.g. {{data_path: test.jsonl}}) for a held-out score",

@@ -2,6 +2,8 @@
 
 import argparse
 import json
+import warnings
+from types import SimpleNamespace
 
 import pytest
 
@@ -105,3 +107,6 @@ def test_eval_of_a_dataset_scores_each_problem_of_the_eval_file_once(tmp_path, c
     config.env.kwargs, config.env.eval_kwargs = {"data_path": str(test_file)}, {}
     with pytest.warns(UserWarning, match="scores problems of the training data"):
         warn_if_eval_reads_training_data(config, eval_task(config)[0])
+    with warnings.catch_warnings():  # a sized generator (reasoning-gym) draws its eval problems from eval_seed
+        warnings.simplefilter("error")
+        warn_if_eval_reads_training_data(config, SimpleNamespace(size=500))

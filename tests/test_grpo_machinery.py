@@ -283,3 +283,8 @@ def test_float16_loss_scaling_unscales_before_clipping_and_backs_off_on_overflow
     outcome = guarded_optimizer_step(layer, optimizer, max_grad_norm=1.0, scaler=scaler)
     assert not outcome.applied and torch.equal(layer.weight.data, before)
     assert scaler.get_scale() == scale / 2
+    # every loss of a step non-finite, so nothing was backpropagated: skipped, and the scaler is left alone
+    outcome = guarded_optimizer_step(layer, optimizer, max_grad_norm=1.0, loss_finite=False, scaler=scaler)
+    assert not outcome.applied and scaler.get_scale() == scale / 2
+    fresh = grad_scaler(ModelConfig(autocast="float16"), torch.device("cpu"))  # nothing scaled yet: a first step
+    assert not guarded_optimizer_step(layer, optimizer, max_grad_norm=1.0, loss_finite=False, scaler=fresh).applied

@@ -160,3 +160,9 @@ def test_rlvr_train_ppo_with_a_learned_reward_model(tiny_model_dir, reward_model
     (record,) = [r for r in read_metrics(tmp_path / "run") if r["step"] == 1]
     assert record["reward_mean"] != 0.0  # a randomly initialised reward model still scores every completion
     assert "value_loss" in record and "explained_variance" in record
+
+
+def test_half_precision_weights_warn_in_ppo_too(tiny_model_dir, tmp_path):
+    """PPO builds its AdamW with a critic group of its own; it goes through build_optimizer's bf16 check too."""
+    with pytest.warns(UserWarning, match="AdamW updates torch.bfloat16 weights"):
+        ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path, **{"model.dtype": "bfloat16"}))
