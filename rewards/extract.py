@@ -215,6 +215,9 @@ def answer_in_sentence(sentence: str) -> str:
         copulas, joiner = _copulas_outside(sentence, spans, _EQUALS_RE), _EQUALS_JOINER_RE
     if copulas is not None:
         first, copula = copulas
+        # "x = 5 when y = 2": words between two "=" make them one condition, not a chain ending in the value
+        if joiner is _EQUALS_JOINER_RE and _PROSE_RE.search(sentence, first.end(), copula.start()):
+            return sentence
         joiners = list(joiner.finditer(sentence, first.end(), copula.start()))
         # "x = 3 or x = 4" (a hedge), "A = 5 and B = 6", "x = 1, x = 2" (lists): the last part alone is not the answer
         if joiners and not _PROSE_RE.search(sentence, joiners[-1].end(), copula.start()):

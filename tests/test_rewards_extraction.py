@@ -93,6 +93,8 @@ def test_a_blank_box_or_tag_is_the_prompt_echoed_not_an_answer(text, expected):
     ("Final Answer: the function is f(x) = x^2 + 1", "f(x) = x^2 + 1"),
     ("Therefore, the total cost is 5 * 3 = 15 dollars.", "5 * 3 = 15 dollars."),
     ("Therefore x = 1, x = 2", "Therefore x = 1, x = 2"),
+    ("The answer is x = 5 when y = 2", "x = 5 when y = 2"),  # not 2
+    ("So x = y = 3", "3"),
 ])
 def test_common_phrasings_are_reduced_to_their_value(text, expected):
     assert extract_answer(text) == expected
