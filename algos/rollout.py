@@ -243,6 +243,7 @@ class VLLMRollout:
             worker_extension_cls=f"{__name__}.VLLMWeightLoader",
             **engine_kwargs,
         )
+        self.model_vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
 
     def close(self) -> None:
         """Stop vllm's engine process now; otherwise vllm stops it at interpreter exit."""
@@ -276,6 +277,9 @@ class VLLMRollout:
             logprobs=0,  # the sampled token's own log-prob
             skip_special_tokens=False,
         )
+        vocab = env.single_action_space.n
+        if self.model_vocab_size > vocab:  # a padded embedding table: sample the tokenizer's ids only, as HFRollout
+            shared["allowed_token_ids"] = list(range(vocab))
         if params.greedy:
             requests = vllm.SamplingParams(**shared)
         else:

@@ -95,3 +95,27 @@ def test_vllm_rows_of_a_group_get_their_own_seeds_and_runs_repeat(tiny):
         assert sample() == from_global
     finally:
         backend.generator = private
+
+
+def test_padded_embedding_rows_are_never_sampled(tiny, tmp_path):
+    """As HFRollout: a table padded past the tokenizer (Qwen2.5) with its mass on the padding rows
+    still samples only the tokenizer's ids, which the env accepts."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _, tokenizer, _ = tiny
+    vocab = len(tokenizer)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=vocab + 28, hidden_size=128, intermediate_size=256, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=1)).eval()
+    with torch.no_grad():
+        model.lm_head.weight[vocab:] *= 100
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    backend = VLLMRollout(tmp_path, dtype="float32", enforce_eager=True, max_model_len=512, seed=0, gpu_memory_utilization=0.1)
+    try:
+        env = TokenVectorEnv(ArithmeticTask(), tokenizer, num_envs=8, max_new_tokens=8)
+        env.reset(seed=0)
+        rollout = backend.generate(None, env, temperature=1.0)  # before: ValueError "not token ids in [0, 100)"
+    finally:
+        backend.close()
+    assert env.all_done and rollout.response_ids.max().item() < vocab
