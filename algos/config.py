@@ -230,10 +230,17 @@ DAPO_PRESET: dict[str, Any] = {
 
 
 def validate_sections(config: Any) -> None:
-    """Call validate() on every section of a config dataclass."""
+    """Call validate() on every section of a config dataclass, after refusing any non-finite number
+    (no setting means inf or nan: an infinite ppo.vf_coef would skip every update as non-finite)."""
     for f in dataclasses.fields(config):
         section = getattr(config, f.name)
-        if dataclasses.is_dataclass(section) and hasattr(section, "validate"):
+        if not dataclasses.is_dataclass(section):
+            continue
+        for key in dataclasses.fields(section):
+            value = getattr(section, key.name)
+            if isinstance(value, float):
+                _require(math.isfinite(value), f"{f.name}.{key.name}", f"must be a finite number, got {value}")
+        if hasattr(section, "validate"):
             section.validate()
 
 

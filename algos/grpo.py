@@ -234,8 +234,7 @@ class GRPOTrainer:
         if not batch.loss_mask.any():
             # Every row masked (e.g. all truncated under overlong filtering): a zero gradient, on which
             # AdamW's momentum and weight decay would still move the weights. No optimizer step.
-            advance_schedule(self.scheduler)
-            return {"skipped_update": 1.0, "lr": self.scheduler.get_last_lr()[0]}
+            return {"skipped_update": 1.0, "lr": advance_schedule(self.scheduler)[0]}
         micro = [slice(i, min(i + g.micro_batch_size, batch.num_rows)) for i in range(0, batch.num_rows, g.micro_batch_size)]
         mask = batch.loss_mask.float()
         # Global normalisers: each micro-batch divides by the whole batch's counts, so the sum is the full loss.
@@ -285,10 +284,10 @@ class GRPOTrainer:
                 totals["skipped_update"] = 1.0
             totals["loss"] = loss_total if finite else math.nan
             totals["grad_norm"] = outcome.grad_norm
-        advance_schedule(self.scheduler)
+        lr = advance_schedule(self.scheduler)[0]
         n_tokens = norms["global_num_tokens"]
         totals.update({k: v / n_tokens for k, v in stat_sums.items()})
-        totals.update({"ratio_min": ratio_min, "ratio_max": ratio_max, "lr": self.scheduler.get_last_lr()[0]})
+        totals.update({"ratio_min": ratio_min, "ratio_max": ratio_max, "lr": lr})
         return totals
 
     # ------------------------------------------------------------ loop
@@ -305,8 +304,7 @@ class GRPOTrainer:
     def train_step(self, step: int, logger: MetricsLogger) -> dict[str, float]:
         batch, metrics = self.collect(step)
         if batch is None:
-            metrics["skipped_update"] = 1.0
-            advance_schedule(self.scheduler)
+            metrics["skipped_update"], metrics["lr"] = 1.0, advance_schedule(self.scheduler)[0]
             logger.write(f"step {step}: no group with reward variance after {metrics['generation_rounds']} rounds; update skipped")
         else:
             metrics.update(self.update(batch))

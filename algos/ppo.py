@@ -140,6 +140,11 @@ class PPOConfig(EvalConfig):
     optim: OptimConfig = field(default_factory=OptimConfig)
     ppo: PPOSection = field(default_factory=PPOSection)
 
+    def validate(self) -> None:
+        super().validate()
+        _require(self.ppo.critic_warmup_steps < self.run.steps, "ppo.critic_warmup_steps",
+                 f"must be < run.steps ({self.run.steps}), or the policy never trains")
+
 
 Config = PPOConfig
 
@@ -172,6 +177,24 @@ class PolicyAndCritic(torch.nn.Module):
         self.critic = critic
 
 
+def _load_reward_model(p: PPOSection, device: torch.device):
+    """ppo.reward_model loaded, or a ValueError naming the key: a missing directory, or a causal LM, whose
+    score head RewardModel.from_pretrained would initialise at random (PPO would chase noise)."""
+    from transformers import AutoConfig
+
+    from algos.reward_model import RewardModel
+
+    if not Path(p.reward_model).is_dir():
+        raise ValueError(f"config ppo.reward_model: {p.reward_model!r} is not a local directory")
+    architectures = AutoConfig.from_pretrained(p.reward_model).architectures or []
+    if not any(name.endswith("ForSequenceClassification") for name in architectures):
+        raise ValueError(
+            f"config ppo.reward_model: {p.reward_model!r} holds {architectures or 'no architecture'}, not a trained "
+            f"reward model (a ...ForSequenceClassification with its score head; examples/train_reward_model.py makes one)"
+        )
+    return RewardModel.from_pretrained(p.reward_model, device=str(device), batch_size=p.reward_model_batch_size)
+
+
 class PPOTrainer:
     def __init__(self, config: PPOConfig, *, resume: bool = False) -> None:
         from algos.models import load_policy
@@ -184,10 +207,7 @@ class PPOTrainer:
         seed_everything(config.run.seed)
         self.device = resolve_device(config.model.device)
         self.policy, self.tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=self.device)
-        check_lm_head(self.policy, len(self.tokenizer))
-        head = self.policy.get_output_embeddings()
-        if not isinstance(head, torch.nn.Linear) or head.bias is not None:
-            raise TypeError(f"PPO needs a bias-free linear LM head, got {type(head).__name__}")
+        check_lm_head(self.policy, len(self.tokenizer))  # also refuses an LM head that is not a bias-free Linear
         # Built from the initial weights, before any checkpoint is loaded: the KL anchor never moves.
         self.ref_model = copy.deepcopy(self.policy).eval().requires_grad_(False) if p.kl_coef > 0 else None
         self.critic = build_value_model(self.policy, p.value_model)
@@ -195,16 +215,13 @@ class PPOTrainer:
         # Dropout off throughout (as TRL's PPO): old and new log-probs/values must come from the same function.
         self.modules.eval()
         self.optimizer = self._build_optimizer()
-        self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
+        # The policy's schedule starts after the critic warm-up (as verl steps the actor's only when it updates).
+        self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps, delays=(p.critic_warmup_steps, 0))
         self.scaler = grad_scaler(config.model, self.device)
         self.kl_controller = AdaptiveKLController(p.kl_coef, p.kl_target, p.kl_horizon)
         self.reward_model = None
         if p.reward_source == "model":
-            from algos.reward_model import RewardModel
-
-            self.reward_model = RewardModel.from_pretrained(
-                p.reward_model, device=str(self.device), batch_size=p.reward_model_batch_size
-            )
+            self.reward_model = _load_reward_model(p, self.device)
         self.env = make_env(config, self.tokenizer, num_envs=p.prompts_per_step * p.samples_per_prompt, device=self.device,
                             model=self.policy)
         warn_if_eval_reads_training_data(config, self.env.task)
@@ -308,7 +325,8 @@ class PPOTrainer:
         metrics["explained_variance"] = explained_variance(old_values, returns, mask).item()
         if p.whiten_advantages:
             advantages = masked_whiten(advantages, mask)
-        if kl is not None:
+        # Not while the critic warms up: the policy is the reference then (KL 0), which would shrink kl_coef.
+        if kl is not None and step > p.critic_warmup_steps:
             self.kl_controller.update(sequence_kl, n_steps=input_ids.shape[0])
         batch = Batch(input_ids, attention_mask, prompt_width, mask, old_logp, old_values, advantages, returns)
         return batch, metrics
@@ -370,10 +388,10 @@ class PPOTrainer:
                 outcome = guarded_optimizer_step(self.modules, self.optimizer, self.config.optim.max_grad_norm, finite, self.scaler)
                 skipped += not outcome.applied
                 grad_norms.append(outcome.grad_norm)
-        advance_schedule(self.scheduler)
+        lr, critic_lr = advance_schedule(self.scheduler)
         stats = {key: value / max(tokens_seen, 1.0) for key, value in sums.items()}
         stats.update({"grad_norm": sum(grad_norms) / len(grad_norms), "skipped_updates": skipped,
-                      "lr": self.scheduler.get_last_lr()[0], "critic_lr": self.scheduler.get_last_lr()[1],
+                      "lr": lr, "critic_lr": critic_lr,
                       "critic_warmup": float(not train_policy)})
         if train_policy:
             stats.update({"ratio_min": ratio_min, "ratio_max": ratio_max})

@@ -199,8 +199,8 @@ def train_bradley_terry(
             rewards = reward_model.rewards(prompts * 2, [p.chosen for p in batch] + [p.rejected for p in batch])
             chosen, rejected = rewards.split(len(batch))
             loss = bradley_terry_loss(chosen, rejected)
-            if config.center_rewards_coef:
-                loss = loss + config.center_rewards_coef * rewards.square().mean()
+            if config.center_rewards_coef:  # TRL's term: the pair's sum, so the margin itself is not penalised
+                loss = loss + config.center_rewards_coef * (chosen + rejected).square().mean()
             if not math.isfinite(loss.item()):
                 raise FloatingPointError(f"Bradley-Terry loss became {loss.item()} at step {len(history)}")
             optimizer.zero_grad(set_to_none=True)

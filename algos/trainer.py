@@ -15,7 +15,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -72,10 +72,12 @@ def build_optimizer(model_or_groups: torch.nn.Module | list[dict[str, Any]], cfg
     return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_steps: int):
-    """Linear warm-up over cfg.warmup_steps, then constant / linear / cosine decay to 0 at total_steps."""
+def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_steps: int, delays: Sequence[int] = ()):
+    """Linear warm-up over cfg.warmup_steps, then constant / linear / cosine decay to 0 at total_steps.
+    ``delays``: per parameter group, steps before its schedule starts (PPO's policy waits out the critic
+    warm-up, then gets the whole schedule over the remaining steps); none = every group starts at once."""
 
-    def factor(step: int) -> float:
+    def factor(step: int, total_steps: int = total_steps) -> float:
         if step < cfg.warmup_steps:
             return (step + 1) / (cfg.warmup_steps + 1)
         if cfg.schedule == "constant":
@@ -85,16 +87,22 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_st
             return 1.0 - progress
         return 0.5 * (1.0 + math.cos(math.pi * progress))
 
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    if not delays:
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, [lambda step, d=delay: factor(max(0, step - d), total_steps - d) for delay in delays]
+    )
 
 
-def advance_schedule(scheduler) -> None:
+def advance_schedule(scheduler) -> list[float]:
     """scheduler.step() once per training step, whether or not its update was applied: the schedule follows
-    the step count. torch warns when the first scheduler step comes before any optimizer step (a skipped
-    first update); here that is intended."""
+    the step count; returns each group's lr of the step just taken (what its metrics report). torch warns
+    when the first scheduler step comes before any optimizer step (a skipped first update); here that is intended."""
+    used = scheduler.get_last_lr()
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", r"Detected call of `lr_scheduler\.step\(\)` before `optimizer\.step\(\)`")
         scheduler.step()
+    return used
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:

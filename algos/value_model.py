@@ -45,7 +45,10 @@ class ValueModel(nn.Module):
 
     def values_from_hidden(self, hidden: torch.Tensor) -> torch.Tensor:
         """Float[B, T, H] hidden states -> Float[B, T] values (fp32)."""
-        return self.head(hidden.to(self.head.weight.dtype)).squeeze(-1)
+        # Outside autocast: under bf16 autocast the head would round V to ~3 digits, coarser than the
+        # per-token KL rewards, and GAE, returns and the value loss would all inherit bf16.
+        with torch.autocast(hidden.device.type, enabled=False):
+            return self.head(hidden.to(self.head.weight.dtype)).squeeze(-1)
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Long[B, L], Long[B, L] -> Float[B, L, H] the backbone's last hidden state."""

@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parser.parse_args(argv)
     if not 0.0 < args.held_out < 1.0:
         parser.error(f"--held-out must be in (0, 1), got {args.held_out}")
+    torch.manual_seed(args.seed)  # a fresh score head (--init) and dropout draw from torch's RNG
 
     pairs = load_preference_pairs(args.pairs) if args.pairs else synthetic_format_pairs(args.num_pairs, args.seed)
     random.Random(args.seed).shuffle(pairs)

@@ -166,3 +166,41 @@ def test_half_precision_weights_warn_in_ppo_too(tiny_model_dir, tmp_path):
     """PPO builds its AdamW with a critic group of its own; it goes through build_optimizer's bf16 check too."""
     with pytest.warns(UserWarning, match="AdamW updates torch.bfloat16 weights"):
         ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path, **{"model.dtype": "bfloat16"}))
+
+
+def test_critic_warmup_delays_the_policy_schedule_and_keeps_kl_coef(tiny_model_dir, tmp_path):
+    """During critic warm-up the policy is frozen: its LR warm-up and decay wait for its first update (as
+    verl steps the actor's scheduler only when it updates), and the adaptive KL coefficient stays put
+    (KL to the reference is 0 then, which shrank kl_coef by the maximum 20% a step)."""
+    from algos.config import OptimConfig
+    from algos.trainer import advance_schedule, build_scheduler
+
+    params = [torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))]
+    optimizer = torch.optim.SGD([{"params": params[:1]}, {"params": params[1:]}], lr=1.0)
+    scheduler = build_scheduler(optimizer, OptimConfig(lr=1.0, warmup_steps=2, schedule="linear"), 6, delays=(3, 0))
+    used = [advance_schedule(scheduler) for _ in range(6)]  # each step's lr, per group
+    # policy: 3 frozen steps, then warm-up 1/3, 2/3 over its own 3 steps; critic: warm-up, then linear decay over 6
+    assert [round(lr, 4) for lr, _ in used] == [0.3333, 0.3333, 0.3333, 0.3333, 0.6667, 1.0]
+    assert [round(lr, 4) for _, lr in used] == [0.3333, 0.6667, 1.0, 0.75, 0.5, 0.25]
+
+    trainer = ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path, **{
+        "ppo.critic_warmup_steps": "1", "ppo.kl_coef": "0.05", "ppo.kl_target": "6.0"}))
+    trainer.collect(step=1)
+    assert trainer.kl_controller.coef == 0.05
+    trainer.collect(step=2)
+    assert trainer.kl_controller.coef != 0.05
+
+
+def test_non_finite_values_warmup_past_the_run_and_causal_lm_reward_models_are_refused(tiny_model_dir, tmp_path):
+    for key in ("ppo.vf_coef", "ppo.critic_lr", "ppo.kl_clamp"):
+        with pytest.raises(ValueError, match=f"{key}: must be a finite number, got inf"):
+            small_config(tiny_model_dir, tmp_path, **{key: "inf"}).validate()
+    with pytest.raises(ValueError, match=r"ppo.critic_warmup_steps.*must be < run.steps \(4\)"):
+        small_config(tiny_model_dir, tmp_path, **{"ppo.critic_warmup_steps": "4"}).validate()
+    # the policy's own directory: a causal LM, whose score head would be random
+    config = small_config(tiny_model_dir, tmp_path, **{"ppo.reward_source": "model", "ppo.reward_model": str(tiny_model_dir)})
+    with pytest.raises(ValueError, match=r"ppo.reward_model: .* holds \['LlamaForCausalLM'\], not a trained reward model"):
+        ppo.PPOTrainer(config)
+    config.ppo.reward_model = str(tmp_path / "missing")
+    with pytest.raises(ValueError, match="ppo.reward_model: .* is not a local directory"):
+        ppo.PPOTrainer(config)

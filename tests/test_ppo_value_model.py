@@ -50,3 +50,17 @@ def test_separate_critic_is_a_copy_that_trains_alone(policy_and_batch):
 def test_unknown_kind_is_rejected(policy_and_batch):
     with pytest.raises(ValueError, match="value_model"):
         build_value_model(policy_and_batch[0], "shared-ish")
+
+
+@pytest.mark.parametrize("kind", ["head", "separate"])
+def test_values_stay_fp32_under_bf16_autocast(policy_and_batch, kind):
+    """Under bf16 autocast the head ran in bf16: V rounded to ~3 digits (coarser than per-token KL
+    rewards), and GAE, returns and the value loss inherited bf16."""
+    policy, batch = policy_and_batch
+    critic = build_value_model(policy, kind)
+    torch.nn.init.normal_(critic.head.weight)
+    hidden = critic.hidden_states(batch.input_ids, batch.attention_mask)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        values = critic.values_from_hidden(hidden)
+    assert values.dtype == torch.float32
+    torch.testing.assert_close(values, critic.values_from_hidden(hidden))  # the fp32 result, exactly

@@ -83,3 +83,17 @@ def test_preference_accuracy_counts_strict_wins():
 
     pairs = [PreferencePair("p", "long", "s"), PreferencePair("p", "s", "long"), PreferencePair("p", "ab", "cd")]
     assert preference_accuracy(ConstantModel(), pairs) == pytest.approx(1 / 3)
+
+
+def test_centering_term_is_trls_pair_sum_not_each_reward():
+    """TRL's center_rewards_coefficient adds coef * mean((r_c + r_r)^2); coef * mean of each reward squared
+    also penalised the margin (r_c - r_r)^2 / 4, against the ranking loss."""
+    from algos.reward_model import BradleyTerryConfig, train_bradley_terry
+
+    reward_model = load_example().tiny_reward_model(0)
+    pair = PreferencePair(prompt="2+2=", chosen="\\boxed{4}", rejected="5")
+    with torch.no_grad():
+        chosen, rejected = reward_model.rewards([pair.prompt] * 2, [pair.chosen, pair.rejected])
+    expected = bradley_terry_loss(chosen[None], rejected[None]) + 0.5 * (chosen + rejected) ** 2
+    history = train_bradley_terry(reward_model, [pair], BradleyTerryConfig(epochs=1, batch_size=1, center_rewards_coef=0.5))
+    assert history[0]["loss"] == pytest.approx(expected.item(), rel=1e-5)
