@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 import os
 import pickle
 from concurrent.futures import ThreadPoolExecutor
@@ -91,8 +92,9 @@ def score_batch(
         raise ValueError(f"score_batch got {len(infos)} infos for {len(completions)} completions")
     if workers is not None and workers < 0:
         raise ValueError(f"score_batch workers must be >= 0 or None, got {workers}")
-    if timeout <= 0:
-        raise ValueError(f"score_batch timeout must be > 0 seconds, got {timeout}")
+    if not (isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0):
+        # nan/inf also broke the worker's deadline (select() refuses them) and desynchronised it
+        raise ValueError(f"score_batch timeout must be a finite number of seconds > 0, got {timeout}")
     infos = infos if infos is not None else [{}] * len(completions)
     safe = getattr(verifier, "in_process_safe", False)
     if workers == 0 or (workers is None and safe and len(completions) < POOL_MIN_ITEMS):

@@ -58,27 +58,29 @@ _EQUALS_RE = re.compile(r"(?<![<>!=:])=(?!=)")  # "=", not "<=", "==", ":="
 _EQUALS_JOINER_RE = re.compile(r"\b(?:or|and)\b|[,;]", re.I)
 _MATH_IN_ASIDE_RE = re.compile(r"[()$\\^_{}=+*/<>]")
 _WORD_RE = re.compile(r"[a-zA-Z]{3,}|[a-zA-Z]+\s+[a-zA-Z]+")  # "(not 5)", "(in cm)"; "(de)" is a product
+_NON_BLANK_RE = re.compile(r"\S")
 _BOLD_RE = re.compile(r"^\*\*(.+)\*\*$", re.S)
 _GSM8K_RE = re.compile(r"####\s*([^\n]+)")
 
 
 def last_boxed(text: str) -> str | None:
     """Content of the last \\boxed{...} or \\fbox{...} with balanced braces (or `\\boxed 5`)."""
-    return next((content for _, _, content in _boxes_from_last(text)), None)
+    return next((text[first:last] for _, _, first, last in _boxes_from_last(text)), None)
 
 
 def _boxes_from_last(text: str):
-    """(start, end, content) of each well-formed box, the last one first (linear: braces matched once)."""
+    """(start, end, content start, content end) of each well-formed box, the last one first. Linear: braces
+    are matched once and contents are not copied (nested boxes would copy the text once per level)."""
     boxes = list(_BOX_RE.finditer(text))
     closing = _matching_braces(text) if boxes else {}
     for match in reversed(boxes):
         if match.group(2) is not None:
-            yield match.start(), match.end(), match.group(2)
+            yield match.start(), match.end(), *match.span(2)
         elif match.start(1) in closing:
             end = closing[match.start(1)]
-            content = text[match.end(1):end]
-            if content.strip():  # an empty \boxed{} echoes the prompt's "within \boxed{}": not an answer
-                yield match.start(), end + 1, content
+            # an empty \boxed{} echoes the prompt's "within \boxed{}": not an answer
+            if _NON_BLANK_RE.search(text, match.end(1), end):
+                yield match.start(), end + 1, match.end(1), end
 
 
 def _matching_braces(text: str) -> dict[int, int]:
@@ -96,15 +98,17 @@ def final_boxed(text: str, or_is_list: bool = False) -> tuple[str, int] | None:
     """The boxed answer of the final sentence and where it ends: a hedge, a list, or the last box.
     ``or_is_list``: boxes joined by "or" are a list too, as in a reference solution, where
     "$x = \\boxed{3}$ or $x = \\boxed{-3}$" names every answer (in a response it is a hedge)."""
-    group: list[tuple[int, int, str]] = []  # boxes of the final sentence, last first
+    group: list[tuple[int, int, int, int]] = []  # boxes of the final sentence, last first
     for box in _boxes_from_last(text):
+        if group and box[1] > group[-1][0]:  # encloses the box after it: "\\boxed{\\boxed{1}}" is 1
+            continue
         if group and _SENTENCE_END_RE.search(text, box[1], group[-1][0]):
             break
         group.append(box)
     if not group:
         return None
     end = group[0][1]
-    contents = list(dict.fromkeys(content.strip() for _, _, content in reversed(group)))
+    contents = list(dict.fromkeys(text[first:last].strip() for _, _, first, last in reversed(group)))
     if len(contents) == 1:
         return contents[0], end
     joiners = [text[later[1]:earlier[0]] for earlier, later in zip(group, group[1:])]
@@ -113,7 +117,7 @@ def final_boxed(text: str, or_is_list: bool = False) -> tuple[str, int] | None:
         return " or ".join(contents), end  # "either 4 or 6": not a value, so it scores wrong
     if hedged or all(_LIST_JOINER_RE.fullmatch(joiner) for joiner in joiners):
         return ", ".join(contents), end  # "\\boxed{-2} and \\boxed{1}": the answers together
-    return group[0][2].strip(), end  # a revision within the sentence
+    return text[group[0][2]:group[0][3]].strip(), end  # a revision within the sentence
 
 
 def _last_match(pattern: re.Pattern, text: str) -> str | None:

@@ -8,6 +8,8 @@ that runs sympy under a hard time limit (sandbox.py).
 
 from __future__ import annotations
 
+import decimal
+import math
 import numbers
 import re
 from contextvars import ContextVar
@@ -34,15 +36,27 @@ def _symbolic_check(pred: str, gold: str) -> bool | None:
 
 
 def _gold_text(answer: Any) -> str:
+    """The gold answer as text; ValueError when there is none (a blank string, an empty box, inf/nan)."""
     # numbers.* so NumPy scalars from a parquet column count too (repr(np.float64(72.0)) is 'np.float64(72.0)')
     if isinstance(answer, numbers.Integral) and not isinstance(answer, bool):
         return str(int(answer))
     if isinstance(answer, numbers.Real) and not isinstance(answer, bool):
-        return repr(float(answer))
+        # Positional digits: "3e-05" would read as 3e - 5 (Euler's e). A NumPy float32's str is its own shortest
+        # text ("0.1"); float() of it would be 0.10000000149011612.
+        value = decimal.Decimal(repr(answer) if type(answer) is float else str(answer))
+        if not value.is_finite():
+            raise ValueError(f"gold answer {answer!r} is not a finite number")
+        return format(value, "f")
     if not isinstance(answer, str):
         raise TypeError(f"gold answer must be a string or a number, got {type(answer).__name__}")
-    boxed = extract_answer(answer) if ("\\boxed" in answer or "\\fbox" in answer or "####" in answer) else None
-    return boxed if boxed is not None else answer
+    if not answer.strip():
+        raise ValueError("gold answer is blank")
+    if "\\boxed" in answer or "\\fbox" in answer or "####" in answer:
+        marked = extract_answer(answer)
+        if marked is None or marked == answer.strip():  # no marked answer found: only the text itself came back
+            raise ValueError(f"gold answer {answer[:200]!r} marks an answer but holds none (an empty \\boxed{{}} or ####)")
+        return marked
+    return answer
 
 
 def compare_answers(pred: str, gold: str, timeout: float) -> tuple[float, str, dict]:
@@ -82,9 +96,11 @@ def math_verifier(completion: str, *, answer: Any, timeout: float | None = None,
     """
     if not isinstance(completion, str):
         return VerifyResult(0.0, ERROR, {"reason": f"completion is {type(completion).__name__}, not str"})
+    if timeout is not None and not (isinstance(timeout, numbers.Real) and math.isfinite(timeout) and timeout > 0):
+        raise ValueError(f"math_verifier timeout must be a finite number of seconds > 0, got {timeout!r}")
     try:
         gold = _gold_text(answer)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:  # a dataset problem, reported per row: status error, with the reason
         return VerifyResult(0.0, ERROR, {"reason": str(exc)})
     try:
         pred = extract_answer(completion)

@@ -85,7 +85,13 @@ class Worker:
         except (BrokenPipeError, OSError) as exc:
             self.kill()
             raise WorkerError("rewards worker is gone") from exc
-        line = self._read_line(time.monotonic() + timeout)
+        try:
+            line = self._read_line(time.monotonic() + timeout)
+        except BaseException:
+            # Anything else in flight (Ctrl-C caught by the caller, a bad timeout): the reply still to
+            # come would answer the next request, so this worker must never be reused.
+            self.kill()
+            raise
         try:
             reply = json.loads(line)
         except ValueError as exc:

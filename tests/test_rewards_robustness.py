@@ -174,3 +174,48 @@ def test_verl_ground_truth_lists_accept_any_of_their_answers(ground_truth, score
 def test_verl_unusable_ground_truth_raises_naming_it(ground_truth):
     with pytest.raises(ValueError, match=r"ground_truth .* \(data_source 'my_math'\) has no usable answer"):
         compute_score("my_math", "so \\boxed{4}", ground_truth)
+
+
+def test_an_interrupted_check_never_hands_its_reply_to_the_next_one(monkeypatch):
+    """A KeyboardInterrupt caught by the caller (a notebook, a trainer loop) used to leave the worker in the
+    pool with the reply still coming: the next check read it, and sqrt(3) = 2 sqrt(2) scored 1.0."""
+    from rewards import sandbox
+
+    assert math_verifier("\\boxed{\\sqrt{8}}", answer="2\\sqrt{2}").score == 1.0  # a worker is up and idle
+    real_select = sandbox.select.select
+
+    def interrupted(*args):
+        monkeypatch.setattr(sandbox.select, "select", real_select)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sandbox.select, "select", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        math_verifier("\\boxed{\\sqrt{8}}", answer="2\\sqrt{2}")  # a true check, interrupted in flight
+    assert math_verifier("\\boxed{\\sqrt{3}}", answer="2\\sqrt{2}").score == 0.0
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), 0, -1])
+def test_timeouts_must_be_finite_positive_seconds(timeout):
+    with pytest.raises(ValueError, match="finite number of seconds > 0"):
+        math_verifier("\\boxed{\\sqrt{8}}", answer="2\\sqrt{2}", timeout=timeout)
+    with pytest.raises(ValueError, match="finite number of seconds > 0"):
+        score_batch(["\\boxed{1}"], ["1"], timeout=timeout)
+
+
+@pytest.mark.parametrize("gold, completion", [
+    (3e-05, "0.00003"),  # repr "3e-05" read as 3e - 5 (Euler's e)
+    (2e16, "2 \\times 10^{16}"),
+    (np.float32(0.1), "0.1"),  # float() of it: 0.10000000149011612
+    (np.float64(72.0), "72"),
+])
+def test_numeric_golds_are_read_as_their_values(gold, completion):
+    assert math_verifier(f"\\boxed{{{completion}}}", answer=gold).score == 1.0
+
+
+@pytest.mark.parametrize("gold, reason", [
+    ("", "blank"), ("   ", "blank"), ("\\boxed{}", "holds none"), ("#### ", "holds none"),
+    (float("nan"), "not a finite number"), (None, "string or a number"),
+])
+def test_an_unusable_gold_is_an_error_naming_it(gold, reason):
+    result = math_verifier("\\boxed{3}", answer=gold)
+    assert (result.score, result.status) == (0.0, "error") and reason in result.details["reason"]
