@@ -4,69 +4,161 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Callable
+
+# A longer limit overflows select()'s time_t in the sandbox (about 1e10 s); a day is already far past any check.
+MAX_TIMEOUT_S = 86_400.0
+
+
+class BadInput(Exception):
+    """A problem the user can fix (a file, a line, a field): one line on stderr and exit status 2, as argparse does."""
+
+
+def _timeout_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0 and <= {MAX_TIMEOUT_S:g}, got {text}")
+    return value
+
+
+def _int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     verify = subparsers.add_parser("verify", help="check one predicted answer or response against a gold answer")
     verify.add_argument("--pred", required=True, help="predicted answer or whole model response")
     verify.add_argument("--gold", required=True, help="gold answer (bare LaTeX or plain text)")
-    verify.add_argument("--timeout", type=float, default=None, help="hard limit in seconds for the symbolic check")
+    verify.add_argument("--timeout", type=_timeout_seconds, default=None,
+                        help="hard limit in seconds for the symbolic check")
     verify.set_defaults(func=_verify)
 
-    score = subparsers.add_parser("score", help="score a JSONL file of completions against gold answers")
-    score.add_argument("path", type=Path, help="JSONL file, one object per line")
+    score = subparsers.add_parser(
+        "score", help="score a JSONL file of completions against gold answers",
+        description="Each line is a JSON object with a completion (a string) and a gold answer (a non-blank string "
+                    "or a finite number). Bad input stops before scoring, naming the file, line and field (exit 2).")
+    score.add_argument("path", type=Path, help="JSONL file (UTF-8), one object per line")
     score.add_argument("--completion-key", default="completion", help="field holding the completion (default: completion)")
     score.add_argument("--answer-key", default="answer", help="field holding the gold answer (default: answer)")
     score.add_argument("--output", type=Path, default=None, help="write each row with score and status to this JSONL file")
-    score.add_argument("--workers", type=int, default=None, help="worker processes (default: automatic)")
-    score.add_argument("--timeout", type=float, default=5.0, help="hard limit per completion in seconds (default 5)")
-    score.add_argument("--batch-size", type=int, default=256, help="rows scored per batch (progress granularity)")
+    score.add_argument("--workers", type=_int_at_least(0), default=None,
+                       help="worker processes; 0 scores in this process (default: automatic)")
+    score.add_argument("--timeout", type=_timeout_seconds, default=5.0,
+                       help="hard limit per completion in seconds (default 5)")
+    score.add_argument("--batch-size", type=_int_at_least(1), default=256,
+                       help="rows scored per batch (progress granularity)")
     score.set_defaults(func=_score)
+
+
+def _json_text(record: dict) -> str:
+    text = json.dumps(record, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800" in the input, bad bytes in argv): keep it escaped
+        text = json.dumps(record)
+    return text
 
 
 def _verify(args: argparse.Namespace) -> int:
     from .mathcheck import math_verifier
 
     result = math_verifier(args.pred, answer=args.gold, timeout=args.timeout)
-    print(json.dumps({"equal": result.score == 1.0, "score": result.score, "status": result.status,
-                      "details": result.details}, ensure_ascii=False))
+    print(_json_text({"equal": result.score == 1.0, "score": result.score, "status": result.status,
+                      "details": result.details}))
     return 0 if result.score == 1.0 else 1
+
+
+def _json_kind(value: object) -> str:
+    """How a value read from JSON is named in messages: 'a string', 'an array', 'null', 'true'."""
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    return {str: "a string", int: "a number", float: "a number", list: "an array"}.get(type(value), "an object")
+
+
+def _answer_problem(answer: object) -> str | None:
+    """Why `answer` cannot be a gold answer, or None if it can."""
+    if isinstance(answer, str):
+        return "is blank" if not answer.strip() else None
+    if isinstance(answer, float) and not math.isfinite(answer):  # NaN, Infinity, or 1e400 read as inf
+        return f"must be a finite number, got {answer}"
+    if isinstance(answer, (int, float)) and not isinstance(answer, bool):
+        return None
+    return f"must be a string or a number, got {_json_kind(answer)}"
 
 
 def _read_rows(path: Path, completion_key: str, answer_key: str) -> list[dict]:
     if not path.is_file():
-        raise SystemExit(f"rlvr score: no such file {path}")
+        raise BadInput(f"no such file {path}")
     rows = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
+    try:
+        handle = path.open("rb")  # bytes, so a line that is not UTF-8 can be named
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+    with handle:
+        for number, raw in enumerate(handle, 1):
+            where = f"{path}:{number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                bad_byte = f"byte 0x{raw[exc.start]:02x} at column {exc.start + 1}"
+                raise BadInput(f"{where}: not valid UTF-8 ({bad_byte})") from None
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise SystemExit(f"rlvr score: {path}:{number}: not valid JSON ({exc.msg})")
+                raise BadInput(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+            except ValueError as exc:  # an integer of more than 4300 digits, past int()'s limit
+                raise BadInput(f"{where}: cannot read the JSON ({exc})") from None
+            except RecursionError:
+                raise BadInput(f"{where}: JSON nested too deeply") from None
             if not isinstance(row, dict):
-                raise SystemExit(f"rlvr score: {path}:{number}: expected a JSON object")
+                raise BadInput(f"{where}: expected a JSON object")
             for key in (completion_key, answer_key):
                 if key not in row:
-                    raise SystemExit(f"rlvr score: {path}:{number}: missing field {key!r}")
-            if not isinstance(row[completion_key], str):
-                raise SystemExit(f"rlvr score: {path}:{number}: field {completion_key!r} must be a string")
+                    raise BadInput(f"{where}: missing field {key!r}")
+            completion = row[completion_key]
+            if not isinstance(completion, str):
+                raise BadInput(f"{where}: field {completion_key!r} must be a string, got {_json_kind(completion)}")
+            problem = _answer_problem(row[answer_key])
+            if problem:
+                raise BadInput(f"{where}: field {answer_key!r} {problem}")
             rows.append(row)
     return rows
 
 
 def _score(args: argparse.Namespace) -> int:
+    try:
+        return _score_file(args)
+    except BadInput as exc:
+        print(f"rlvr score: {exc}", file=sys.stderr)
+        return 2
+
+
+def _score_file(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     from .batch import score_batch
 
-    if args.batch_size <= 0:
-        raise SystemExit(f"rlvr score: --batch-size must be > 0, got {args.batch_size}")
     rows = _read_rows(args.path, args.completion_key, args.answer_key)
+    if args.output:
+        _write_rows(args.output, [])  # a bad --output fails now, not after scoring the whole file
     results = []
     with tqdm(total=len(rows), desc="scoring", unit="row", file=sys.stderr) as bar:
         for start in range(0, len(rows), args.batch_size):
@@ -75,10 +167,17 @@ def _score(args: argparse.Namespace) -> int:
                                    workers=args.workers, timeout=args.timeout)
             bar.update(len(chunk))
     if args.output:
-        with args.output.open("w", encoding="utf-8") as out:
-            for row, result in zip(rows, results):
-                out.write(json.dumps({**row, "score": result.score, "status": result.status}, ensure_ascii=False) + "\n")
+        _write_rows(args.output, [{**row, "score": result.score, "status": result.status}
+                                  for row, result in zip(rows, results)])
     statuses = Counter(r.status for r in results)
     mean = sum(r.score for r in results) / len(results) if results else 0.0
     print(json.dumps({"rows": len(results), "mean_score": round(mean, 4), "statuses": dict(statuses)}))
     return 0
+
+
+def _write_rows(path: Path, rows: list[dict]) -> None:
+    try:
+        with path.open("w", encoding="utf-8") as out:
+            out.writelines(_json_text(row) + "\n" for row in rows)
+    except OSError as exc:  # a missing directory, no permission, a full disk
+        raise BadInput(f"cannot write --output {path}: {exc.strerror or exc}") from None

@@ -162,13 +162,32 @@ def exact_scalar_equal(pred: tuple, gold: tuple) -> Verdict:
         return rationals_match(pred_value, gold_value, decimal_places(pred), decimal_places(gold))
     if canonical(pred) == canonical(gold):
         return True
-    if _is_text(pred) or _is_text(gold):
+    if not (is_scalar(pred) and is_scalar(gold)):
         return False
     return None
 
 
-def _is_text(node: tuple) -> bool:
-    return node[0] == "text"
+_NON_SCALAR_KINDS = ("text", "set", "tuple", "interval", "union", "matrix", "eq", "rel", "chain", "unit")
+
+
+def is_scalar(node: tuple) -> bool:
+    """A number or an expression with no container, relation or text in it.
+
+    Otherwise it has no value to compare: a word, or arithmetic on a container (2(1,2), f(1,2), \\frac{x=1}{2},
+    \\sqrt{\\{1,2\\}}), which is wrong against any gold it is not written the same as.
+    """
+    kind = node[0]
+    if kind in _NON_SCALAR_KINDS:
+        return False
+    if kind in ("add", "mul"):
+        return all(is_scalar(part) for part in node[1])
+    if kind in ("neg", "pct"):
+        return is_scalar(node[1])
+    if kind in ("div", "pow"):
+        return is_scalar(node[1]) and is_scalar(node[2])
+    if kind == "fn":
+        return all(is_scalar(arg) for arg in node[2])
+    return True  # num, sym, const
 
 
 def _all(verdicts) -> Verdict:

@@ -2,8 +2,9 @@
 
 No `eval`, no `sympify`: a tokenizer and a recursive-descent parser build tuples
 that `compare.py` checks exactly (fractions) and `symbolic.py` turns into sympy
-only inside the time-limited worker. Every loop here is linear in the input and
-inputs are size-guarded, so parsing is bounded in time.
+only inside the time-limited worker. Every loop here is linear in the input,
+inputs are size-guarded and a \\pm value expands to at most MAX_PLUS_MINUS_VALUES
+values, so parsing and every walk over a tree are bounded in time.
 
 Node shapes (all tuples, hashable):
   ("num", Fraction, places)     places = decimals written, or None for an integer/fraction
@@ -13,6 +14,7 @@ Node shapes (all tuples, hashable):
   ("tuple", items) ("set", items) ("interval", lo_closed, lo, hi, hi_closed) ("union", items)
   ("matrix", rows) ("eq", lhs, rhs) ("rel", op, lhs, rhs)   op in "<", "<=", "!="
   ("chain", links)              links are eq/rel nodes: "1 < x <= 2", "a = b < c"
+A value with \\pm in it is the set of its values (see _expand_plus_minus).
 """
 
 from __future__ import annotations
@@ -268,7 +270,7 @@ class _Parser:
             return rest
         base, offset = pm
         base = _flat("add", [base, rest]) if rest != ("num", Fraction(0), None) else base
-        return ("set", (_flat("add", [base, offset]), _flat("add", [base, ("neg", offset)])))
+        return ("pm", base, offset)
 
     def term(self) -> tuple:
         factors = [self.unary()]
@@ -303,17 +305,23 @@ class _Parser:
         return value in ("(", "{", "[", "|") and value != "|"
 
     def unary(self) -> tuple:
-        if self.at(r"\pm", r"\mp"):  # "\pm 3" is the pair {3, -3}
-            self.take()
-            value = self.term()
-            return ("set", (value, ("neg", value)))
-        if self.at("-"):
-            self.take()
-            return ("neg", self.unary())
-        if self.at("+"):
-            self.take()
-            return self.unary()
-        return self.power()
+        if not self.at("-", "+", r"\pm", r"\mp"):
+            return self.power()
+        sign = self.take()[1]
+        # Signs nest without brackets ("- - - x", "\pm 2 \cdot \pm 2 ..."): they count toward MAX_DEPTH, so that 500
+        # minus signs are a ParseError rather than a RecursionError later. A lone "-(" costs no level of its own.
+        nests = sign in (r"\pm", r"\mp") or self.at("-", "+", r"\pm", r"\mp")
+        if nests:
+            self.enter()
+        if sign == "-":
+            node = ("neg", self.unary())
+        elif sign == "+":
+            node = self.unary()
+        else:
+            node = ("pm", None, self.term())  # "\pm 3" is the pair {3, -3}
+        if nests:
+            self.depth -= 1
+        return node
 
     def power(self) -> tuple:
         self.enter()
@@ -604,8 +612,14 @@ def _written_as_text_unit(answer: str, unit: str) -> bool:
 
 
 def _parse_value(s: str) -> tuple:
+    tree = _parse_tree(s)
+    return _expand_plus_minus(tree) if "\\pm" in s or "\\mp" in s else tree  # most answers have no \pm
+
+
+def _parse_tree(s: str) -> tuple:
+    """Tree of a value, with internal ("pm", base, offset) nodes for \\pm (base None for a leading \\pm)."""
     if s.endswith("%") and len(s) > 1:  # applies to the whole value: "4 4/9%" is (40/9)%
-        return ("pct", _parse_value(s[:-1].rstrip()))
+        return ("pct", _parse_tree(s[:-1].rstrip()))
     mixed = _MIXED_PLAIN_RE.match(s) or _MIXED_LATEX_RE.match(s)
     if mixed and int(mixed.group(3)) < int(mixed.group(4)):
         sign, whole, num, den = mixed.groups()
@@ -636,6 +650,74 @@ def _parse_value(s: str) -> tuple:
         return ("union", tuple([items[0], *union]))
     # a bare comma list is the MATH convention for "all answers, any order"
     return items[0] if len(items) == 1 else ("set", tuple(items))
+
+
+# Each \pm doubles the values of the expression around it: "\pm\sqrt{2 \pm \sqrt{3}}" is four numbers. Real
+# answers have one or two \pm per value; the bound stops "-\pm\pm...\pm 1" (2^20 values in 71 characters)
+# and nested "\sqrt{1 \pm \sqrt{1 \pm ...}}" from costing exponential time and memory in-process.
+MAX_PLUS_MINUS_VALUES = 16
+
+_ARITHMETIC_KINDS = ("add", "mul", "div", "neg", "pow", "fn", "pct")
+
+
+def _expand_plus_minus(node: tuple) -> tuple:
+    """The tree with each \\pm value made the set of its values; in a set or list they join the other items.
+
+    "x = \\frac{1 \\pm \\sqrt5}{2}" answers "\\frac{1+\\sqrt5}{2}, \\frac{1-\\sqrt5}{2}"; "\\pm 1, \\pm 2" is 4 roots.
+    """
+    kind = node[0]
+    if kind == "pm" or kind in _ARITHMETIC_KINDS:
+        values = _values(node)
+        return values[0] if len(values) == 1 else ("set", tuple(values))
+    if kind == "set":
+        return ("set", tuple(value for item in node[1] for value in _values(item)))
+    if kind in ("tuple", "union", "chain"):
+        return (kind, tuple(_expand_plus_minus(item) for item in node[1]))
+    if kind == "matrix":
+        return ("matrix", tuple(tuple(_expand_plus_minus(entry) for entry in row) for row in node[1]))
+    if kind == "interval":
+        return ("interval", node[1], _expand_plus_minus(node[2]), _expand_plus_minus(node[3]), node[4])
+    if kind == "eq":
+        return ("eq", _expand_plus_minus(node[1]), _expand_plus_minus(node[2]))
+    if kind == "rel":
+        return ("rel", node[1], _expand_plus_minus(node[2]), _expand_plus_minus(node[3]))
+    return node  # num, sym, const, text
+
+
+def _values(node: tuple) -> list[tuple]:
+    """The values an expression stands for: one, or one per choice of sign at each \\pm inside it."""
+    kind = node[0]
+    if kind == "pm":
+        base, offset = node[1], node[2]
+        offsets = _values(offset)
+        if base is None:
+            values = offsets + [("neg", o) for o in offsets]
+        else:
+            sums = _combinations([_values(base), offsets + [("neg", o) for o in offsets]])
+            values = [_flat("add", list(terms)) for terms in sums]
+    elif kind in ("add", "mul"):
+        values = [_flat(kind, list(parts)) for parts in _combinations([_values(part) for part in node[1]])]
+    elif kind in ("div", "pow"):
+        values = [(kind, a, b) for a, b in _combinations([_values(node[1]), _values(node[2])])]
+    elif kind in ("neg", "pct"):
+        values = [(kind, value) for value in _values(node[1])]
+    elif kind == "fn":
+        values = [("fn", node[1], args) for args in _combinations([_values(arg) for arg in node[2]])]
+    else:
+        return [_expand_plus_minus(node)]
+    if len(values) > MAX_PLUS_MINUS_VALUES:
+        raise ParseError("too many \\pm")
+    return values
+
+
+def _combinations(choices: list[list[tuple]]) -> list[tuple]:
+    """Every pick of one value per operand; refused as soon as there are more than MAX_PLUS_MINUS_VALUES."""
+    picks: list[tuple] = [()]
+    for options in choices:
+        picks = [pick + (option,) for pick in picks for option in options]
+        if len(picks) > MAX_PLUS_MINUS_VALUES:
+            raise ParseError("too many \\pm")
+    return picks
 
 
 def _sci_to_pow(s: str) -> str:

@@ -105,7 +105,10 @@ class Worker:
         stdout = self.process.stdout.fileno()
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or not select.select([stdout], [], [], remaining)[0]:
+            # select() overflows past ~1e10 s: wait in bounded slices, the deadline still decides
+            if remaining <= 0 or not select.select([stdout], [], [], min(remaining, 3600.0))[0]:
+                if time.monotonic() < deadline:
+                    continue
                 self.kill()
                 raise CheckTimeout("check exceeded its time limit")
             chunk = os.read(stdout, 65536)

@@ -8,9 +8,32 @@ from typing import Any, Sequence
 
 from .result import ERROR, NO_ANSWER, OK, TIMEOUT, Verifier, VerifyResult
 
-# <think>...</think> then an answer tag or a \boxed{} (the R1-style format)
+# <think>...</think> then an answer tag or a \boxed{} (the R1-style format). As a regex this backtracks (cubic in
+# repeated `</think>\boxed{`), so FormatReward checks it with _is_r1_format, which accepts exactly the same texts.
 DEFAULT_FORMAT_PATTERN = r"^\s*<think>.*?</think>\s*(?:<answer>.*?</answer>|.*\\boxed\{.*\}.*)\s*$"
 MAX_FORMAT_CHARS = 200_000  # longer completions fail the format check rather than run a regex over them
+
+# Linear: each try after a </think> scans only the blanks that follow it, and those runs do not overlap.
+_THINK_THEN_ANSWER = re.compile(r"</think>\s*<answer>")
+
+
+def _is_r1_format(text: str) -> bool:
+    """Whether DEFAULT_FORMAT_PATTERN matches `text` (re.DOTALL), in time linear in its length."""
+    body = text.strip()  # the pattern's leading and trailing \s* (str.strip and \s agree on what is blank)
+    if not body.startswith("<think>"):
+        return False
+    think_close = body.find("</think>", len("<think>"))
+    if think_close < 0:
+        return False
+    # the \boxed{...} branch: the earliest \boxed{ after the first </think>, closed by any later }
+    box = body.find("\\boxed{", think_close + len("</think>"))
+    if box >= 0 and body.find("}", box + len("\\boxed{")) >= 0:
+        return True
+    # the <answer> branch: some </think>, blanks, <answer>, then anything, and </answer> ending the text
+    if not body.endswith("</answer>"):
+        return False
+    answer = _THINK_THEN_ANSWER.search(body, think_close)
+    return answer is not None and answer.end() <= len(body) - len("</answer>")
 
 
 @dataclass(frozen=True)
@@ -21,22 +44,31 @@ class FormatReward:
     score: float = 1.0  # reward for a well-formed completion (R1 uses 1.0)
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "_compiled", re.compile(self.pattern, re.DOTALL))
-        except re.error as exc:
-            raise ValueError(f"FormatReward.pattern is not a valid regular expression: {exc}") from exc
+        compiled = None  # the default pattern is checked by _is_r1_format instead
+        if self.pattern != DEFAULT_FORMAT_PATTERN:
+            try:
+                compiled = re.compile(self.pattern, re.DOTALL)
+            except re.error as exc:
+                raise ValueError(f"FormatReward.pattern is not a valid regular expression: {exc}") from exc
+        object.__setattr__(self, "_compiled", compiled)
 
     def __call__(self, completion: str, *, answer: Any = None, **info: Any) -> VerifyResult:
         if not isinstance(completion, str) or len(completion) > MAX_FORMAT_CHARS:
             return VerifyResult(0.0, OK, {"matched": False})
-        matched = self._compiled.match(completion) is not None
+        if self._compiled is None:
+            matched = _is_r1_format(completion)
+        else:
+            matched = self._compiled.match(completion) is not None
         return VerifyResult(self.score if matched else 0.0, OK, {"matched": matched})
 
     def __reduce__(self):  # the compiled pattern is rebuilt, not pickled
         return (FormatReward, (self.pattern, self.score))
 
-    # a user regex can backtrack for minutes: score_batch runs it under the pool's hard limit
-    in_process_safe = False
+    @property
+    def in_process_safe(self) -> bool:
+        # The default check is linear; a user regex can backtrack for minutes, so score_batch runs it in the pool
+        # under the hard limit.
+        return self._compiled is None
 
 
 def format_reward(pattern: str = DEFAULT_FORMAT_PATTERN, score: float = 1.0) -> FormatReward:

@@ -11,8 +11,8 @@ from fractions import Fraction
 import sympy
 
 from .compare import (
-    MAX_FACTORIAL, MAX_RESULT_BITS, MIN_GOLD_ROUNDING_PLACES, TooLarge, Verdict, check_binom_size, decimal_places,
-    exact_value, rationals_match, sample_points,
+    MAX_FACTORIAL, MAX_RESULT_BITS, MIN_GOLD_ROUNDING_PLACES, TooLarge, Verdict, canonical, check_binom_size,
+    decimal_places, exact_value, is_scalar, rationals_match, sample_points,
 )
 
 _CONSTANTS = {"pi": sympy.pi, "e": sympy.E, "i": sympy.I, "inf": sympy.oo}
@@ -88,6 +88,8 @@ def sympy_scalar_equal(pred: tuple, gold: tuple) -> Verdict:
         pred_value = gold_value = None
     if pred_value is not None and gold_value is not None:
         return rationals_match(pred_value, gold_value, decimal_places(pred), decimal_places(gold))
+    if not (is_scalar(pred) and is_scalar(gold)):  # 2(1,2), f(1,2): no value, only the same writing (as in-process)
+        return canonical(pred) == canonical(gold)
     a, b = to_sympy(pred), to_sympy(gold)
     if a.has(sympy.zoo, sympy.nan) or b.has(sympy.zoo, sympy.nan):  # 1/0 is undefined, not a value: 1/0 != 2/0
         return False

@@ -31,8 +31,78 @@ def test_score_summarises_a_jsonl_file(tmp_path, capsys):
     assert [json.loads(line)["score"] for line in out_path.read_text().splitlines()] == [1.0, 0.0, 0.0]
 
 
-def test_score_names_the_bad_row_and_field(tmp_path):
+def test_score_names_the_bad_row_and_field(tmp_path, capsys):
     path = tmp_path / "bad.jsonl"
     path.write_text('{"completion": "x", "answer": "1"}\n{"completion": "y"}\n')
-    with pytest.raises(SystemExit, match=r"bad.jsonl:2: missing field 'answer'"):
-        run(["score", str(path)])
+    assert run(["score", str(path)]) == 2
+    assert capsys.readouterr().err == f"rlvr score: {path}:2: missing field 'answer'\n"
+
+
+OK_ROW = b'{"completion": "\\\\boxed{1}", "answer": "1"}\n'
+
+
+@pytest.mark.parametrize("line, problem", [
+    (b'{"completion": "\xff", "answer": "1"}\n', "not valid UTF-8 (byte 0xff at column 17)"),
+    (b"[" * 100_000 + b"]" * 100_000 + b"\n", "JSON nested too deeply"),
+    (b'{"completion": "x", "answer": 1' + b"0" * 5000 + b"}\n", "cannot read the JSON (Exceeds the limit"),
+    (b'{"completion": "\\\\boxed{1}", "answer": null}\n', "field 'answer' must be a string or a number, got null"),
+    (b'{"completion": "\\\\boxed{1}", "answer": ["1", "2"]}\n',
+     "field 'answer' must be a string or a number, got an array"),
+    (b'{"completion": "\\\\boxed{1}", "answer": true}\n', "field 'answer' must be a string or a number, got true"),
+    (b'{"completion": "\\\\boxed{1}", "answer": " "}\n', "field 'answer' is blank"),
+    (b'{"completion": "\\\\boxed{1}", "answer": NaN}\n', "field 'answer' must be a finite number, got nan"),
+    (b'{"completion": "\\\\boxed{1}", "answer": 1e400}\n', "field 'answer' must be a finite number, got inf"),
+    (b'{"completion": 5, "answer": "1"}\n', "field 'completion' must be a string, got a number"),
+])
+def test_score_reports_a_bad_line_by_file_line_and_field(tmp_path, capsys, line, problem):
+    path = tmp_path / "bad.jsonl"
+    path.write_bytes(OK_ROW + line)
+    assert run(["score", str(path), "--output", str(tmp_path / "out.jsonl")]) == 2
+    assert capsys.readouterr().err.startswith(f"rlvr score: {path}:2: {problem}")
+    assert not (tmp_path / "out.jsonl").exists()  # stopped before scoring or writing anything
+
+
+def test_score_keeps_a_lone_surrogate_escaped_in_the_output(tmp_path):
+    path, out_path = tmp_path / "s.jsonl", tmp_path / "scored.jsonl"
+    path.write_text('{"completion": "\\ud800 so \\\\boxed{1}", "answer": "1", "note": "déjà"}\n')
+    assert run(["score", str(path), "--output", str(out_path)]) == 0
+    assert out_path.read_text(encoding="utf-8") == (
+        '{"completion": "\\ud800 so \\\\boxed{1}", "answer": "1", "note": "d\\u00e9j\\u00e0", "score": 1.0, '
+        '"status": "ok"}\n')
+
+
+def test_score_checks_the_output_path_before_scoring(tmp_path, capsys, monkeypatch):
+    import rewards.batch
+
+    monkeypatch.setattr(rewards.batch, "score_batch", lambda *a, **k: pytest.fail("scored before checking --output"))
+    path = tmp_path / "c.jsonl"
+    path.write_bytes(OK_ROW)
+    out_path = tmp_path / "missing" / "scored.jsonl"
+    assert run(["score", str(path), "--output", str(out_path)]) == 2
+    assert capsys.readouterr().err == f"rlvr score: cannot write --output {out_path}: No such file or directory\n"
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["score", "absent.jsonl", "--timeout", "0"], "argument --timeout: must be a finite number of seconds > 0"),
+    (["score", "absent.jsonl", "--timeout", "-1"], "argument --timeout: must be a finite number of seconds > 0"),
+    (["score", "absent.jsonl", "--timeout", "nan"], "argument --timeout: must be a finite number of seconds > 0"),
+    (["score", "absent.jsonl", "--timeout", "inf"], "argument --timeout: must be a finite number of seconds > 0"),
+    (["score", "absent.jsonl", "--timeout", "1e11"], "argument --timeout: must be a finite number of seconds > 0"),
+    (["score", "absent.jsonl", "--workers", "-1"], "argument --workers: must be >= 0, got -1"),
+    (["score", "absent.jsonl", "--batch-size", "0"], "argument --batch-size: must be >= 1, got 0"),
+    (["verify", "--pred", "1", "--gold", "1", "--timeout", "-1"],
+     "argument --timeout: must be a finite number of seconds > 0"),
+    (["verify", "--pred", "1", "--gold", "1", "--timeout", "inf"],
+     "argument --timeout: must be a finite number of seconds > 0"),
+])
+def test_bad_flags_are_refused_before_any_work(argv, problem, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        run(argv)
+    assert exit_info.value.code == 2
+    assert problem in capsys.readouterr().err
+
+
+def test_verify_escapes_bytes_from_argv_that_are_not_utf8(capsys):
+    assert run(["verify", "--pred", "\udcff", "--gold", "2"]) == 1  # how Python hands over a byte 0xff in argv
+    out = capsys.readouterr().out
+    assert "\\udcff" in out and out.isascii()

@@ -160,6 +160,44 @@ def test_relation_chains_are_checked_not_raised(pred, gold):
     assert math_verifier(pred, answer=gold).status == "ok"
 
 
+@pytest.mark.parametrize("completion", [
+    "\\boxed{-" + "\\pm" * 20 + " 1}",  # once 2^20 paths through a shared subtree: 43 s and 374 MB in-process
+    "\\boxed{" + "\\sqrt{1 \\pm " * 16 + "1" + "}" * 16 + "}",  # once 9.8 s
+])
+def test_plus_minus_bombs_are_refused_quickly(completion):
+    start = time.monotonic()
+    result = math_verifier(completion, answer="5", timeout=LIMIT_S)
+    assert (result.score, result.status, result.details["method"]) == (0.0, "ok", "unparsed")
+    assert result.details["reason"] == "too many \\pm"
+    assert time.monotonic() - start < 2.0
+
+
+@pytest.mark.parametrize("pred,gold,score", [
+    # a value with \pm in it is the set of its values, also inside an expression and in a list
+    ("x = \\frac{1 \\pm \\sqrt{5}}{2}", "\\frac{1+\\sqrt5}{2}, \\frac{1-\\sqrt5}{2}", 1.0),
+    ("2(1\\pm\\sqrt{2})", "2\\pm 2\\sqrt{2}", 1.0),
+    ("\\pm 1, \\pm 2", "1, -1, 2, -2", 1.0),
+    ("\\pm\\sqrt{2 \\pm \\sqrt{3}}", "\\sqrt{2+\\sqrt3}, -\\sqrt{2+\\sqrt3}, \\sqrt{2-\\sqrt3}, -\\sqrt{2-\\sqrt3}", 1.0),
+    # two values never answer one: once a "not a scalar" error status
+    ("\\frac{1 \\pm \\sqrt{5}}{2}", "\\frac{1+\\sqrt5}{2}", 0.0),
+    ("2(1\\pm\\sqrt3)", "2+2\\sqrt3", 0.0),
+    # arithmetic on a container or an equation has no value: once a "not a scalar" error status
+    ("f(1,2)", "f(2,1)", 0.0),
+    ("2(1,2)", "x", 0.0),
+    ("\\frac{x=1}{2}", "x", 0.0),
+])
+def test_plus_minus_and_containers_in_arithmetic_are_scored_not_errors(pred, gold, score):
+    result = math_verifier("\\boxed{" + pred + "}", answer=gold)
+    assert (result.score, result.status) == (score, "ok")
+
+
+def test_a_long_run_of_signs_hits_the_parser_depth_guard():
+    # 501 minus signs once passed the parser and hit Python's recursion limit later: an error status
+    result = math_verifier("\\boxed{" + "-" * 501 + "x}", answer="-x")
+    assert (result.score, result.status, result.details["method"]) == (0.0, "ok", "unparsed")
+    assert result.details["reason"] == "nesting too deep"
+
+
 def test_an_internal_error_is_a_status_not_an_exception(monkeypatch):
     import rewards.mathcheck
 

@@ -1,10 +1,13 @@
 import pickle
+import re
+import time
 
 import pytest
 
 from rewards import (VerifyResult, WeightedSum, format_reward, math_verifier, overlong_filter_mask, score_batch,
                      soft_overlong_penalty)
 from rewards.adapters import compute_score, make_trl_reward, reward_func
+from rewards.shaping import DEFAULT_FORMAT_PATTERN, MAX_FORMAT_CHARS
 
 
 @pytest.mark.parametrize("length,expected", [(0, 0.0), (16, 0.0), (17, -0.25), (18, -0.5), (20, -1.0), (21, -1.0)])
@@ -33,6 +36,62 @@ def test_format_reward_default_and_custom_patterns():
     with pytest.raises(ValueError, match="pattern"):
         format_reward("(unclosed")
     assert pickle.loads(pickle.dumps(reward))("<think>a</think><answer>1</answer>").score == 1.0
+
+
+@pytest.mark.parametrize("completion, well_formed", [
+    ("<think>work</think><answer>4</answer>", True),
+    ("  <think>a</think>\n\n<answer>4</answer>\n", True),
+    ("<think>a</think>\u00a0<answer>4</answer>\u00a0", True),  # a no-break space is blank to \s
+    ("<think>a</think><answer></answer>", True),
+    ("<think>a</think>b</think><answer>4</answer>", True),  # <answer> may follow a later </think>
+    ("<think>a</think><answer>4</answer> trailing", False),
+    ("<think>a</think> so <answer>4</answer>", False),
+    ("<think>a</think> so \\boxed{4}.", True),
+    ("<think>a</think>\\boxed{}", True),
+    ("<think>a</think>\\boxed{4", False),
+    ("<think>a \\boxed{4}</think> done", False),  # the box must come after a </think>
+    ("<think>a\\boxed{</think>}", False),
+    ("x<think>a</think>\\boxed{4}", False),
+    ("<think>never closed \\boxed{4}", False),
+])
+def test_default_format_check_accepts_what_its_regex_accepts(completion, well_formed):
+    assert format_reward()(completion).details["matched"] is well_formed
+    assert (re.match(DEFAULT_FORMAT_PATTERN, completion, re.DOTALL) is not None) is well_formed
+
+
+def _filled(prefix, unit, suffix=""):
+    return prefix + unit * ((MAX_FORMAT_CHARS - len(prefix) - len(suffix)) // len(unit)) + suffix
+
+
+# The default regex took hours on the first (cubic), 1-10 s on the others (quadratic).
+ADVERSARIAL_FORMATS = {
+    "repeated </think>\\boxed{": (_filled("<think>", "</think>\\boxed{"), 0.0),
+    "repeated </think> and newline": (_filled("<think>", "</think>\n"), 0.0),
+    "repeated </think><answer>": (_filled("<think>", "</think><answer>"), 0.0),
+    "repeated </think> then an answer": (_filled("<think>", "</think>", "<answer>4</answer>"), 1.0),
+}
+
+
+@pytest.mark.timeout(60, method="thread")  # the old regex never returned to let a signal stop it
+@pytest.mark.parametrize("name", ADVERSARIAL_FORMATS)
+def test_default_format_check_is_linear_on_adversarial_completions(name):
+    completion, score = ADVERSARIAL_FORMATS[name]
+    assert MAX_FORMAT_CHARS - 20 < len(completion) <= MAX_FORMAT_CHARS
+    start = time.perf_counter()
+    assert format_reward()(completion).score == score
+    assert time.perf_counter() - start < 0.5
+
+
+def test_only_the_linear_default_format_check_runs_in_process():
+    assert format_reward().in_process_safe is True
+    assert pickle.loads(pickle.dumps(format_reward())).in_process_safe is True
+    assert format_reward(r"^Answer: \d+$").in_process_safe is False
+    assert WeightedSum([("correct", math_verifier, 1.0), ("format", format_reward(), 0.2)]).in_process_safe is True
+    # so a batch scores it here, correctness and format together, instead of timing out in the pool
+    completion, _ = ADVERSARIAL_FORMATS["repeated </think> then an answer"]
+    combined = WeightedSum([("correct", math_verifier, 1.0), ("format", format_reward(), 1.0)])
+    [result] = score_batch([completion], ["4"], verifier=combined, timeout=1.0)
+    assert (result.score, result.status) == (2.0, "ok")
 
 
 def test_weighted_sum_keeps_each_component():
