@@ -116,8 +116,9 @@ def _eval(args) -> int:
         return _fail(str(err))
     from algos.trainer import eval_task, evaluate_saved_model
 
-    accuracy = evaluate_saved_model(config, config.model.path)
-    indices = eval_task(config)[1]
+    eval_set = eval_task(config)  # built once: it reads a dataset's file
+    accuracy = evaluate_saved_model(config, config.model.path, eval_set)
+    indices = eval_set[1]
     problems = config.env.eval_size if indices is None else len(indices)
     print(json.dumps({"env": config.env.id, "model": config.model.path, "problems": problems, "accuracy": accuracy}))
     return 0

@@ -104,7 +104,7 @@ class OptimConfig:
     schedule: str = "constant"  # after warm-up: "constant", "linear" or "cosine" decay to 0 at run.steps
 
     def validate(self) -> None:
-        _require(math.isfinite(self.lr) and self.lr > 0, "optim.lr", f"must be a finite number > 0, got {self.lr}")
+        _require(self.lr > 0, "optim.lr", f"must be > 0, got {self.lr}")  # finite: validate_sections checks every number
         _require(self.adam_eps > 0, "optim.adam_eps", "must be > 0")
         _require(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
         _require(all(0 <= b < 1 for b in self.betas), "optim.betas", "each must be in [0, 1)")
@@ -179,7 +179,7 @@ class GRPOSection:
         _require(self.adv_scale in ADV_SCALES, "grpo.adv_scale", f"must be one of {ADV_SCALES}")
         # eps > 0 keeps an all-equal group's advantages 0 / eps = 0 instead of 0 / 0 = NaN
         _require(self.adv_eps > 0, "grpo.adv_eps", "must be > 0")
-        _require(math.isfinite(self.process_weight) and self.process_weight >= 0, "grpo.process_weight", "must be a finite number >= 0")
+        _require(self.process_weight >= 0, "grpo.process_weight", "must be >= 0")
         _require(self.entropy_coef >= 0, "grpo.entropy_coef", "must be >= 0 (a bonus; negative would penalise entropy)")
         # GRPOTrainer._round_seed gives each step 101 prompt seeds; more rounds would repeat the next step's prompts
         _require(1 <= self.max_sampling_rounds <= 101, "grpo.max_sampling_rounds", "must be in 1..101")

@@ -100,8 +100,9 @@ class GRPOTrainer:
 
         config.validate()
         g = config.grpo
+        task = make_task(config.env.id, **config.env.kwargs)
         # Checked before open_run_dir writes config.yaml, so a refused config leaves no run behind.
-        if g.process_weight and make_task(config.env.id, **config.env.kwargs).process_step_end is None:
+        if g.process_weight and task.process_step_end is None:
             raise ValueError(
                 f"config grpo.process_weight = {g.process_weight} needs per-step process rewards, and task "
                 f"{config.env.id} with env.kwargs {config.env.kwargs} gives none (Countdown does with step_reward > 0)"
@@ -121,7 +122,7 @@ class GRPOTrainer:
         self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
         self.scaler = grad_scaler(config.model, self.device)
         self.env = make_env(config, self.tokenizer, num_envs=g.prompts_per_step * g.group_size, device=self.device,
-                            model=self.model)
+                            task=task, model=self.model)
         warn_if_eval_reads_training_data(config, self.env.task)
         self.backend = make_rollout_backend(config)
         self.start_step = 0

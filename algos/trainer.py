@@ -353,9 +353,9 @@ def warn_if_eval_reads_training_data(config, task) -> None:
 
 
 @torch.no_grad()
-def evaluate(model, tokenizer, config, backend, device: torch.device) -> float:
-    """Greedy accuracy on the held-out problems of ``eval_task(config)``."""
-    task, indices = eval_task(config)
+def evaluate(model, tokenizer, config, backend, device: torch.device, eval_set=None) -> float:
+    """Greedy accuracy on the held-out problems of ``eval_set`` (default: ``eval_task(config)``, built now)."""
+    task, indices = eval_set or eval_task(config)
     rows = config.env.eval_size if indices is None else len(indices)
     env = make_env(config, tokenizer, num_envs=rows, device=device, problem_seed=config.env.eval_seed, task=task, model=model)
     env.reset(seed=config.env.eval_seed, options={"group_size": 1, "problem_indices": indices})
@@ -368,14 +368,15 @@ def evaluate(model, tokenizer, config, backend, device: torch.device) -> float:
     return task_accuracy(result).mean().item()
 
 
-def evaluate_saved_model(config, path) -> float:
-    """Greedy held-out accuracy of a saved model directory, in the dtype and precision of config.model."""
+def evaluate_saved_model(config, path, eval_set=None) -> float:
+    """Greedy held-out accuracy of a saved model directory, in the dtype and precision of config.model;
+    ``eval_set`` as in ``evaluate``."""
     from algos.models import load_policy
 
     device = resolve_device(config.model.device)
     model, tokenizer = load_policy(path, dtype=DTYPES[config.model.dtype], device=device)
     with mixed_precision(config.model, device):
-        return evaluate(model, tokenizer, config, make_rollout_backend(config), device=device)
+        return evaluate(model, tokenizer, config, make_rollout_backend(config), device=device, eval_set=eval_set)
 
 
 class Agent(Protocol):

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Callable
 
-# A longer limit overflows select()'s time_t in the sandbox (about 1e10 s); a day is already far past any check.
+# A day is already far past any check; the bound keeps a typo (1e12) from reading as "wait forever".
 MAX_TIMEOUT_S = 86_400.0
 
 
