@@ -6,7 +6,9 @@ rollout of MAX_NEW_TOKENS steps, and each row's episode is scored exactly once o
 both sides; the ratio is measured in this run. Every repeat draws new actions (the
 verifier caches parses, and a rollout never repeats the last one's text), and the
 medians are reported. Scoring the B completions is the same work on both sides, so
-the script also times it alone: it bounds the ratio. With ``--model`` (a local model
+the script also times it alone: it bounds the ratio. It also times the bare tensor
+steps (no row ending): with scoring, a tighter bound that only decoding and
+per-row bookkeeping stand between. With ``--model`` (a local model
 directory or "default", the embedded SmolLM2) it also times that model's decode step on
 the same batch size, to put the env's per-step cost next to the work it sits beside.
     python bench/env_step.py [--batch 64] [--max-new-tokens 128] [--device cpu] [--model default]
@@ -68,6 +70,19 @@ def time_scoring(tokenizer, actions: np.ndarray, device: str) -> float:
     return time.perf_counter() - start
 
 
+def time_bare_steps(tokenizer, batch: int, steps: int, device: str) -> float:
+    """Seconds of ``steps - 1`` steps in which no row ends: the tensor work alone, no decoding or scoring."""
+    env = rlvr_env.TokenVectorEnv(rlvr_env.make_task("Arithmetic"), tokenizer, num_envs=batch, max_new_tokens=steps, device=device)
+    env.reset(seed=0)
+    digit = torch.full((batch,), tokenizer.convert_tokens_to_ids("7"), device=device)
+    start = time.perf_counter()
+    for _ in range(steps - 1):
+        env.step(digit)
+    if device != "cpu":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
 def run_sync(tokenizer, actions: np.ndarray) -> tuple[float, int]:
     steps, batch = actions.shape
 
@@ -126,24 +141,28 @@ def main() -> None:
         return draw_actions(tokenizer, args.batch, args.max_new_tokens, args.eos_probability, seed)
 
     run_vector(tokenizer, fresh_actions(-1 % 2**32)[:4], args.device)  # warm-up (allocation, first CUDA calls)
-    vector_runs, sync_runs, scoring_runs = [], [], []
+    vector_runs, sync_runs, scoring_runs, bare_runs = [], [], [], []
     for repeat in range(args.repeats):
         actions = fresh_actions(repeat)
         vector_runs.append(run_vector(tokenizer, actions, args.device))
         sync_runs.append(run_sync(tokenizer, actions))
         # Scoring alone on another draw of the same distribution: these texts were not parsed yet.
         scoring_runs.append(time_scoring(tokenizer, fresh_actions(10_000 + repeat), args.device))
+        bare_runs.append(time_bare_steps(tokenizer, args.batch, args.max_new_tokens, args.device))
     vector_rate = statistics.median(steps / seconds for seconds, steps in vector_runs)
     sync_rate = statistics.median(steps / seconds for seconds, steps in sync_runs)
     vector_seconds = statistics.median(seconds for seconds, _ in vector_runs)
     sync_seconds = statistics.median(seconds for seconds, _ in sync_runs)
     scoring = statistics.median(scoring_runs)
+    bare = statistics.median(bare_runs)
     print(f"B={args.batch} max_new_tokens={args.max_new_tokens} device={args.device}, median of {args.repeats} fresh rollouts")
     print(f"TokenVectorEnv           {vector_rate:10.1f} batch steps/s  ({vector_rate * args.batch:10.0f} row-steps/s)")
     print(f"SyncVectorEnv(TokenEnv)  {sync_rate:10.1f} batch steps/s  ({sync_rate * args.batch:10.0f} row-steps/s)")
     print(f"ratio                    {vector_rate / sync_rate:10.1f}x  (target >= 20x at B=64)")
     print(f"scoring alone            {scoring * 1e3:10.2f} ms per rollout = {scoring / vector_seconds:.0%} of TokenVectorEnv's time;"
           f" ratio bound with free stepping {sync_seconds / scoring:.1f}x")
+    print(f"bare tensor steps        {bare * 1e3:10.2f} ms per rollout ({bare / (args.max_new_tokens - 1) * 1e6:.1f} us/step, no row ending);"
+          f" ratio bound with free decoding and bookkeeping {sync_seconds / (scoring + bare):.1f}x")
     if args.model:
         decode = time_decode_step(args.model, args.batch, args.device)
         env_step = vector_seconds / args.max_new_tokens  # scoring included, spread over the rollout's steps
