@@ -24,19 +24,21 @@ LEFTOVER_RE = re.compile(r"^\.checkpoint-\d+\.(?:tmp|stale)-(\d+)$")  # group 1:
 TRAINER_FILE = "trainer.pt"
 
 
-def rng_state() -> dict[str, Any]:
+def rng_state(device: torch.device) -> dict[str, Any]:
+    """Python, numpy and torch CPU RNG states, and the training device's CUDA RNG state (only that GPU's:
+    a resume may see other GPUs, or fewer, under another CUDA_VISIBLE_DEVICES)."""
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device.type == "cuda":
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if "cuda" in state and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 def _fsync_tree(path: Path) -> None:
@@ -89,7 +91,7 @@ def save_checkpoint(
             "step": step,
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict() if scheduler is not None else None,
-            "rng": rng_state(),
+            "rng": rng_state(next(model.parameters()).device),
             "state": state or {},
         },
         tmp / TRAINER_FILE,
@@ -144,9 +146,10 @@ def load_checkpoint(
     from safetensors.torch import load_file
 
     path = Path(path)
+    device = next(model.parameters()).device
     weights = {}
     for file in sorted((path / "model").glob("*.safetensors")):
-        weights.update(load_file(file, device=str(next(model.parameters()).device)))
+        weights.update(load_file(file, device=str(device)))
     if not weights:
         raise FileNotFoundError(f"checkpoint {path} has no model weights (model/*.safetensors)")
     missing, unexpected = model.load_state_dict(weights, strict=False)
@@ -155,9 +158,11 @@ def load_checkpoint(
     truly_missing = [k for k in missing if model.state_dict()[k].data_ptr() not in loaded]
     if truly_missing or unexpected:
         raise ValueError(f"checkpoint {path} does not match the model: missing {truly_missing}, unexpected {unexpected}")
-    trainer = torch.load(path / TRAINER_FILE, weights_only=False)  # our own file: holds numpy RNG state
+    # Our own file (holds numpy RNG state). Read onto the CPU, where RNG states must be, so a run saved on a
+    # GPU resumes on a CPU-only host or another GPU; the optimizer moves its state to its parameters' device.
+    trainer = torch.load(path / TRAINER_FILE, weights_only=False, map_location="cpu")
     optimizer.load_state_dict(trainer["optimizer"])
     if scheduler is not None and trainer["scheduler"] is not None:
         scheduler.load_state_dict(trainer["scheduler"])
-    set_rng_state(trainer["rng"])
+    set_rng_state(trainer["rng"], device)
     return {"step": trainer["step"], "state": trainer["state"]}

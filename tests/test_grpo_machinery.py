@@ -69,6 +69,39 @@ def test_only_complete_checkpoints_count_and_old_ones_are_pruned(tmp_path):
     assert latest_checkpoint(tmp_path).name == "checkpoint-3"
 
 
+def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu_only_host(tmp_path, monkeypatch):
+    import torch.serialization
+
+    model, optimizer, scheduler = _tiny()
+    _train_step(model, optimizer, scheduler)
+    with monkeypatch.context() as patch:  # torch.save tags every storage as a GPU run's would be
+        patch.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        save_checkpoint(tmp_path, 1, model=model, optimizer=optimizer, scheduler=scheduler)
+    with pytest.raises(RuntimeError, match="CUDA"):  # what load_checkpoint hit before it read onto the CPU
+        torch.load(latest_checkpoint(tmp_path) / "trainer.pt", weights_only=False)
+    fresh, fresh_opt, fresh_sched = _tiny()
+    assert load_checkpoint(latest_checkpoint(tmp_path), model=fresh, optimizer=fresh_opt, scheduler=fresh_sched)["step"] == 1
+    state = fresh_opt.state_dict()["state"][0]
+    assert state["exp_avg"].device.type == "cpu" and torch.equal(state["exp_avg"], optimizer.state_dict()["state"][0]["exp_avg"])
+
+
+def test_checkpoints_keep_only_the_training_gpus_rng_state(tmp_path, monkeypatch):
+    """Every visible GPU's state, restored by index, crashed a resume that sees fewer GPUs."""
+    from algos import checkpoint
+
+    states = {"cuda:1": torch.tensor([1, 2, 3], dtype=torch.uint8)}
+    restored = {}
+    monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device: states[str(device)].clone())
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: restored.__setitem__(str(device), state))
+    saved = checkpoint.rng_state(torch.device("cuda:1"))
+    assert torch.equal(saved["cuda"], states["cuda:1"])
+    checkpoint.set_rng_state(saved, torch.device("cuda:1"))
+    assert list(restored) == ["cuda:1"] and torch.equal(restored["cuda:1"], states["cuda:1"])
+    assert "cuda" not in checkpoint.rng_state(torch.device("cpu"))
+    checkpoint.set_rng_state(saved, torch.device("cpu"))  # a GPU run resumed on the CPU: its GPU state is unused
+    assert list(restored) == ["cuda:1"]
+
+
 def test_pruning_never_deletes_the_new_checkpoint_and_clears_killed_writers_leftovers(tmp_path):
     model, optimizer, _ = _tiny()
     for step in (11, 12):  # another run's, numbered higher
