@@ -201,14 +201,27 @@ class EvalConfig:
 
 
 @dataclass
-class GRPOConfig(EvalConfig):
-    """GRPO (and, through the `dapo` preset, DAPO): the shared sections plus `optim` and `grpo`."""
+class TrainConfig(EvalConfig):
+    """The sections every training algorithm shares: the evaluation ones plus `optim`."""
 
     optim: OptimConfig = field(default_factory=OptimConfig)
-    grpo: GRPOSection = field(default_factory=GRPOSection)
 
     def validate(self) -> None:
         validate_sections(self)
+        # AdamW's eps (1e-8) is 0 in float16, so a zero gradient gives 0/0 = NaN weights after one step that looks
+        # applied (finite grad norm); and GradScaler refuses to unscale float16 gradients under float16 autocast.
+        _require(self.model.dtype != "float16", "model.dtype",
+                 "float16 weights cannot be trained: use model.dtype = float32 with model.autocast = float16 (or bfloat16)")
+
+
+@dataclass
+class GRPOConfig(TrainConfig):
+    """GRPO (and, through the `dapo` preset, DAPO): the shared sections plus `grpo`."""
+
+    grpo: GRPOSection = field(default_factory=GRPOSection)
+
+    def validate(self) -> None:
+        super().validate()
         _require(
             self.grpo.overlong_cache <= self.env.max_new_tokens or not self.grpo.soft_overlong,
             "grpo.overlong_cache",

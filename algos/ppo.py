@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from algos import checkpoint as ckpt
-from algos.config import EvalConfig, OptimConfig, _require
+from algos.config import TrainConfig, _require
 from algos.core.aggregation import MODES as LOSS_AGG_MODES
 from algos.core.aggregation import aggregate_loss
 from algos.core.gae import (
@@ -134,10 +134,9 @@ class PPOSection:
 
 
 @dataclass
-class PPOConfig(EvalConfig):
-    """PPO: the shared sections plus `optim` and `ppo`."""
+class PPOConfig(TrainConfig):
+    """PPO: the shared sections plus `ppo`."""
 
-    optim: OptimConfig = field(default_factory=OptimConfig)
     ppo: PPOSection = field(default_factory=PPOSection)
 
     def validate(self) -> None:

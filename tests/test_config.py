@@ -58,6 +58,7 @@ def test_yaml_round_trip(tmp_path):
         (["--optim.lr", "inf"], "optim.lr: must be a finite number"),
         (["--model.device", "gpu"], "model.device: must be 'auto' or a torch device"),
         (["--env.max_prompt_tokens", "0"], "env.max_prompt_tokens: must be >= 1 or null"),
+        (["--model.dtype", "float16"], "model.dtype: float16 weights cannot be trained: use model.dtype = float32"),
         (["--env.kwargs", "3", "--env.kwargs.digits", "2"], "'env.kwargs.digits': 'kwargs' is not a section or a mapping"),
     ],
 )
@@ -93,6 +94,16 @@ class _TwoSections:
 
     def validate(self):
         pass
+
+
+def test_float16_weights_are_refused_for_training_only():
+    """fp16 AdamW turned 75,524 weights of the tiny model NaN in one step that reported a finite grad norm."""
+    from algos.config import EvalConfig
+    from algos.ppo import PPOConfig
+
+    with pytest.raises(ValueError, match="model.dtype"):
+        load_config(PPOConfig, overrides=["--model.dtype", "float16"])
+    assert load_config(EvalConfig, overrides=["--model.dtype", "float16"]).model.dtype == "float16"  # rlvr eval may
 
 
 def test_ambiguous_bare_key_lists_the_options():
