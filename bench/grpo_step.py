@@ -24,8 +24,23 @@ import time
 from pathlib import Path
 
 
-def peak_rss_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # ru_maxrss is KiB on Linux
+def peak_memory() -> dict:
+    """Peak host RSS, and on a GPU peak allocated GPU memory (where the model, activations and optimizer live)."""
+    import torch
+
+    memory = {"peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2}  # ru_maxrss is KiB on Linux
+    if torch.cuda.is_available():
+        memory["peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 1024**3
+    return memory
+
+
+def now() -> float:
+    """perf_counter after the GPU's queued work is done (optimizer steps run asynchronously on CUDA)."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter()
 
 
 def tiny_model_dir(root: Path) -> str:
@@ -65,13 +80,13 @@ def run_raw(args) -> dict:
     times = []
     for attempt in range(2):
         env.reset(seed=attempt, options={"group_size": args.group_size})
-        started = time.perf_counter()
+        started = now()
         with torch.no_grad():
             out = model.generate(
                 input_ids=env.prompt_ids, attention_mask=env.prompt_mask, max_new_tokens=args.new_tokens,
                 do_sample=True, pad_token_id=env.pad_id,
             )
-        generated = time.perf_counter()
+        generated = now()
         mask = (out != env.pad_id).long()
         mask[:, : env.prompt_width] = env.prompt_mask
         logits = model(input_ids=out, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
@@ -80,9 +95,9 @@ def run_raw(args) -> dict:
         (-(taken * mask[:, env.prompt_width :]).sum() / mask[:, env.prompt_width :].sum()).backward()
         optimizer.step()
         optimizer.zero_grad()
-        times.append((generated - started, time.perf_counter() - generated))
+        times.append((generated - started, now() - generated))
     gen, train = times[-1]
-    return {"generate_s": gen, "train_s": train, "step_s": gen + train, "peak_rss_gb": peak_rss_gb()}
+    return {"generate_s": gen, "train_s": train, "step_s": gen + train, **peak_memory()}
 
 
 def run_ours(args) -> dict:
@@ -91,17 +106,18 @@ def run_ours(args) -> dict:
     trainer = GRPOTrainer(grpo_config(args, tempfile.mkdtemp()))
     times = []
     for step in (1, 2):
-        started = time.perf_counter()
+        started = now()
         batch, _ = trainer.collect(step)
-        collected = time.perf_counter()
+        collected = now()
         if batch is not None:
             trainer.update(batch)
-        times.append((collected - started, time.perf_counter() - collected))
+        times.append((collected - started, now() - collected))
     gen, train = times[-1]
-    return {"generate_s": gen, "train_s": train, "step_s": gen + train, "peak_rss_gb": peak_rss_gb()}
+    return {"generate_s": gen, "train_s": train, "step_s": gen + train, **peak_memory()}
 
 
 def run_trl(args) -> dict:
+    import torch
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig as TRLConfig
@@ -125,10 +141,10 @@ def run_trl(args) -> dict:
             self.times = []
 
         def on_step_begin(self, *_, **__):
-            self.started = time.perf_counter()
+            self.started = now()
 
         def on_step_end(self, *_, **__):
-            self.times.append(time.perf_counter() - self.started)
+            self.times.append(now() - self.started)
 
     timer = StepTimer()
     # One optimizer step on P*G completions: generated at once, trained in micro-batches of
@@ -138,7 +154,8 @@ def run_trl(args) -> dict:
     config = TRLConfig(
         output_dir=tempfile.mkdtemp(), per_device_train_batch_size=micro, gradient_accumulation_steps=rows // micro,
         num_generations=args.group_size, max_completion_length=args.new_tokens, max_steps=2, beta=0.0,
-        learning_rate=1e-6, report_to="none", logging_steps=1, save_strategy="no", use_cpu=True,
+        learning_rate=1e-6, report_to="none", logging_steps=1, save_strategy="no",
+        use_cpu=not torch.cuda.is_available(),  # on the device ours and raw use
         bf16=args.dtype == "bfloat16",
     )
     trainer = TRLTrainer(
@@ -146,7 +163,7 @@ def run_trl(args) -> dict:
         callbacks=[timer],
     )
     trainer.train()
-    return {"step_s": timer.times[-1], "peak_rss_gb": peak_rss_gb()}
+    return {"step_s": timer.times[-1], **peak_memory()}
 
 
 CONTENDERS = {"raw": run_raw, "ours": run_ours, "trl": run_trl}
@@ -187,16 +204,19 @@ def main() -> None:
           f"model {args.model} ({args.dtype}), beta 0; micro-batch: ours {args.micro_batch or 'default'}, "
           f"trl {args.trl_micro_batch or 'all rows'}")
     raw = results.get("raw")
+    memory = "peak_gpu_gb" if all("peak_gpu_gb" in r for r in results.values()) else "peak_rss_gb"  # what ratios compare
     for name, r in results.items():
         line = f"  {name:5s} step {r['step_s']:7.2f} s  peak RSS {r['peak_rss_gb']:6.2f} GB"
+        if "peak_gpu_gb" in r:
+            line += f"  peak GPU {r['peak_gpu_gb']:6.2f} GB"
         if "generate_s" in r:
             line += f"  (generate {r['generate_s']:.2f} s + train {r['train_s']:.2f} s)"
         if raw and name != "raw":
-            line += f"  | x{r['step_s'] / raw['step_s']:.2f} time, x{r['peak_rss_gb'] / raw['peak_rss_gb']:.2f} memory vs raw"
+            line += f"  | x{r['step_s'] / raw['step_s']:.2f} time, x{r[memory] / raw[memory]:.2f} memory vs raw"
         print(line)
     if "ours" in results and "trl" in results:
         ours, trl = results["ours"], results["trl"]
-        print(f"  ours / trl: x{ours['step_s'] / trl['step_s']:.2f} time, x{ours['peak_rss_gb'] / trl['peak_rss_gb']:.2f} memory")
+        print(f"  ours / trl: x{ours['step_s'] / trl['step_s']:.2f} time, x{ours[memory] / trl[memory]:.2f} memory ({memory})")
 
 
 if __name__ == "__main__":

@@ -164,8 +164,9 @@ def test_overlong_filter_masks_truncated_rows(tiny_model_dir, tmp_path):
     filtered = batch.loss_mask.sum(-1) == 0
     assert stats["truncation_rate"] > 0  # an untrained model rarely stops within 4 tokens
     assert filtered.float().mean().item() == pytest.approx(stats["truncation_rate"])
-    # soft penalty with L_max 4, L_cache 2: a truncated (length 4) row loses 1; its task score is 0 (3-digit sums)
-    assert torch.all(batch.scores[filtered] == -1.0)
+    # soft penalty with L_max 4, L_cache 2: a truncated (length 4) row's R_len is -1, weighted 0.5 (DAPO's weight on
+    # +-1 rewards); its task score is 0 (3-digit sums)
+    assert torch.all(batch.scores[filtered] == -0.5)
 
 
 @pytest.mark.parametrize("half", ["bfloat16", "float16"])
@@ -286,3 +287,80 @@ def test_process_supervision_needs_a_task_with_process_rewards(tiny_model_dir, t
     with pytest.raises(ValueError, match="grpo.process_weight"):
         GRPOTrainer(config)
     assert not (tmp_path / "config.yaml").exists()  # refused before the run directory was written
+
+
+ARITHMETIC_WITH_FORMAT_CREDIT = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}="}'
+
+
+def test_dynamic_sampling_filters_on_accuracy_unless_told_to_filter_on_the_score(tiny_model_dir, tmp_path):
+    """Every row right, two of four boxed: scores 1.0/0.9 vary on format credit alone; DAPO drops such groups."""
+    def texts(problem):
+        return [f"\\boxed{{{problem.answer}}}"] * 2 + [str(problem.answer)] * 2
+
+    kept = {}
+    for metric in ("acc", "score"):
+        extra = {"env.kwargs": ARITHMETIC_WITH_FORMAT_CREDIT, "env.max_new_tokens": "20", "grpo.max_sampling_rounds": "1",
+                 "grpo.dynamic_sampling": "true", "grpo.dynamic_sampling_metric": metric}
+        trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path / metric, **extra)))
+        trainer.backend = ScriptedBackend(texts)
+        kept[metric] = trainer.collect(step=1)[1]["kept_groups"]
+        assert trainer.backend.result.scores.tolist()[:4] == pytest.approx([1.0, 1.0, 0.9, 0.9])
+    assert kept == {"acc": 0, "score": 4}
+
+
+def test_soft_overlong_penalty_keeps_a_right_answer_at_the_limit_above_a_wrong_one(tiny_model_dir, tmp_path):
+    """DAPO adds R_len to +-1 rewards; on [0, 1] scores its weight is 0.5. At weight 1 a right answer ending at
+    L_max scored 0, as a short wrong one, and got the same negative advantage."""
+    def texts(problem):  # right and 4 tokens = L_max with the stop token, wrong and short, wrong, right and short
+        return [f"{problem.answer}".rjust(3, "0"), "x", "x", f"{problem.answer}"]
+
+    extra = {"grpo.soft_overlong": "true", "env.max_new_tokens": "4", "grpo.overlong_cache": "1"}
+    trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **extra)))
+    trainer.backend = ScriptedBackend(texts)
+    batch, _ = trainer.collect(step=1)
+    assert trainer.backend.result.response_mask[0].sum() == 4 and not trainer.backend.result.truncated[0]
+    right = trainer.backend.result.scores[3].item()  # the task's weight on a right answer (0.9)
+    assert batch.scores[:4].tolist() == pytest.approx([right - 0.5, 0.0, 0.0, right])
+    assert batch.advantages[0] > 0 > batch.advantages[1]
+
+
+def test_a_skipped_iteration_does_not_report_the_applied_ones_as_skipped(tiny_model_dir, tmp_path, monkeypatch):
+    import algos.grpo
+
+    trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "1"})))
+    trainer.backend = ScriptedBackend(lambda problem: [str(problem.answer), "1", "x", "9"])  # rewards that vary
+    batch, _ = trainer.collect(step=1)
+    micro_batches = math.ceil(batch.num_rows / trainer.config.grpo.micro_batch_size)
+    real_loss, calls = algos.grpo.clipped_policy_loss, []
+
+    def second_iteration_overflows(*args, **kwargs):  # as float16 autocast's first steps can
+        out = real_loss(*args, **kwargs)
+        calls.append(1)
+        if len(calls) > micro_batches:
+            out.per_token_loss = out.per_token_loss * math.nan
+        return out
+
+    monkeypatch.setattr(algos.grpo, "clipped_policy_loss", second_iteration_overflows)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    stats = trainer.update(batch)
+    assert stats["skipped_update"] == 0.0 and stats["skipped_iterations"] == 1
+    assert any(not torch.equal(a, b) for a, b in zip(trainer.model.parameters(), before))
+
+
+def test_entropy_is_logged_over_every_generated_token_not_only_the_loss_tokens(tiny_model_dir, tmp_path):
+    extra = {"run.steps": "1", "grpo.overlong_filter": "true", "grpo.num_iterations": "1"}
+    trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **extra)))
+    trainer.backend = ScriptedBackend(lambda problem: ["1234", "1", "12", "9"])  # row 0 is truncated (L_max 4)
+    batch, _ = trainer.collect(step=1)
+    assert batch.loss_mask[0].sum() == 0 and batch.attention_mask[0, batch.prompt_width :].sum() == 4
+    _, entropy = trainer._logprobs(trainer.model, batch, slice(0, batch.num_rows))
+    generated = batch.attention_mask[:, batch.prompt_width :].float()
+    expected = ((entropy * generated).sum() / generated.sum()).item()
+    loss_tokens_only = ((entropy * batch.loss_mask).sum() / batch.loss_mask.sum()).item()
+    gap = abs(expected - loss_tokens_only)  # small: the untrained model is near uniform everywhere
+    assert gap > 0 and abs(trainer.update(batch)["entropy"] - expected) < gap / 10
+
+
+def test_k1_is_refused_as_the_kl_loss_term():
+    with pytest.raises(ValueError, match="grpo.kl_estimator: k1 has zero expected gradient"):
+        load_config(GRPOConfig, overrides=["--grpo.kl_estimator", "k1"])

@@ -1,6 +1,7 @@
 """The trainer machinery GRPO/DAPO/PPO share: metrics logging and checkpoints."""
 
 import json
+import os
 import random
 
 import numpy as np
@@ -321,3 +322,23 @@ def test_float16_loss_scaling_unscales_before_clipping_and_backs_off_on_overflow
     assert not outcome.applied and scaler.get_scale() == scale / 2
     fresh = grad_scaler(ModelConfig(autocast="float16"), torch.device("cpu"))  # nothing scaled yet: a first step
     assert not guarded_optimizer_step(layer, optimizer, max_grad_norm=1.0, loss_finite=False, scaler=fresh).applied
+
+
+def test_full_determinism_switches_torch_to_deterministic_kernels(monkeypatch):
+    from algos.trainer import seed_everything
+
+    for name in ("CUDA_LAUNCH_BLOCKING", "CUBLAS_WORKSPACE_CONFIG", "ASCEND_LAUNCH_BLOCKING", "HCCL_DETERMINISTIC",
+                 "FLASH_ATTENTION_DETERMINISTIC"):
+        monkeypatch.delenv(name, raising=False)  # restored after the test, as the torch flags below are
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", torch.backends.cudnn.deterministic)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", torch.backends.cudnn.benchmark)
+    try:
+        seed_everything(3, full_determinism=True)
+        assert torch.are_deterministic_algorithms_enabled() and torch.is_deterministic_algorithms_warn_only_enabled()
+        assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+        draw = torch.rand(1)
+        seed_everything(3)
+        assert torch.equal(torch.rand(1), draw)  # the same seeding either way
+    finally:
+        torch.use_deterministic_algorithms(False)

@@ -63,6 +63,22 @@ def test_weights_are_synced_from_the_training_model(tiny):
     backend.sync_weights(model)  # and back, for the other tests
 
 
+def test_weights_are_copied_only_when_they_changed(tiny, monkeypatch):
+    """A step's dynamic-sampling rounds and an eval between updates copied the whole model into vllm again."""
+    model, tokenizer, backend = tiny
+    copies, real_sync = [], backend.sync_weights
+    monkeypatch.setattr(backend, "sync_weights", lambda m: (copies.append(m), real_sync(m)))
+    twin = build_tiny_model(tokenizer, hidden_size=128, num_heads=2, seed=1).eval()  # model's weights, another object
+    backend.generate(twin, fresh_env(tokenizer), greedy=True)
+    backend.generate(twin, fresh_env(tokenizer), greedy=True)
+    assert len(copies) == 1
+    with torch.no_grad():
+        next(twin.parameters()).mul_(1.0)  # an in-place write, as an optimizer step makes
+    backend.generate(twin, fresh_env(tokenizer), greedy=True)
+    backend.generate(model, fresh_env(tokenizer), greedy=True)
+    assert copies == [twin, twin, model]
+
+
 def test_vllm_sampling_fills_every_row(tiny):
     _, tokenizer, backend = tiny
     env = TokenVectorEnv(ArithmeticTask(), tokenizer, num_envs=8, max_new_tokens=8)
