@@ -135,6 +135,39 @@ def test_trl_adapter_called_as_grpo_trainer_calls_it():
     assert reward(prompts=["q"] * 3, completions=["\\boxed{4}", "def f(): pass", "7"], solution=["4", None, "6"]) == [1.0, None, 0.0]
 
 
+def test_trl_grpo_trainer_trains_a_step_on_the_adapter(tmp_path):
+    """A real TRL GRPOTrainer step: the adapter gets each row's own gold from the dataset column, and TRL logs its
+    scores under the adapter's name. Generation is forced to write "7", so only the 3+4 rows are right."""
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2)
+    data = Dataset.from_list([{"prompt": "3+4=", "solution": "7"}, {"prompt": "1+1=", "solution": "2"}])
+    seven = tokenizer.convert_tokens_to_ids("7")
+    calls = []
+    adapter = make_trl_reward(answer_column="solution", name="accuracy")
+
+    def accuracy(**kwargs):
+        calls.append((kwargs["prompts"], kwargs["completions"], kwargs["solution"], adapter(**kwargs)))
+        return calls[-1][-1]
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, max_completion_length=1, max_steps=1,
+        use_cpu=True, report_to="none", logging_steps=1, save_strategy="no",
+        generation_kwargs={"suppress_tokens": [i for i in range(len(tokenizer)) if i != seven]},
+    )
+    trainer = GRPOTrainer(model=model, reward_funcs=[accuracy], args=args, train_dataset=data, processing_class=tokenizer)
+    trainer.train()
+    (prompts, completions, solutions, scores), = calls
+    assert completions == ["7"] * 4
+    assert [int(p[0]) + int(p[2]) for p in prompts] == [int(s) for s in solutions]  # row-aligned golds
+    assert scores == [1.0 if s == "7" else 0.0 for s in solutions] and sorted(scores) == [0.0, 0.0, 1.0, 1.0]
+    assert trainer.state.log_history[0]["rewards/accuracy/mean"] == 0.5
+
+
 def test_trl_names_the_reward():
     from trl.trainer.utils import get_callable_name
 
