@@ -183,9 +183,9 @@ class GRPOSection:
     overlong_filter: bool = False  # DAPO: truncated completions get no loss
     soft_overlong: bool = False  # DAPO: add the soft overlong penalty to the reward
     overlong_cache: int = 16  # L_cache of the soft penalty (tokens), L_max = env.max_new_tokens
-    # R_len's weight in the reward. DAPO adds R_len in [-1, 0] to rewards of +-1; task scores here are in [0, 1],
-    # and group advantages ignore the affine map s -> 2s - 1, so 0.5 is DAPO's weighting (1.0 would make a
-    # right answer ending at L_max score as a short wrong one). verl's overlong_buffer.penalty_factor.
+    # R_len's weight in the reward. DAPO adds R_len in [-1, 0] to rewards of +-1; task scores here are in [0, 1], and
+    # std-normalised group advantages ignore the map s -> 2s - 1, so 0.5 is DAPO's weighting (1.0 would make a right
+    # answer ending at L_max score as a short wrong one). verl's overlong_buffer.penalty_factor.
     overlong_penalty_factor: float = 0.5
     logprob_chunk_size: int = 256  # tokens per LM-head chunk: 256 x 49k vocab x fp32 = 50 MB per V-wide tensor
 
@@ -201,7 +201,7 @@ class GRPOSection:
         _require(self.beta >= 0, "grpo.beta", "must be >= 0")
         _require(self.kl_estimator in KL_ESTIMATORS, "grpo.kl_estimator", f"must be one of {KL_ESTIMATORS}")
         # In the loss, k1's expected gradient is beta * E[grad log pi] = 0: the KL term would only add noise.
-        _require(self.kl_estimator != "k1", "grpo.kl_estimator",
+        _require(self.kl_estimator != "k1" or self.beta == 0, "grpo.kl_estimator",
                  "k1 has zero expected gradient as a loss term: use k3 (DeepSeekMath, verl's low_var_kl) or k2 (its gradient is the KL's)")
         _require(self.kl_clamp > 0, "grpo.kl_clamp", "must be > 0")
         _require(self.loss_agg in LOSS_AGG_MODES, "grpo.loss_agg", f"must be one of {LOSS_AGG_MODES}")

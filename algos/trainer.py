@@ -409,7 +409,14 @@ class Agent(Protocol):
 RESUMABLE_KEYS = frozenset({
     "run.steps", "run.save_every", "run.keep_last", "run.eval_every", "run.progress", "run.tensorboard", "run.plots",
     "run.overwrite_output_dir", "run.full_determinism", "model.device",
+    "rollout.vllm_gpu_memory_utilization", "rollout.vllm_engine_kwargs",
 })
+# Keys added after runs could start whose default is not what those runs did: a saved config.yaml without the key
+# ran with this value, so resuming it under the new default would change what it learns mid-run.
+VALUES_OF_RUNS_BEFORE_THE_KEY = {
+    "grpo.overlong_penalty_factor": 1.0,
+    "grpo.dynamic_sampling_metric": "score",
+}
 
 
 def _values_by_key(config: Any) -> dict[str, Any]:
@@ -438,16 +445,26 @@ def open_run_dir(config: Any, resume: bool) -> Path | None:
             shutil.rmtree(checkpoint)
         latest = None
     if latest is not None and saved.is_file():
-        try:  # through the config class: a key added since the run started reads as its default
-            old = _values_by_key(from_dict(type(config), load_file(saved)))
+        raw = load_file(saved)
+        try:  # through the config class: a key added since the run started reads as its default ...
+            old = _values_by_key(from_dict(type(config), raw))
         except ValueError as error:
             raise ValueError(f"cannot resume {latest}: {saved} is not a {type(config).__name__} ({error})") from None
+        # ... unless the run did otherwise before the key existed
+        predates = {}
+        for key, value in VALUES_OF_RUNS_BEFORE_THE_KEY.items():
+            section, name = key.split(".")
+            if key in old and name not in (raw.get(section) or {}):
+                predates[key] = value
+        old.update(predates)
         new = _values_by_key(config)
         if changed := sorted(k for k in new if old[k] != new[k] and k not in RESUMABLE_KEYS):
             listed = "; ".join(f"{k}: {old[k]!r} -> {new[k]!r}" for k in changed[:8])
+            keep = " ".join(f"--{k} {old[k]}" for k in changed if k in predates)
             raise ValueError(
                 f"cannot resume {latest} with a different config ({listed}). To continue the run as it was "
-                f"configured, pass --config {saved}. A resumed run may change only {', '.join(sorted(RESUMABLE_KEYS))}"
+                f"configured, pass --config {saved}" + (f" {keep} (the run predates these keys)" if keep else "")
+                + f". A resumed run may change only {', '.join(sorted(RESUMABLE_KEYS))}"
             )
     if resume and latest is None:
         warnings.warn(f"--resume: no checkpoint in {output_dir}, starting at step 0", stacklevel=2)

@@ -364,3 +364,21 @@ def test_entropy_is_logged_over_every_generated_token_not_only_the_loss_tokens(t
 def test_k1_is_refused_as_the_kl_loss_term():
     with pytest.raises(ValueError, match="grpo.kl_estimator: k1 has zero expected gradient"):
         load_config(GRPOConfig, overrides=["--grpo.kl_estimator", "k1"])
+    assert load_config(GRPOConfig, overrides=["--grpo.kl_estimator", "k1", "--grpo.beta", "0"]).grpo.beta == 0  # no KL term
+
+
+def test_resuming_a_run_that_predates_a_key_keeps_what_the_run_did(tiny_model_dir, tmp_path):
+    """A DAPO run started before grpo.overlong_penalty_factor existed trained with weight 1.0: resuming it under the
+    new default 0.5 would change its rewards mid-run without a word."""
+    import yaml
+
+    dapo = overrides(tiny_model_dir, tmp_path, **{"run.steps": "1", "grpo.max_sampling_rounds": "1"})
+    train(load_config(GRPOConfig, overrides=dapo, preset=DAPO_PRESET))
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    del saved["grpo"]["overlong_penalty_factor"], saved["grpo"]["dynamic_sampling_metric"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))  # as the earlier version wrote it
+    longer = {**dapo, "run.steps": "2"}
+    with pytest.raises(ValueError, match=r"grpo.overlong_penalty_factor: 1.0 -> 0.5.*--grpo.overlong_penalty_factor 1.0"):
+        GRPOTrainer(load_config(GRPOConfig, overrides=longer, preset=DAPO_PRESET), resume=True)
+    as_it_was = {**longer, "grpo.overlong_penalty_factor": "1.0", "grpo.dynamic_sampling_metric": "score"}
+    assert GRPOTrainer(load_config(GRPOConfig, overrides=as_it_was, preset=DAPO_PRESET), resume=True).start_step == 1

@@ -101,6 +101,13 @@ def test_checkpoints_keep_only_the_training_gpus_rng_state(tmp_path, monkeypatch
     assert "cuda" not in checkpoint.rng_state(torch.device("cpu"))
     checkpoint.set_rng_state(saved, torch.device("cpu"))  # a GPU run resumed on the CPU: its GPU state is unused
     assert list(restored) == ["cuda:1"]
+    # Checkpoints written before kept a list, one state per visible GPU: the training GPU's entry is used, if any.
+    older = {**saved, "cuda": [torch.tensor([0], dtype=torch.uint8), torch.tensor([9], dtype=torch.uint8)]}
+    checkpoint.set_rng_state(older, torch.device("cuda:1"))
+    assert restored["cuda:1"].tolist() == [9]
+    restored.clear()
+    checkpoint.set_rng_state(older, torch.device("cuda:2"))  # fewer GPUs were visible then: nothing to restore
+    assert not restored
 
 
 def test_pruning_never_deletes_the_new_checkpoint_and_clears_killed_writers_leftovers(tmp_path):
@@ -342,3 +349,23 @@ def test_full_determinism_switches_torch_to_deterministic_kernels(monkeypatch):
         assert torch.equal(torch.rand(1), draw)  # the same seeding either way
     finally:
         torch.use_deterministic_algorithms(False)
+
+
+def test_every_way_the_trainers_write_weights_advances_the_version_vllm_copies_by(tmp_path):
+    """VLLMRollout skips the copy while the parameters' version counters stand still (a fused AdamW would not
+    advance them, so build_optimizer must never be fused)."""
+    from algos.config import OptimConfig
+    from algos.rollout import _weights_version
+    from algos.trainer import build_optimizer, guarded_optimizer_step
+
+    model, _, _ = _tiny()
+    optimizer = build_optimizer(model, OptimConfig(lr=1e-2))
+    assert not any(group.get("fused") for group in optimizer.param_groups)
+    before = _weights_version(model)
+    model(input_ids=torch.randint(4, 50, (2, 6)), labels=torch.randint(4, 50, (2, 6))).loss.backward()
+    assert guarded_optimizer_step(model, optimizer, max_grad_norm=1.0).applied
+    after_step = _weights_version(model)
+    assert all(a != b for a, b in zip(after_step, before))
+    save_checkpoint(tmp_path, 1, model=model, optimizer=optimizer)
+    load_checkpoint(latest_checkpoint(tmp_path), model=model, optimizer=optimizer)
+    assert all(a != b for a, b in zip(_weights_version(model), after_step))
