@@ -22,6 +22,7 @@ import torch
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 LEFTOVER_RE = re.compile(r"^\.checkpoint-\d+\.(?:tmp|stale)-(\d+)$")  # group 1: the writing process's pid
 TRAINER_FILE = "trainer.pt"
+CONFIG_FILE = "config.yaml"
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
@@ -66,6 +67,14 @@ def list_checkpoints(output_dir: str | Path) -> list[Path]:
     return [path for _, path in _numbered_checkpoints(Path(output_dir))]
 
 
+def checkpoint_step(path: str | Path) -> int:
+    """The step a checkpoint-<step> directory was saved at."""
+    match = CHECKPOINT_RE.match(Path(path).name)
+    if match is None:
+        raise ValueError(f"{path} is not a checkpoint-<step> directory")
+    return int(match.group(1))
+
+
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
     checkpoints = list_checkpoints(output_dir)
     return checkpoints[-1] if checkpoints else None
@@ -81,8 +90,11 @@ def save_checkpoint(
     tokenizer: Any = None,
     state: dict[str, Any] | None = None,
     keep_last: int = 2,
+    config: Any = None,
 ) -> Path:
-    """Write checkpoint-<step> atomically, then delete all but the `keep_last` newest."""
+    """Write checkpoint-<step> atomically, then delete all but the `keep_last` newest. ``config`` (a run config
+    dataclass) is kept as checkpoint-<step>/config.yaml: what the checkpoint was trained with, which a resume
+    checks against (the run's own config.yaml is for people, who may edit it)."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     final = output_dir / f"checkpoint-{step}"
@@ -92,6 +104,10 @@ def save_checkpoint(
     model.save_pretrained(tmp / "model", safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(tmp / "model")
+    if config is not None:
+        from algos.config import save_config
+
+        save_config(config, tmp / CONFIG_FILE)
     torch.save(
         {
             "step": step,

@@ -83,6 +83,15 @@ def _fail(message: str) -> int:
     return 2
 
 
+# What a wrong config, path, file or model raises: the message names it, and a traceback would only bury it.
+USER_ERRORS = (ValueError, FileNotFoundError)
+
+
+def _interrupted(error: KeyboardInterrupt) -> int:
+    print(f"rlvr: {error or 'interrupted'}", file=sys.stderr)
+    return 130  # the shell's code for SIGINT
+
+
 def _train(args) -> int:
     module_name, preset = ALGORITHMS[args.algo]
     try:
@@ -95,9 +104,11 @@ def _train(args) -> int:
         config = _load(
             module.Config, args, {"env.id": args.env, "model.path": args.model}, preset=getattr(module, "PRESETS", {}).get(preset)
         )
-    except (ValueError, FileNotFoundError) as err:
+        summary = module.train(config, resume=args.resume)
+    except USER_ERRORS as err:
         return _fail(str(err))
-    summary = module.train(config, resume=args.resume)
+    except KeyboardInterrupt as err:
+        return _interrupted(err)
     print(json.dumps({k: str(v) if v is not None and not isinstance(v, (int, float)) else v for k, v in summary.items()}))
     return 0
 
@@ -110,14 +121,16 @@ def _eval(args) -> int:
         f.name for module, _ in ALGORITHMS.values() for f in dataclasses.fields(importlib.import_module(module).Config)
     } - {f.name for f in dataclasses.fields(EvalConfig)}
     extra = {"env.id": args.env, "model.path": args.model, "env.eval_size": args.num_problems}
-    try:
-        config = _load(EvalConfig, args, extra, unused_sections=training_sections)
-    except (ValueError, FileNotFoundError) as err:
-        return _fail(str(err))
     from algos.trainer import eval_task, evaluate_saved_model
 
-    eval_set = eval_task(config)  # built once: it reads a dataset's file
-    accuracy = evaluate_saved_model(config, config.model.path, eval_set)
+    try:
+        config = _load(EvalConfig, args, extra, unused_sections=training_sections)
+        eval_set = eval_task(config)  # built once: it reads a dataset's file
+        accuracy = evaluate_saved_model(config, config.model.path, eval_set)
+    except USER_ERRORS as err:
+        return _fail(str(err))
+    except KeyboardInterrupt as err:
+        return _interrupted(err)
     indices = eval_set[1]
     problems = config.env.eval_size if indices is None else len(indices)
     print(json.dumps({"env": config.env.id, "model": config.model.path, "problems": problems, "accuracy": accuracy}))

@@ -69,6 +69,7 @@ class EnvConfig:
     system_prompt: str | None = None
     eval_size: int = 100  # held-out problems for `rlvr eval` and periodic evaluation (a dataset: its first ones)
     eval_seed: int = 12345  # held-out problems of a procedural task come from a seed training never uses
+    eval_batch_size: int = 64  # evaluation rows generated at once; 0 = all eval_size (a big test set's KV cache may not fit)
     # Task arguments for evaluation, over env.kwargs: a dataset task's held-out file (verl's data.val_files),
     # e.g. {data_path: gsm8k_test.jsonl}; without it a dataset task is evaluated on its training file.
     eval_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -77,6 +78,7 @@ class EnvConfig:
         _require(self.max_new_tokens >= 1, "env.max_new_tokens", "must be >= 1")
         _require(self.max_prompt_tokens is None or self.max_prompt_tokens >= 1, "env.max_prompt_tokens", "must be >= 1 or null")
         _require(self.eval_size >= 1, "env.eval_size", "must be >= 1")
+        _require(self.eval_batch_size >= 0, "env.eval_batch_size", "must be >= 0 (0 = all at once)")
 
 
 # vllm.LLM arguments rollout.vllm_engine_kwargs may not carry: VLLMRollout or their own config keys set them.
@@ -299,9 +301,15 @@ def load_file(path: str | Path) -> dict[str, Any]:
         raise FileNotFoundError(f"config file {path} does not exist")
     if path.suffix == ".toml":
         with path.open("rb") as fh:
-            return tomllib.load(fh)
+            try:
+                return tomllib.load(fh)
+            except tomllib.TOMLDecodeError as error:
+                raise ValueError(f"config file {path}: not valid TOML ({error})") from None
     if path.suffix in (".yaml", ".yml"):
-        data = yaml.safe_load(path.read_text()) or {}
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as error:
+            raise ValueError(f"config file {path}: not valid YAML ({error})") from None
         if not isinstance(data, dict):
             raise ValueError(f"config file {path}: top level must be a mapping, got {type(data).__name__}")
         return data
@@ -352,11 +360,19 @@ def _set_dotted(data: dict, path: list[str], value: Any) -> None:
     for part in path[:-1]:
         child = data.setdefault(part, {})
         if isinstance(child, str):  # a mapping field given on the command line as flow YAML, e.g. {digits: 3}
-            child = data[part] = yaml.safe_load(child)
+            child = data[part] = _flow_yaml(child, ".".join(path[: path.index(part) + 1]))
         if not isinstance(child, dict):
             raise ValueError(f"config key {'.'.join(path)!r}: {part!r} is not a section or a mapping")
         data = child
     data[path[-1]] = value
+
+
+def _flow_yaml(text: str, key: str) -> Any:
+    """A command-line value in JSON/YAML flow syntax; ValueError naming the key when it does not parse."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise ValueError(f"config key {key!r}: {text!r} is not valid YAML flow syntax ({str(error).splitlines()[0]})") from None
 
 
 def _cli_scalar(text: str) -> Any:
@@ -423,7 +439,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         raise ValueError(f"config key {key!r}: expected a string, got {value!r}")
     if origin in (tuple, list, dict):
         if isinstance(value, str):  # from the command line: JSON/YAML flow syntax, e.g. [0.9,0.95] or {a: 1}
-            value = yaml.safe_load(value)
+            value = _flow_yaml(value, key)
         args = typing.get_args(tp)
         if origin is dict:
             if not isinstance(value, dict):

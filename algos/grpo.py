@@ -40,6 +40,7 @@ from algos.trainer import (
     advance_schedule,
     build_optimizer,
     build_scheduler,
+    build_task,
     check_lm_head,
     completion_logprobs,
     evaluate,
@@ -55,7 +56,6 @@ from algos.trainer import (
     task_accuracy,
     warn_if_eval_reads_training_data,
 )
-from rlvr_env import make_task
 
 Config = GRPOConfig
 PRESETS = {"dapo": DAPO_PRESET}
@@ -101,7 +101,7 @@ class GRPOTrainer:
 
         config.validate()
         g = config.grpo
-        task = make_task(config.env.id, **config.env.kwargs)
+        task = build_task(config)
         # Checked before open_run_dir writes config.yaml, so a refused config leaves no run behind.
         if g.process_weight and task.process_step_end is None:
             raise ValueError(
@@ -308,7 +308,7 @@ class GRPOTrainer:
     def save(self, step: int) -> Path:
         return ckpt.save_checkpoint(
             self.output_dir, step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
-            tokenizer=self.tokenizer, state={"grad_scaler": self.scaler.state_dict()}, keep_last=self.config.run.keep_last,
+            tokenizer=self.tokenizer, state={"grad_scaler": self.scaler.state_dict()}, keep_last=self.config.run.keep_last, config=self.config,
         )
 
     def train_step(self, step: int, logger: MetricsLogger) -> dict[str, float]:

@@ -101,7 +101,9 @@ def default_model_path() -> Path:
 
 
 def resolve_model_path(path_or_alias: str | os.PathLike) -> Path:
-    """``"default"`` -> the converted embedded model; anything else must be a local transformers directory."""
+    """``"default"`` -> the converted embedded model; a training checkpoint ``checkpoint-N`` -> its
+    ``model/``; a run directory -> its latest checkpoint's ``model/``; anything else must be a local
+    transformers directory."""
     if str(path_or_alias) == DEFAULT_MODEL_ALIAS:
         return default_model_path()
     path = Path(path_or_alias).expanduser()
@@ -110,9 +112,32 @@ def resolve_model_path(path_or_alias: str | os.PathLike) -> Path:
             f"model path {str(path)!r} does not exist; pass {DEFAULT_MODEL_ALIAS!r} for the embedded "
             "SmolLM2-135M-Instruct or a local transformers model directory (nothing is downloaded)"
         )
+    if path.is_dir() and not (path / "config.json").is_file():
+        from algos.checkpoint import CHECKPOINT_RE, latest_checkpoint
+
+        checkpoint = path if CHECKPOINT_RE.match(path.name) else latest_checkpoint(path)
+        if checkpoint is not None and (checkpoint / "model" / "config.json").is_file():
+            return checkpoint / "model"
     if not (path.is_dir() and (path / "config.json").is_file()):
-        raise ValueError(f"model path {str(path)!r} is not a transformers model directory: no config.json in it")
+        raise ValueError(
+            f"model path {str(path)!r} is not a transformers model directory: no config.json in it{_nearby_models(path)}"
+        )
     return path
+
+
+def _nearby_models(path: Path) -> str:
+    """'; did you mean ...?' naming model or run directories one level down (an exported ``model/``,
+    a folder of runs), or the directory holding a file inside a model; '' when there is none."""
+    if path.is_file():
+        near = [path.parent] if (path.parent / "config.json").is_file() else []
+    else:
+        model_dirs = [p.parent for p in path.glob("*/config.json")]
+        runs = {p.parents[2] for p in path.glob("*/checkpoint-*/model/config.json")}
+        near = sorted({*model_dirs, *runs})
+    if not near:
+        return ""
+    more = f" ({len(near) - 3} more)" if len(near) > 3 else ""
+    return "; did you mean " + " or ".join(repr(str(p)) for p in near[:3]) + f"?{more}"
 
 
 def _resolve_dtype(dtype):
@@ -140,15 +165,51 @@ def load_policy(path_or_alias: str | os.PathLike = DEFAULT_MODEL_ALIAS, dtype=No
     (bf16 for the default model). ``device``: None picks CUDA when available, else CPU.
     The tokenizer always has a pad token and pads on the left, as batched generation needs.
     """
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     path = resolve_model_path(path_or_alias)
+    config = AutoConfig.from_pretrained(path)
+    if config.is_encoder_decoder:
+        raise ValueError(
+            f"model in {str(path)!r} is an encoder-decoder ({config.model_type}); "
+            "training and evaluation need a decoder-only causal LM"
+        )
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token is None:
         if tokenizer.eos_token is None:
             raise ValueError(f"tokenizer in {str(path)!r} has neither a pad nor an eos token")
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=_resolve_dtype(dtype))
+    model, info = AutoModelForCausalLM.from_pretrained(
+        path, config=config, dtype=_resolve_dtype(dtype), output_loading_info=True
+    )
+    # transformers fills weights absent from the checkpoint with random values and only logs it
+    # (a BertModel directory gets a random cls.* head, a headless LlamaModel a random lm_head).
+    missing = _untied_missing_keys(model, info["missing_keys"])
+    if missing:
+        shown = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise ValueError(
+            f"model in {str(path)!r} is not a complete causal LM for {type(model).__name__}: "
+            f"weights missing from the checkpoint would be randomly initialised: {shown}"
+        )
+    # Token ids past the embedding table crash much later in torch.embedding with a bare IndexError.
+    # Fewer tokens than rows is fine: many models pad the table (Qwen2.5).
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > rows:
+        raise ValueError(
+            f"tokenizer in {str(path)!r} has {len(tokenizer)} tokens but the model's input embeddings "
+            f"have only {rows} rows: the tokenizer does not belong to this model"
+        )
     model.to(device or default_device())
     return model, tokenizer
+
+
+def _untied_missing_keys(model, missing_keys) -> list[str]:
+    """The missing keys that were really left random: a weight tied to a loaded one (lm_head.weight
+    sharing the input embeddings' storage) holds the loaded values, whether or not this
+    transformers version lists it as missing."""
+    missing = set(missing_keys)
+    tensors = dict(model.named_parameters(remove_duplicate=False))
+    tensors.update(model.named_buffers(remove_duplicate=False))
+    loaded = {t.data_ptr() for name, t in tensors.items() if name not in missing}
+    return sorted(k for k in missing if k not in tensors or tensors[k].data_ptr() not in loaded)

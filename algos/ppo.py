@@ -406,7 +406,7 @@ class PPOTrainer:
                  "grad_scaler": self.scaler.state_dict()}
         return ckpt.save_checkpoint(
             self.output_dir, step, model=self.policy, optimizer=self.optimizer, scheduler=self.scheduler,
-            tokenizer=self.tokenizer, state=state, keep_last=self.config.run.keep_last,
+            tokenizer=self.tokenizer, state=state, keep_last=self.config.run.keep_last, config=self.config,
         )
 
     def train_step(self, step: int, logger: MetricsLogger) -> dict[str, float]:

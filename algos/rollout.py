@@ -58,9 +58,17 @@ class RolloutBackend(Protocol):
         ...
 
 
-def _check_env_ready(env: TokenVectorEnv) -> None:
+def _check_env_ready(env: TokenVectorEnv, model=None) -> None:
+    """A freshly reset env whose rows fit the model's context (``model``: its config's max_position_embeddings)."""
     if env.all_done or env.num_generated.any():
         raise RuntimeError("the env must be freshly reset before a rollout: call env.reset() first")
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    # Past it, learned position tables fail with an IndexError inside torch and RoPE models degrade silently.
+    if isinstance(limit, int) and env.prompt_width + env.max_new_tokens > limit:
+        raise ValueError(
+            f"the longest prompt ({env.prompt_width} tokens) + env.max_new_tokens ({env.max_new_tokens}) exceed the "
+            f"model's max_position_embeddings ({limit}): lower env.max_new_tokens, or cap prompts with env.max_prompt_tokens"
+        )
 
 
 def _as_rollout(result: RolloutResult, logprobs: torch.Tensor) -> Rollout:
@@ -128,7 +136,7 @@ class HFRollout:
     @torch.no_grad()
     def generate(self, model, env: TokenVectorEnv, **sampling) -> Rollout:
         params = SamplingParams(**{**self.params.__dict__, **sampling})
-        _check_env_ready(env)
+        _check_env_ready(env, model)
         device = next(model.parameters()).device
         # The tensors' device, not env.device: torch.device("cuda") != the "cuda:0" its tensors report.
         if env.input_ids.device != device:
@@ -275,7 +283,7 @@ class VLLMRollout:
         from vllm.inputs import TokensPrompt
 
         params = SamplingParams(**{**self.params.__dict__, **sampling})
-        _check_env_ready(env)
+        _check_env_ready(env, model)
         # Copy only changed weights: a step's dynamic-sampling rounds and an eval between updates reuse the last copy.
         if model is not None and not self._holds_weights_of(model):
             self.sync_weights(model)

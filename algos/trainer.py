@@ -32,8 +32,14 @@ def resolve_device(name: str) -> torch.device:
     """'auto' -> cuda when available, else cpu; anything else as torch spells it. A device without
     an index gets the current one ("cuda" -> "cuda:0"), the name a model's parameters report."""
     device = torch.device(("cuda" if torch.cuda.is_available() else "cpu") if name == "auto" else name)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+    if device.type == "cuda":
+        if not torch.cuda.is_available():  # torch's own error is an AssertionError from deep inside .to()
+            raise ValueError(f"config model.device = {name!r}, but torch sees no GPU (a CPU-only build, or "
+                             "CUDA_VISIBLE_DEVICES hides them): use 'auto' or 'cpu'")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        elif device.index >= torch.cuda.device_count():
+            raise ValueError(f"config model.device = {name!r}, but torch sees {torch.cuda.device_count()} GPU(s)")
     return device
 
 
@@ -270,14 +276,27 @@ def stop_token_ids(model, tokenizer) -> list[int]:
     return sorted(i for i in ids if 0 <= i < len(tokenizer))
 
 
+def build_task(config, held_out: bool = False):
+    """config.env.id built with env.kwargs (updated by env.eval_kwargs when ``held_out``); errors name those keys."""
+    from rlvr_env import make_task
+
+    env_cfg = config.env
+    kwargs = {**env_cfg.kwargs, **env_cfg.eval_kwargs} if held_out else env_cfg.kwargs
+    try:
+        return make_task(env_cfg.id, **kwargs)
+    except (TypeError, ValueError) as error:  # an unknown id or task field, a bad value, a missing data file
+        keys = "env.kwargs and env.eval_kwargs" if held_out and env_cfg.eval_kwargs else "env.kwargs"
+        raise ValueError(f"config env.id = {env_cfg.id!r} with {keys} {kwargs}: {error}") from error
+
+
 def make_env(config, tokenizer, num_envs: int, device: torch.device, problem_seed: int | None = None, task=None, model=None):
     """The TokenVectorEnv of config.env (any config with `env` and `run` sections) with `num_envs` rows,
-    over ``task`` (default: config.env.id built with config.env.kwargs); ``model`` adds its stop tokens."""
-    from rlvr_env import TokenVectorEnv, make_task
+    over ``task`` (default: build_task(config)); ``model`` adds its stop tokens."""
+    from rlvr_env import TokenVectorEnv
 
     env_cfg = config.env
     return TokenVectorEnv(
-        task if task is not None else make_task(env_cfg.id, **env_cfg.kwargs),
+        task if task is not None else build_task(config),
         tokenizer,
         num_envs=num_envs,
         max_new_tokens=env_cfg.max_new_tokens,
@@ -345,11 +364,8 @@ def eval_task(config):
     """(task, problem indices) of evaluation: config.env.id built with env.kwargs updated by env.eval_kwargs;
     a dataset's first env.eval_size problems, each once (all of them when it has fewer), or None for a
     procedural task, whose problems are drawn from the seed env.eval_seed that training never uses."""
-    from rlvr_env import make_task
-
-    env_cfg = config.env
-    task = make_task(env_cfg.id, **{**env_cfg.kwargs, **env_cfg.eval_kwargs})
-    return task, None if task.size is None else list(range(min(env_cfg.eval_size, task.size)))
+    task = build_task(config, held_out=True)
+    return task, None if task.size is None else list(range(min(config.env.eval_size, task.size)))
 
 
 def warn_if_eval_reads_training_data(config, task) -> None:
@@ -365,20 +381,37 @@ def warn_if_eval_reads_training_data(config, task) -> None:
         )
 
 
+def procedural_eval_indices(config) -> list[int]:
+    """The env.eval_size problem indices of a procedural task's evaluation: those a TokenVectorEnv reset with
+    seed env.eval_seed draws for as many prompts, so batching the evaluation keeps its problems."""
+    from gymnasium.utils import seeding
+
+    from rlvr_env.completion_env import PROCEDURAL_INDEX_RANGE
+
+    rng, _ = seeding.np_random(config.env.eval_seed)
+    return rng.integers(0, PROCEDURAL_INDEX_RANGE, size=config.env.eval_size).tolist()
+
+
 @torch.no_grad()
 def evaluate(model, tokenizer, config, backend, device: torch.device, eval_set=None) -> float:
-    """Greedy accuracy on the held-out problems of ``eval_set`` (default: ``eval_task(config)``, built now)."""
+    """Greedy accuracy on the held-out problems of ``eval_set`` (default: ``eval_task(config)``, built now),
+    generated env.eval_batch_size rows at a time."""
     task, indices = eval_set or eval_task(config)
-    rows = config.env.eval_size if indices is None else len(indices)
-    env = make_env(config, tokenizer, num_envs=rows, device=device, problem_seed=config.env.eval_seed, task=task, model=model)
-    env.reset(seed=config.env.eval_seed, options={"group_size": 1, "problem_indices": indices})
+    indices = procedural_eval_indices(config) if indices is None else indices
+    batch = config.env.eval_batch_size or len(indices)
     was_training = model.training
     model.eval()
+    solved = []
     try:
-        result = backend.generate(model, env, greedy=True)
+        for start in range(0, len(indices), batch):
+            chunk = indices[start : start + batch]
+            env = make_env(config, tokenizer, num_envs=len(chunk), device=device, problem_seed=config.env.eval_seed,
+                           task=task, model=model)
+            env.reset(seed=config.env.eval_seed, options={"group_size": 1, "problem_indices": chunk})
+            solved.append(task_accuracy(backend.generate(model, env, greedy=True)))
     finally:
         model.train(was_training)
-    return task_accuracy(result).mean().item()
+    return torch.cat(solved).mean().item()
 
 
 def evaluate_saved_model(config, path, eval_set=None) -> float:
@@ -408,7 +441,7 @@ class Agent(Protocol):
 # What a resumed run may change: how long it runs, how it reports, where it computes; not what it learns.
 RESUMABLE_KEYS = frozenset({
     "run.steps", "run.save_every", "run.keep_last", "run.eval_every", "run.progress", "run.tensorboard", "run.plots",
-    "run.overwrite_output_dir", "run.full_determinism", "model.device",
+    "run.overwrite_output_dir", "run.full_determinism", "model.device", "env.eval_batch_size",
     "rollout.vllm_gpu_memory_utilization", "rollout.vllm_engine_kwargs",
 })
 # Keys added after runs could start whose default is not what those runs did: a saved config.yaml without the key
@@ -432,6 +465,10 @@ def open_run_dir(config: Any, resume: bool) -> Path | None:
     config that differs from the saved config.yaml outside RESUMABLE_KEYS (the optimizer, for one, would keep
     the checkpoint's learning rate while config.yaml claimed the new one).
     """
+    from algos.models import resolve_model_path
+
+    resolve_model_path(config.model.path)  # a missing model or a GPU-less device: refused before anything is written
+    resolve_device(config.model.device)
     output_dir = Path(config.run.output_dir)
     saved = output_dir / "config.yaml"
     latest = ckpt.latest_checkpoint(output_dir)
@@ -444,12 +481,14 @@ def open_run_dir(config: Any, resume: bool) -> Path | None:
         for checkpoint in ckpt.list_checkpoints(output_dir):
             shutil.rmtree(checkpoint)
         latest = None
-    if latest is not None and saved.is_file():
-        raw = load_file(saved)
+    # What the checkpoint was trained with (older checkpoints kept none: the run's config.yaml then)
+    trained_with = latest / ckpt.CONFIG_FILE if latest is not None and (latest / ckpt.CONFIG_FILE).is_file() else saved
+    if latest is not None and trained_with.is_file():
+        raw = load_file(trained_with)
         try:  # through the config class: a key added since the run started reads as its default ...
             old = _values_by_key(from_dict(type(config), raw))
         except ValueError as error:
-            raise ValueError(f"cannot resume {latest}: {saved} is not a {type(config).__name__} ({error})") from None
+            raise ValueError(f"cannot resume {latest}: {trained_with} is not a {type(config).__name__} ({error})") from None
         # ... unless the run did otherwise before the key existed
         predates = {}
         for key, value in VALUES_OF_RUNS_BEFORE_THE_KEY.items():
@@ -463,9 +502,16 @@ def open_run_dir(config: Any, resume: bool) -> Path | None:
             keep = " ".join(f"--{k} {old[k]}" for k in changed if k in predates)
             raise ValueError(
                 f"cannot resume {latest} with a different config ({listed}). To continue the run as it was "
-                f"configured, pass --config {saved}" + (f" {keep} (the run predates these keys)" if keep else "")
+                f"configured, pass --config {trained_with}" + (f" {keep} (the run predates these keys)" if keep else "")
                 + f". A resumed run may change only {', '.join(sorted(RESUMABLE_KEYS))}"
             )
+    if latest is not None:
+        trained = ckpt.checkpoint_step(latest)
+        if trained > config.run.steps:
+            raise ValueError(f"cannot resume {latest} with run.steps = {config.run.steps}: it has trained {trained} steps")
+        if trained == config.run.steps:
+            warnings.warn(f"--resume: {latest} already has run.steps = {trained} steps; nothing to train "
+                          "(raise run.steps to continue)", stacklevel=2)
     if resume and latest is None:
         warnings.warn(f"--resume: no checkpoint in {output_dir}, starting at step 0", stacklevel=2)
     output_dir.mkdir(parents=True, exist_ok=True)
@@ -481,20 +527,27 @@ def run_training(agent: Agent) -> dict[str, Any]:
     logger = MetricsLogger(agent.output_dir, run.steps, start_step=agent.start_step, tensorboard=run.tensorboard,
                            progress=run.progress)
     summary: dict[str, Any] = {"output_dir": str(agent.output_dir)}
-    with mixed_precision(agent.config.model, agent.device):
-        if agent.start_step == 0:
-            summary["eval_accuracy_before"] = agent.evaluate()
-            logger.log(0, {"eval_accuracy": summary["eval_accuracy_before"]})
-        for step in range(agent.start_step + 1, run.steps + 1):
-            started = time.perf_counter()
-            metrics = agent.train_step(step, logger)
-            if run.eval_every and step % run.eval_every == 0 and step != run.steps:
-                metrics["eval_accuracy"] = agent.evaluate()
-            metrics["step_time_s"] = time.perf_counter() - started
-            if step == run.steps:
-                metrics["eval_accuracy"] = summary["eval_accuracy_after"] = agent.evaluate()
-            logger.log(step, metrics)
-            if step == run.steps or (run.save_every and step % run.save_every == 0):
-                agent.save(step)
+    step = agent.start_step
+    try:
+        with mixed_precision(agent.config.model, agent.device):
+            if agent.start_step == 0:
+                summary["eval_accuracy_before"] = agent.evaluate()
+                logger.log(0, {"eval_accuracy": summary["eval_accuracy_before"]})
+            for step in range(agent.start_step + 1, run.steps + 1):
+                started = time.perf_counter()
+                metrics = agent.train_step(step, logger)
+                if run.eval_every and step % run.eval_every == 0 and step != run.steps:
+                    metrics["eval_accuracy"] = agent.evaluate()
+                metrics["step_time_s"] = time.perf_counter() - started
+                if step == run.steps:
+                    metrics["eval_accuracy"] = summary["eval_accuracy_after"] = agent.evaluate()
+                logger.log(step, metrics)
+                if step == run.steps or (run.save_every and step % run.save_every == 0):
+                    agent.save(step)
+    except KeyboardInterrupt:  # Ctrl-C: say where the run stands instead of a traceback from inside torch
+        logger.close(plot=False)
+        last = ckpt.latest_checkpoint(agent.output_dir)
+        where = f"{last.name} is the last checkpoint; --resume continues from it" if last else "no checkpoint was saved yet"
+        raise KeyboardInterrupt(f"interrupted during step {step}; {where}") from None
     summary["plot"] = logger.close(plot=run.plots)
     return summary

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
 from typing import Any
 
@@ -12,7 +13,7 @@ from rlvr_env.task import Task
 
 NAMESPACE = "rlvr"
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.]*")
-_ENV_ID = re.compile(rf"(?:{NAMESPACE}/)?(?P<name>[A-Za-z][A-Za-z0-9_.]*?)(?:-v(?P<version>\d+))?")
+_ENV_ID = re.compile(rf"(?:{NAMESPACE}/)?(?P<name>[A-Za-z][A-Za-z0-9_.]*?)(?:-v(?P<version>\d+))?", re.IGNORECASE)
 REASONING_GYM_PREFIX = "rg."
 
 # env id -> (task class, default task kwargs)
@@ -46,23 +47,42 @@ def registered_tasks() -> dict[str, tuple[type[Task], dict[str, Any]]]:
     return dict(_TASKS)
 
 
+def _name_of(env_id: str) -> str:
+    """``"rlvr/Arithmetic-v0"`` -> ``"Arithmetic"``."""
+    return env_id[len(NAMESPACE) + 1 :].rsplit("-v", 1)[0]
+
+
+def _ids_named(name: str) -> list[str]:
+    """The registered ids of task ``name``; matched case-insensitively when no name matches exactly
+    and the case-folded match is unique (``Foo`` and ``foo`` may both be registered)."""
+    ids = [i for i in _TASKS if _name_of(i) == name]
+    if not ids:
+        ids = [i for i in _TASKS if _name_of(i).lower() == name.lower()]
+        if len({_name_of(i) for i in ids}) > 1:
+            return []
+    return ids
+
+
 def resolve_id(env_id_or_name: str) -> str:
-    """``"rlvr/Arithmetic-v0"``, ``"Arithmetic-v0"`` or ``"Arithmetic"`` (latest version) -> the env id."""
+    """``"rlvr/Arithmetic-v0"``, ``"Arithmetic-v0"`` or ``"Arithmetic"`` (latest version) -> the env id.
+    Names match case-insensitively (``"rlvr/arithmetic-v0"``); an unknown id's error suggests close ones."""
     match = _ENV_ID.fullmatch(env_id_or_name)
-    if match and match["name"].startswith(REASONING_GYM_PREFIX):
+    if match and match["name"].lower().startswith(REASONING_GYM_PREFIX):
         register_reasoning_gym()
     if match:
-        name, version = match["name"], match["version"]
-        if version is not None:
-            candidate = f"{NAMESPACE}/{name}-v{version}"
-            if candidate in _TASKS:
-                return candidate
-        else:
-            versions = [i for i in _TASKS if i.rsplit("-v", 1)[0] == f"{NAMESPACE}/{name}"]
-            if versions:
-                return max(versions, key=lambda i: int(i.rsplit("-v", 1)[1]))
+        ids = _ids_named(match["name"])
+        if match["version"] is not None:
+            ids = [i for i in ids if int(i.rsplit("-v", 1)[1]) == int(match["version"])]
+        if ids:
+            return max(ids, key=lambda i: int(i.rsplit("-v", 1)[1]))
+    by_name: dict[str, list[str]] = {}  # lower-cased name -> its ids, for suggestions
+    for env_id in sorted(_TASKS):
+        by_name.setdefault(_name_of(env_id).lower(), []).append(env_id)
+    query = (match["name"] if match else env_id_or_name).lower()
+    close = [i for name in difflib.get_close_matches(query, by_name, n=3) for i in by_name[name]]
+    hint = f"did you mean {' or '.join(close)}? " if close else ""
     known = ", ".join(sorted(i for i in _TASKS if not i.startswith(f"{NAMESPACE}/{REASONING_GYM_PREFIX}")))
-    raise ValueError(f"no task registered as {env_id_or_name!r}; registered: {known}")
+    raise ValueError(f"no task registered as {env_id_or_name!r}; {hint}registered: {known}")
 
 
 def make_task(env_id_or_name: str, **kwargs: Any) -> Task:

@@ -99,3 +99,31 @@ def test_async_vectorisation_needs_shared_memory_off():
 def test_a_delimiter_no_single_token_holds_is_warned_about(tokenizer):
     with pytest.warns(UserWarning, match=r"no single token of the tokenizer contains the process-step delimiter '\\n\\n'"):
         assert not any(step_end_flags(tokenizer, "\n\n"))
+
+
+def test_env_ids_match_case_insensitively_and_typos_get_suggestions(monkeypatch):
+    """Before: `rlvr/arithmetic-v0` failed, and `rlvr/Arithmetc-v0` listed every id but suggested none."""
+    from rlvr_env import registry
+    from rlvr_env.registry import resolve_id
+
+    # the tasks this test registers stay out of the other tests' registries
+    monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
+    monkeypatch.setattr(gym.envs.registration, "registry", dict(gym.envs.registration.registry))
+
+    assert resolve_id("rlvr/arithmetic-v0") == "rlvr/Arithmetic-v0"
+    assert resolve_id("gsm8k") == "rlvr/GSM8K-v0"
+    assert rlvr_env.make_task("RLVR/countdown-V0").config == rlvr_env.make_task("Countdown").config
+    with pytest.raises(ValueError, match=r"'rlvr/Arithmetc-v0'; did you mean rlvr/Arithmetic-v0[ ?]"):
+        resolve_id("rlvr/Arithmetc-v0")
+    with pytest.raises(ValueError, match=r"'Arithmetic-v7'; did you mean rlvr/Arithmetic-v0[ ?]"):
+        resolve_id("Arithmetic-v7")
+    with pytest.raises(ValueError, match=r"'Zzzz'; registered: rlvr/Arithmetic-v0"):
+        resolve_id("Zzzz")  # nothing close: no suggestion, just the list
+    # names that differ only in case stay apart: the case-insensitive match must be unique
+    from rlvr_env.tasks.arithmetic import ArithmeticTask
+
+    rlvr_env.register_task("CaseTwin", ArithmeticTask)
+    rlvr_env.register_task("casetwin", ArithmeticTask)
+    assert resolve_id("casetwin") == "rlvr/casetwin-v0"
+    with pytest.raises(ValueError, match="did you mean rlvr/CaseTwin-v0 or rlvr/casetwin-v0"):
+        resolve_id("CASETWIN")

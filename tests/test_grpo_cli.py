@@ -6,6 +6,7 @@ import warnings
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from algos import cli
 from rlvr_env.cli import main
@@ -110,3 +111,100 @@ def test_eval_of_a_dataset_scores_each_problem_of_the_eval_file_once(tmp_path, c
     with warnings.catch_warnings():  # a sized generator (reasoning-gym) draws its eval problems from eval_seed
         warnings.simplefilter("error")
         warn_if_eval_reads_training_data(config, SimpleNamespace(size=500))
+
+
+@pytest.fixture
+def tiny_dir(tmp_path):
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(tokenizer, hidden_size=16, num_layers=1, num_heads=2).save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    return tmp_path
+
+
+TINY_RUN = ["--env.kwargs", "{digits: 1}", "--env.max_new_tokens", "2", "--env.eval_size", "2", "--env.use_chat_template",
+            "false", "--run.progress", "false", "--run.tensorboard", "false", "--run.plots", "false",
+            "--grpo.prompts_per_step", "2", "--grpo.group_size", "2", "--run.steps", "1"]
+
+
+def _train(tiny_dir, *extra):
+    return main(["train", "--algo", "grpo", "--model", str(tiny_dir / "model"), *TINY_RUN,
+                 "--run.output_dir", str(tiny_dir / "run"), *extra])
+
+
+def test_ordinary_mistakes_are_one_line_errors_not_tracebacks(tiny_dir, capsys):
+    """Each of these was a traceback from inside the trainer (the message at its bottom, rc 1)."""
+    assert _train(tiny_dir) == 0
+    capsys.readouterr()
+    mistakes = [
+        ([], "holds checkpoint-1 of an earlier run: resume it"),  # the same command again
+        (["--model", str(tiny_dir / "nowhere"), "--run.output_dir", str(tiny_dir / "other")], "does not exist"),
+        (["--env.kwargs", "{digits: 1, bogus: 2}", "--run.output_dir", str(tiny_dir / "other")], "with env.kwargs"),
+        (["--env", "rlvr/Arithmetc-v0", "--run.output_dir", str(tiny_dir / "other")], "no task registered as"),
+    ]
+    for extra, message in mistakes:
+        assert _train(tiny_dir, *extra) == 2, extra
+        err = capsys.readouterr().err  # transformers' "Loading weights" bar may come first
+        assert err.splitlines()[-1].startswith("rlvr: ") and message in err and "Traceback" not in err, (extra, err)
+    assert not (tiny_dir / "other").exists()  # refused before a config.yaml was written
+    (tiny_dir / "broken.yaml").write_text("run: {steps: 2\n")
+    assert _train(tiny_dir, "--config", str(tiny_dir / "broken.yaml")) == 2
+    assert f"config file {tiny_dir / 'broken.yaml'}: not valid YAML" in capsys.readouterr().err
+
+
+def test_resume_checks_what_the_checkpoint_trained_with_not_the_editable_config_yaml(tiny_dir, capsys):
+    """A hand-edited lr in the run's config.yaml was accepted on resume while the checkpoint's optimizer kept the
+    old one (metrics logged the old lr)."""
+    assert _train(tiny_dir) == 0
+    saved = tiny_dir / "run" / "config.yaml"
+    saved.write_text(saved.read_text().replace("lr: 1.0e-06", "lr: 0.001"))
+    capsys.readouterr()
+    assert main(["train", "--algo", "grpo", "--config", str(saved), "--resume", "--run.steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "optim.lr: 1e-06 -> 0.001" in err and "checkpoint-1/config.yaml" in err
+    assert _train(tiny_dir, "--resume", "--run.steps", "0") == 2  # below the checkpoint's step
+    with pytest.warns(UserWarning, match="nothing to train"):
+        assert _train(tiny_dir, "--resume") == 0  # a finished run: a job script may pass --resume again
+
+
+def test_ctrl_c_says_where_the_run_stands(tiny_dir, monkeypatch, capsys):
+    from algos.grpo import GRPOTrainer
+
+    def interrupted(self, step, logger):
+        raise KeyboardInterrupt
+
+    assert _train(tiny_dir, "--run.save_every", "1") == 0
+    monkeypatch.setattr(GRPOTrainer, "train_step", interrupted)
+    capsys.readouterr()
+    assert _train(tiny_dir, "--resume", "--run.steps", "3") == 130
+    last_line = capsys.readouterr().err.splitlines()[-1]
+    assert last_line == "rlvr: interrupted during step 2; checkpoint-1 is the last checkpoint; --resume continues from it"
+
+
+def test_evaluation_in_batches_scores_the_same_problems_as_one_batch(tiny_dir):
+    """eval_size rows were generated at once: a full GSM8K test set (1,319 rows) in one KV cache."""
+    from algos.config import EvalConfig, load_config
+    from algos.rollout import HFRollout
+    from algos.trainer import evaluate, make_env, procedural_eval_indices
+    from algos.models import load_policy
+
+    config = load_config(EvalConfig, overrides=["--model.path", str(tiny_dir / "model"), "--env.kwargs", "{digits: 1}",
+                                                "--env.max_new_tokens", "3", "--env.eval_size", "7"])
+    model, tokenizer = load_policy(config.model.path)
+    env = make_env(config, tokenizer, num_envs=7, device=torch.device("cpu"), problem_seed=config.env.eval_seed)
+    _, info = env.reset(seed=config.env.eval_seed)
+    assert procedural_eval_indices(config) == info["problem_indices"]  # the problems one reset would draw
+
+    class Recording(HFRollout):
+        def generate(self, model, env, **sampling):
+            batches.append([problem.prompt for problem in env.problems])
+            return super().generate(model, env, **sampling)
+
+    seen = {}
+    for size in (0, 3):
+        batches = []
+        config.env.eval_batch_size = size
+        accuracy = evaluate(model, tokenizer, config, Recording(), device=torch.device("cpu"))
+        seen[size] = (batches, accuracy)
+    assert [len(b) for b in seen[3][0]] == [3, 3, 1]
+    assert sum(seen[3][0], []) == seen[0][0][0] == [p.prompt for p in env.problems]
+    assert seen[3][1] == pytest.approx(seen[0][1])

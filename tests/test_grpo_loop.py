@@ -77,7 +77,7 @@ def test_sigkilled_run_resumes_to_the_same_parameters_bitwise(tiny_model_dir, tm
 
 
 def test_a_fresh_run_refuses_a_directory_with_another_runs_checkpoints(tiny_model_dir, tmp_path):
-    config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "1"}))
+    config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "2"}))
     GRPOTrainer(config).save(1)
     with pytest.raises(ValueError, match=r"run.output_dir .* holds checkpoint-1 .*--resume"):
         GRPOTrainer(config)
@@ -376,7 +376,8 @@ def test_resuming_a_run_that_predates_a_key_keeps_what_the_run_did(tiny_model_di
     train(load_config(GRPOConfig, overrides=dapo, preset=DAPO_PRESET))
     saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
     del saved["grpo"]["overlong_penalty_factor"], saved["grpo"]["dynamic_sampling_metric"]
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))  # as the earlier version wrote it
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))  # as the earlier version wrote it ...
+    (latest_checkpoint(tmp_path) / "config.yaml").unlink()  # ... which kept no config in its checkpoints
     longer = {**dapo, "run.steps": "2"}
     with pytest.raises(ValueError, match=r"grpo.overlong_penalty_factor: 1.0 -> 0.5.*--grpo.overlong_penalty_factor 1.0"):
         GRPOTrainer(load_config(GRPOConfig, overrides=longer, preset=DAPO_PRESET), resume=True)

@@ -241,9 +241,22 @@ def test_cuda_devices_resolve_to_the_indexed_name_model_parameters_report(monkey
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert resolve_device("auto") == resolve_device("cuda") == torch.device("cuda", 0)
     assert resolve_device("cuda:1") == torch.device("cuda", 1)
     assert resolve_device("cpu") == torch.device("cpu")
+    with pytest.raises(ValueError, match="model.device = 'cuda:2', but torch sees 2 GPU"):
+        resolve_device("cuda:2")
+
+
+def test_a_gpu_device_on_a_host_without_one_is_a_config_error(monkeypatch):
+    """torch's own error was an AssertionError ("Torch not compiled with CUDA enabled") from inside .to()."""
+    from algos.trainer import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="model.device = 'cuda', but torch sees no GPU"):
+        resolve_device("cuda")
+    assert resolve_device("auto") == torch.device("cpu")
 
 
 def test_accuracy_counts_full_credit_only_as_task_is_success_does():

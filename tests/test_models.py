@@ -130,3 +130,97 @@ def test_default_model_converts_from_the_embedded_gguf(monkeypatch, tmp_path):
     output = model.generate(**prompt, max_new_tokens=12, do_sample=False)
     reply = tokenizer.decode(output[0, prompt["input_ids"].shape[1] :], skip_special_tokens=True)
     assert "Paris" in reply  # de-quantized weights still make a working model
+
+
+def _save(path, model, tokenizer=None):
+    model.save_pretrained(path)
+    (tokenizer or build_char_tokenizer()).save_pretrained(path)
+    return path
+
+
+def test_weights_missing_from_the_checkpoint_are_refused(tmp_path):
+    """Before: a BertModel directory loaded as BertLMHeadModel with a random cls.* head, and a
+    LlamaModel saved without lm_head (untied) got a random lm_head; both trained and evaluated noise."""
+    from transformers import BertConfig, BertModel, LlamaConfig, LlamaModel
+
+    tokenizer = build_char_tokenizer()
+    bert = BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=64)
+    _save(tmp_path / "bert", BertModel(bert), tokenizer)
+    with pytest.raises(ValueError, match=r"bert'.*missing.*cls\.predictions"):
+        models.load_policy(tmp_path / "bert", device="cpu")
+
+    untied = LlamaConfig(**{**build_tiny_model(tokenizer).config.to_dict(), "tie_word_embeddings": False})
+    _save(tmp_path / "headless", LlamaModel(untied), tokenizer)
+    with pytest.raises(ValueError, match=r"headless'.*missing.*lm_head\.weight"):
+        models.load_policy(tmp_path / "headless", device="cpu")
+
+
+def test_tied_and_untied_complete_models_load(tmp_path):
+    """lm_head.weight is absent from a tied model's file (it shares the input embeddings): still accepted."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_char_tokenizer()
+    tied = build_tiny_model(tokenizer)
+    model, _ = models.load_policy(_save(tmp_path / "tied", tied, tokenizer), device="cpu")
+    assert model.lm_head.weight.data_ptr() == model.get_input_embeddings().weight.data_ptr()
+    torch.testing.assert_close(model.lm_head.weight, tied.lm_head.weight)
+
+    untied = LlamaForCausalLM(LlamaConfig(**{**tied.config.to_dict(), "tie_word_embeddings": False}))
+    model, _ = models.load_policy(_save(tmp_path / "untied", untied, tokenizer), device="cpu")
+    torch.testing.assert_close(model.lm_head.weight, untied.lm_head.weight)
+
+
+def test_encoder_decoder_models_are_refused_by_name(tmp_path):
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    tokenizer = build_char_tokenizer()
+    config = T5Config(vocab_size=len(tokenizer), d_model=32, d_ff=64, num_layers=1, num_heads=2, d_kv=16,
+                      decoder_start_token_id=tokenizer.pad_token_id)
+    _save(tmp_path / "t5", T5ForConditionalGeneration(config), tokenizer)
+    with pytest.raises(ValueError, match=r"t5'.*encoder-decoder.*decoder-only causal LM"):
+        models.load_policy(tmp_path / "t5", device="cpu")
+
+
+def test_a_tokenizer_larger_than_the_embedding_table_is_refused(tmp_path):
+    """Before: train and eval died later in torch.embedding with `IndexError: index out of range in self`."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_char_tokenizer()
+    config = build_tiny_model(tokenizer).config.to_dict()
+    _save(tmp_path / "small", LlamaForCausalLM(LlamaConfig(**{**config, "vocab_size": 50})), tokenizer)
+    with pytest.raises(ValueError, match=rf"small'.*{len(tokenizer)} tokens.*50 rows"):
+        models.load_policy(tmp_path / "small", device="cpu")
+    # a padded vocabulary (more embedding rows than tokens, as Qwen2.5 has) is fine
+    _save(tmp_path / "padded", LlamaForCausalLM(LlamaConfig(**{**config, "vocab_size": len(tokenizer) + 28})), tokenizer)
+    model, _ = models.load_policy(tmp_path / "padded", device="cpu")
+    assert model.get_input_embeddings().num_embeddings == len(tokenizer) + 28
+
+
+def test_checkpoint_and_run_directories_resolve_to_their_model(tmp_path, tiny_model_dir):
+    """Before: `--model runs/x/checkpoint-N` (or `runs/x`) failed with "no config.json in it"."""
+    import shutil
+
+    run = tmp_path / "runs" / "x"
+    for step in (2, 10):
+        shutil.copytree(tiny_model_dir, run / f"checkpoint-{step}" / "model")
+    (run / "config.yaml").write_text("{}")
+    assert models.resolve_model_path(run / "checkpoint-2") == run / "checkpoint-2" / "model"
+    assert models.resolve_model_path(run) == run / "checkpoint-10" / "model"  # numerically latest, not "2" > "10"
+    model, _ = models.load_policy(str(run), device="cpu")
+    assert model.config.vocab_size == len(build_char_tokenizer())
+
+
+def test_a_directory_near_a_model_gets_a_suggestion(tmp_path, tiny_model_dir):
+    import shutil
+
+    shutil.copytree(tiny_model_dir, tmp_path / "export" / "model")
+    with pytest.raises(ValueError, match=r"no config\.json in it; did you mean '.*export/model'\?"):
+        models.resolve_model_path(tmp_path / "export")
+    # a folder of runs suggests the run
+    shutil.copytree(tiny_model_dir, tmp_path / "runs" / "x" / "checkpoint-1" / "model")
+    with pytest.raises(ValueError, match=r"did you mean '.*runs/x'\?"):
+        models.resolve_model_path(tmp_path / "runs")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match=r"no config\.json in it$"):
+        models.resolve_model_path(tmp_path / "empty")

@@ -233,3 +233,15 @@ def test_the_trainers_vllm_engine_leaves_the_gpu_to_the_trainer_and_samples_in_i
     ]:
         with pytest.raises(ValueError, match=key):
             load_config(GRPOConfig, overrides=overrides)
+
+
+def test_rows_longer_than_the_models_context_are_refused_by_name(tokenizer):
+    """Past max_position_embeddings a learned position table raised IndexError inside torch.embedding (a GPT-2 eval
+    crashed; in training, after as many steps as it took to sample a long row), and RoPE models degraded silently."""
+    model = build_tiny_model(tokenizer, hidden_size=16, num_layers=1, num_heads=2)
+    model.config.max_position_embeddings = 24
+    env = TokenVectorEnv(ArithmeticTask(), tokenizer, num_envs=2, max_new_tokens=16)
+    env.reset(seed=0)
+    assert env.prompt_width + 16 > 24
+    with pytest.raises(ValueError, match=r"\+ env.max_new_tokens \(16\) exceed the model's max_position_embeddings \(24\)"):
+        HFRollout().generate(model, env)
