@@ -462,9 +462,8 @@ def open_run_dir(config: Any, resume: bool) -> Path | None:
 
     A fresh start refuses a directory that holds checkpoints: pruning would delete the new run's checkpoints in
     favour of the old, newer-numbered ones, and a later --resume would continue the old run. A resume refuses a
-    config that differs from the saved config.yaml outside RESUMABLE_KEYS (the optimizer, for one, would keep
-    the checkpoint's learning rate while config.yaml claimed the new one).
-    """
+    config that differs outside RESUMABLE_KEYS from the one the checkpoint was trained with (the optimizer, for
+    one, would keep the checkpoint's learning rate while config.yaml claimed the new one)."""
     from algos.models import resolve_model_path
 
     resolve_model_path(config.model.path)  # a missing model or a GPU-less device: refused before anything is written
