@@ -295,6 +295,9 @@ def make_env(config, tokenizer, num_envs: int, device: torch.device, problem_see
     from rlvr_env import TokenVectorEnv
 
     env_cfg = config.env
+    if env_cfg.use_chat_template and not getattr(tokenizer, "chat_template", None):
+        warnings.warn("env.use_chat_template is true but the tokenizer has no chat template: prompts are plain text "
+                      "(a base model's format; set env.use_chat_template = false to say so)", stacklevel=2)
     return TokenVectorEnv(
         task if task is not None else build_task(config),
         tokenizer,

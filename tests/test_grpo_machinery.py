@@ -3,6 +3,7 @@
 import json
 import os
 import random
+import warnings
 
 import numpy as np
 import pytest
@@ -382,3 +383,17 @@ def test_every_way_the_trainers_write_weights_advances_the_version_vllm_copies_b
     save_checkpoint(tmp_path, 1, model=model, optimizer=optimizer)
     load_checkpoint(latest_checkpoint(tmp_path), model=model, optimizer=optimizer)
     assert all(a != b for a, b in zip(_weights_version(model), after_step))
+
+
+def test_a_chat_template_asked_for_but_missing_is_said_not_silently_dropped():
+    from algos.config import GRPOConfig, load_config
+    from algos.trainer import make_env
+
+    tokenizer = build_char_tokenizer()
+    tokenizer.chat_template = None  # as a base model's
+    with pytest.warns(UserWarning, match="env.use_chat_template is true but the tokenizer has no chat template"):
+        make_env(load_config(GRPOConfig), tokenizer, num_envs=2, device=torch.device("cpu"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make_env(load_config(GRPOConfig, overrides=["--env.use_chat_template", "false"]), tokenizer, num_envs=2,
+                 device=torch.device("cpu"))
