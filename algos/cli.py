@@ -133,5 +133,10 @@ def _eval(args) -> int:
         return _interrupted(err)
     indices = eval_set[1]
     problems = config.env.eval_size if indices is None else len(indices)
-    print(json.dumps({"env": config.env.id, "model": config.model.path, "problems": problems, "accuracy": accuracy}))
+    from algos.models import resolve_model_path
+
+    # model_dir: what "default", a checkpoint or a run directory resolved to (a run's latest checkpoint's model/)
+    model_dir = str(resolve_model_path(config.model.path))
+    print(json.dumps({"env": config.env.id, "model": config.model.path, "model_dir": model_dir, "problems": problems,
+                      "accuracy": accuracy}))
     return 0

@@ -208,3 +208,12 @@ def test_evaluation_in_batches_scores_the_same_problems_as_one_batch(tiny_dir):
     assert [len(b) for b in seen[3][0]] == [3, 3, 1]
     assert sum(seen[3][0], []) == seen[0][0][0] == [p.prompt for p in env.problems]
     assert seen[3][1] == pytest.approx(seen[0][1])
+
+
+def test_eval_of_a_run_directory_scores_its_latest_checkpoint_and_says_so(tiny_dir, capsys):
+    assert _train(tiny_dir) == 0
+    capsys.readouterr()
+    assert main(["eval", "--model", str(tiny_dir / "run"), "--env.kwargs", "{digits: 1}", "--num-problems", "2",
+                 "--env.max_new_tokens", "2"]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["model"] == str(tiny_dir / "run") and report["model_dir"] == str(tiny_dir / "run" / "checkpoint-1" / "model")
