@@ -15,6 +15,7 @@ import argparse
 import dataclasses
 import importlib
 import json
+import os
 import sys
 from typing import Any
 
@@ -84,12 +85,18 @@ def _fail(message: str) -> int:
 
 
 # What a wrong config, path, file or model raises: the message names it, and a traceback would only bury it.
+# RLVR_TRACEBACK=1 shows the traceback instead (a bug can raise these too).
 USER_ERRORS = (ValueError, FileNotFoundError)
 
 
-def _interrupted(error: KeyboardInterrupt) -> int:
-    print(f"rlvr: {error or 'interrupted'}", file=sys.stderr)
-    return 130  # the shell's code for SIGINT
+def _report(error: BaseException) -> int:
+    """One line and the exit code for a user error or Ctrl-C; with RLVR_TRACEBACK=1 the traceback instead."""
+    if os.environ.get("RLVR_TRACEBACK", "") not in ("", "0"):
+        raise error
+    if isinstance(error, KeyboardInterrupt):
+        print(f"rlvr: {str(error) or 'interrupted'}", file=sys.stderr)
+        return 130  # the shell's code for SIGINT
+    return _fail(str(error))
 
 
 def _train(args) -> int:
@@ -105,10 +112,8 @@ def _train(args) -> int:
             module.Config, args, {"env.id": args.env, "model.path": args.model}, preset=getattr(module, "PRESETS", {}).get(preset)
         )
         summary = module.train(config, resume=args.resume)
-    except USER_ERRORS as err:
-        return _fail(str(err))
-    except KeyboardInterrupt as err:
-        return _interrupted(err)
+    except (*USER_ERRORS, KeyboardInterrupt) as err:
+        return _report(err)
     print(json.dumps({k: str(v) if v is not None and not isinstance(v, (int, float)) else v for k, v in summary.items()}))
     return 0
 
@@ -121,22 +126,19 @@ def _eval(args) -> int:
         f.name for module, _ in ALGORITHMS.values() for f in dataclasses.fields(importlib.import_module(module).Config)
     } - {f.name for f in dataclasses.fields(EvalConfig)}
     extra = {"env.id": args.env, "model.path": args.model, "env.eval_size": args.num_problems}
+    from algos.models import resolve_model_path
     from algos.trainer import eval_task, evaluate_saved_model
 
     try:
         config = _load(EvalConfig, args, extra, unused_sections=training_sections)
         eval_set = eval_task(config)  # built once: it reads a dataset's file
-        accuracy = evaluate_saved_model(config, config.model.path, eval_set)
-    except USER_ERRORS as err:
-        return _fail(str(err))
-    except KeyboardInterrupt as err:
-        return _interrupted(err)
+        # what "default", a checkpoint or a run directory names now (a run's latest checkpoint's model/), resolved once
+        model_dir = str(resolve_model_path(config.model.path))
+        accuracy = evaluate_saved_model(config, model_dir, eval_set)
+    except (*USER_ERRORS, KeyboardInterrupt) as err:
+        return _report(err)
     indices = eval_set[1]
     problems = config.env.eval_size if indices is None else len(indices)
-    from algos.models import resolve_model_path
-
-    # model_dir: what "default", a checkpoint or a run directory resolved to (a run's latest checkpoint's model/)
-    model_dir = str(resolve_model_path(config.model.path))
     print(json.dumps({"env": config.env.id, "model": config.model.path, "model_dir": model_dir, "problems": problems,
                       "accuracy": accuracy}))
     return 0

@@ -62,7 +62,12 @@ def _check_env_ready(env: TokenVectorEnv, model=None) -> None:
     """A freshly reset env whose rows fit the model's context (``model``: its config's max_position_embeddings)."""
     if env.all_done or env.num_generated.any():
         raise RuntimeError("the env must be freshly reset before a rollout: call env.reset() first")
-    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    config = getattr(model, "config", None)
+    limit = getattr(config, "max_position_embeddings", None)
+    scaling = getattr(config, "rope_scaling", None) or {}
+    if isinstance(limit, int) and isinstance(scaling.get("factor"), (int, float)):
+        # RoPE scaling (YaRN, linear, dynamic) stretches the context; Qwen2.5 leaves max_position_embeddings as is
+        limit = int(scaling.get("original_max_position_embeddings", limit) * scaling["factor"])
     # Past it, learned position tables fail with an IndexError inside torch and RoPE models degrade silently.
     if isinstance(limit, int) and env.prompt_width + env.max_new_tokens > limit:
         raise ValueError(

@@ -467,10 +467,18 @@ def open_run_dir(config: Any, resume: bool) -> Path | None:
     favour of the old, newer-numbered ones, and a later --resume would continue the old run. A resume refuses a
     config that differs outside RESUMABLE_KEYS from the one the checkpoint was trained with (the optimizer, for
     one, would keep the checkpoint's learning rate while config.yaml claimed the new one)."""
-    from algos.models import resolve_model_path
+    from algos.models import DEFAULT_MODEL_ALIAS, resolve_model_path
+    from rlvr_env.registry import resolve_id
 
-    resolve_model_path(config.model.path)  # a missing model or a GPU-less device: refused before anything is written
+    # A missing model or a GPU-less device is refused before anything is written.
+    model_dir = resolve_model_path(config.model.path)
     resolve_device(config.model.device)
+    if config.model.path != DEFAULT_MODEL_ALIAS and Path(config.model.path).expanduser().resolve() != model_dir.resolve():
+        # A checkpoint or run directory: record the model directory it names now, so this run (its KL reference,
+        # a resume, vllm) keeps these weights when that other run saves newer checkpoints.
+        warnings.warn(f"model.path {config.model.path} resolves to {model_dir}; the run records that", stacklevel=2)
+        config.model.path = str(model_dir)
+    config.env.id = resolve_id(config.env.id)  # one spelling per task ("arithmetic" -> "rlvr/Arithmetic-v0")
     output_dir = Path(config.run.output_dir)
     saved = output_dir / "config.yaml"
     latest = ckpt.latest_checkpoint(output_dir)
@@ -480,6 +488,9 @@ def open_run_dir(config: Any, resume: bool) -> Path | None:
                 f"run.output_dir {output_dir} holds {latest.name} of an earlier run: resume it (--resume), "
                 "choose another run.output_dir, or set run.overwrite_output_dir to delete its checkpoints"
             )
+        if model_dir.resolve().is_relative_to(output_dir.resolve()):
+            raise ValueError(f"model.path {config.model.path} is inside run.output_dir {output_dir}, whose checkpoints "
+                             "run.overwrite_output_dir would delete: choose another run.output_dir")
         for checkpoint in ckpt.list_checkpoints(output_dir):
             shutil.rmtree(checkpoint)
         latest = None
@@ -498,6 +509,8 @@ def open_run_dir(config: Any, resume: bool) -> Path | None:
             if key in old and name not in (raw.get(section) or {}):
                 predates[key] = value
         old.update(predates)
+        with contextlib.suppress(ValueError):  # a run saved with another spelling of its task's id
+            old["env.id"] = resolve_id(old["env.id"])
         new = _values_by_key(config)
         if changed := sorted(k for k in new if old[k] != new[k] and k not in RESUMABLE_KEYS):
             listed = "; ".join(f"{k}: {old[k]!r} -> {new[k]!r}" for k in changed[:8])
@@ -546,10 +559,10 @@ def run_training(agent: Agent) -> dict[str, Any]:
                 logger.log(step, metrics)
                 if step == run.steps or (run.save_every and step % run.save_every == 0):
                     agent.save(step)
-    except KeyboardInterrupt:  # Ctrl-C: say where the run stands instead of a traceback from inside torch
+    except KeyboardInterrupt as interrupt:  # Ctrl-C: say where the run stands (the CLI prints only this line)
         logger.close(plot=False)
         last = ckpt.latest_checkpoint(agent.output_dir)
         where = f"{last.name} is the last checkpoint; --resume continues from it" if last else "no checkpoint was saved yet"
-        raise KeyboardInterrupt(f"interrupted during step {step}; {where}") from None
+        raise KeyboardInterrupt(f"interrupted during step {step}; {where}") from interrupt
     summary["plot"] = logger.close(plot=run.plots)
     return summary

@@ -161,9 +161,12 @@ def test_resume_checks_what_the_checkpoint_trained_with_not_the_editable_config_
     assert main(["train", "--algo", "grpo", "--config", str(saved), "--resume", "--run.steps", "2"]) == 2
     err = capsys.readouterr().err
     assert "optim.lr: 1e-06 -> 0.001" in err and "checkpoint-1/config.yaml" in err
-    assert _train(tiny_dir, "--resume", "--run.steps", "0") == 2  # below the checkpoint's step
     with pytest.warns(UserWarning, match="nothing to train"):
         assert _train(tiny_dir, "--resume") == 0  # a finished run: a job script may pass --resume again
+    assert _train(tiny_dir, "--resume", "--run.steps", "2") == 0
+    capsys.readouterr()
+    assert _train(tiny_dir, "--resume", "--run.steps", "1") == 2  # below the checkpoint's step
+    assert "checkpoint-2 with run.steps = 1: it has trained 2 steps" in capsys.readouterr().err
 
 
 def test_ctrl_c_says_where_the_run_stands(tiny_dir, monkeypatch, capsys):
@@ -217,3 +220,35 @@ def test_eval_of_a_run_directory_scores_its_latest_checkpoint_and_says_so(tiny_d
                  "--env.max_new_tokens", "2"]) == 0
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["model"] == str(tiny_dir / "run") and report["model_dir"] == str(tiny_dir / "run" / "checkpoint-1" / "model")
+
+
+def test_a_run_or_checkpoint_directory_as_the_model_is_recorded_as_the_model_it_names(tiny_dir, capsys):
+    """model.path runs/a followed runs/a's latest checkpoint: a resume rebuilt the KL reference from newer weights."""
+    assert _train(tiny_dir) == 0
+    with pytest.warns(UserWarning, match="resolves to .*checkpoint-1/model; the run records that"):
+        assert main(["train", "--algo", "grpo", "--model", str(tiny_dir / "run"), *TINY_RUN,
+                     "--run.output_dir", str(tiny_dir / "b")]) == 0
+    from algos.config import GRPOConfig, load_config
+
+    assert load_config(GRPOConfig, tiny_dir / "b" / "config.yaml").model.path == str(tiny_dir / "run" / "checkpoint-1" / "model")
+    capsys.readouterr()  # overwriting a run whose checkpoint is the model would delete the model first
+    with pytest.warns(UserWarning, match="resolves to"):
+        assert main(["train", "--algo", "grpo", "--model", str(tiny_dir / "run"), *TINY_RUN, "--run.output_dir",
+                     str(tiny_dir / "run"), "--run.overwrite_output_dir", "true"]) == 2
+    assert "is inside run.output_dir" in capsys.readouterr().err
+    assert (tiny_dir / "run" / "checkpoint-1" / "model" / "config.json").is_file()
+
+
+def test_a_run_resumes_under_another_spelling_of_its_env_id(tiny_dir):
+    assert _train(tiny_dir, "--env", "arithmetic", "--run.save_every", "1") == 0
+    assert _train(tiny_dir, "--env", "rlvr/Arithmetic-v0", "--resume", "--run.steps", "2") == 0
+
+
+def test_rlvr_traceback_shows_the_traceback_instead_of_one_line(tiny_dir, monkeypatch, capsys):
+    monkeypatch.setenv("RLVR_TRACEBACK", "1")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        _train(tiny_dir, "--model", str(tiny_dir / "nowhere"))
+    monkeypatch.delenv("RLVR_TRACEBACK")
+    monkeypatch.setattr(cli, "_load", lambda *args, **kwargs: (_ for _ in ()).throw(KeyboardInterrupt))
+    assert main(["eval", "--model", "x"]) == 130  # Ctrl-C outside the training loop
+    assert capsys.readouterr().err.strip() == "rlvr: interrupted"
