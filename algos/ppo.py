@@ -68,7 +68,7 @@ from algos.trainer import (
     seed_everything,
     warn_if_eval_reads_training_data,
 )
-from algos.value_model import VALUE_MODEL_KINDS, build_value_model
+from algos.value_model import VALUE_MODEL_KINDS, build_value_model, last_hidden_states, policy_backbone
 
 REWARD_SOURCES = ("env", "model")
 
@@ -176,22 +176,23 @@ class PolicyAndCritic(torch.nn.Module):
         self.critic = critic
 
 
-def _load_reward_model(p: PPOSection, device: torch.device):
-    """ppo.reward_model loaded, or a ValueError naming the key: a missing directory, or a causal LM, whose
-    score head RewardModel.from_pretrained would initialise at random (PPO would chase noise)."""
+def _check_reward_model(p: PPOSection) -> None:
+    """A ValueError naming ppo.reward_model unless it is a local one-label ...ForSequenceClassification directory:
+    a causal LM would get a score head initialised at random (PPO would chase noise)."""
     from transformers import AutoConfig
-
-    from algos.reward_model import RewardModel
 
     if not Path(p.reward_model).is_dir():
         raise ValueError(f"config ppo.reward_model: {p.reward_model!r} is not a local directory")
-    architectures = AutoConfig.from_pretrained(p.reward_model).architectures or []
+    reward_config = AutoConfig.from_pretrained(p.reward_model)
+    architectures = reward_config.architectures or []
     if not any(name.endswith("ForSequenceClassification") for name in architectures):
         raise ValueError(
             f"config ppo.reward_model: {p.reward_model!r} holds {architectures or 'no architecture'}, not a trained "
             f"reward model (a ...ForSequenceClassification with its score head; examples/train_reward_model.py makes one)"
         )
-    return RewardModel.from_pretrained(p.reward_model, device=str(device), batch_size=p.reward_model_batch_size)
+    if reward_config.num_labels != 1:  # from_pretrained(num_labels=1) would fail on the head's shape, in a traceback
+        raise ValueError(f"config ppo.reward_model: {p.reward_model!r} scores {reward_config.num_labels} labels; a "
+                         "reward model scores one")
 
 
 class PPOTrainer:
@@ -201,6 +202,8 @@ class PPOTrainer:
         config.validate()
         self.config = config
         p = config.ppo
+        if p.reward_source == "model":
+            _check_reward_model(p)  # before open_run_dir writes (or deletes) anything
         self.output_dir = Path(config.run.output_dir)
         latest = open_run_dir(config, resume)
         seed_everything(config.run.seed, config.run.full_determinism)
@@ -220,7 +223,10 @@ class PPOTrainer:
         self.kl_controller = AdaptiveKLController(p.kl_coef, p.kl_target, p.kl_horizon)
         self.reward_model = None
         if p.reward_source == "model":
-            self.reward_model = _load_reward_model(p, self.device)
+            from algos.reward_model import RewardModel
+
+            self.reward_model = RewardModel.from_pretrained(p.reward_model, device=str(self.device),
+                                                            batch_size=p.reward_model_batch_size)
         self.env = make_env(config, self.tokenizer, num_envs=p.prompts_per_step * p.samples_per_prompt, device=self.device,
                             model=self.policy)
         warn_if_eval_reads_training_data(config, self.env.task)
@@ -269,6 +275,18 @@ class PPOTrainer:
         logp, entropy = completion_logprobs(self.policy, ids, mask, prompt_width, temperature, p.logprob_chunk_size, len(self.tokenizer))
         return logp, entropy, values
 
+    def _reference_logprobs(self, ids: torch.Tensor, mask: torch.Tensor, prompt_width: int) -> torch.Tensor:
+        """[n, P+T] ids/mask -> [n, T] log pi_ref, computed as the policy's are (a head critic's full forward, else
+        completion_logprobs' shared-prompt KV cache), so equal weights give a KL of exactly 0. The two paths differ
+        by float rounding (~5e-7): on a batch of equal rewards that was the only advantage signal, and whitening
+        and AdamW's scale invariance made a full-size update of it."""
+        temperature, chunk, vocab = self.config.rollout.temperature, self.config.ppo.logprob_chunk_size, len(self.tokenizer)
+        if self.critic.shares_policy_backbone:
+            hidden = last_hidden_states(policy_backbone(self.ref_model), ids, mask)[:, prompt_width - 1 : -1]
+            weight, transform = lm_head_of(self.ref_model, vocab)
+            return logprobs_from_hidden(hidden, weight, ids[:, prompt_width:], temperature, chunk, transform)[0]
+        return completion_logprobs(self.ref_model, ids, mask, prompt_width, temperature, chunk, vocab)[0]
+
     def _micro_slices(self, rows: torch.Tensor) -> list[torch.Tensor]:
         return list(rows.split(self.config.ppo.micro_batch_size))
 
@@ -302,10 +320,7 @@ class PPOTrainer:
             old_logp.append(logp)
             old_values.append(values)
             if self.ref_model is not None:
-                ref_logp.append(
-                    completion_logprobs(self.ref_model, input_ids[rows], attention_mask[rows], prompt_width,
-                                        self.config.rollout.temperature, p.logprob_chunk_size, len(self.tokenizer))[0]
-                )
+                ref_logp.append(self._reference_logprobs(input_ids[rows], attention_mask[rows], prompt_width))
         old_logp, old_values = torch.cat(old_logp), torch.cat(old_values)
 
         kl = None

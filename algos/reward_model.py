@@ -80,7 +80,9 @@ class RewardModel:
             raise ValueError(f"max_length and batch_size must be >= 1, got {max_length} and {batch_size}")
         self.model = model
         self.tokenizer = tokenizer
-        self.max_length = max_length
+        # Never past the model's own context (GPT-2's 1024 learned positions raise IndexError beyond it).
+        context = getattr(model.config, "max_position_embeddings", None)
+        self.max_length = min(max_length, context) if isinstance(context, int) else max_length
         self.batch_size = batch_size
 
     @classmethod

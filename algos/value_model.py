@@ -6,8 +6,8 @@ Two layouts (SPEC.md, "value model"):
   pass gives both log-probs and values; the value loss also trains the shared
   backbone (TRL's AutoModelForCausalLMWithValueHead layout). Cheapest in memory.
 - ``"separate"``: a copy of the policy's backbone plus the head, trained on its
-  own (InstructGPT/verl layout). Twice the weights, no interference between
-  the two losses, and its own learning rate.
+  own (InstructGPT/verl layout). Twice the weights, no weights shared between
+  the two losses (gradient clipping is still joint), and its own learning rate.
 
 Values are read at the positions whose hidden state predicts each completion
 token, so V[:, t] is the value of the state before completion token t.
@@ -52,16 +52,21 @@ class ValueModel(nn.Module):
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Long[B, L], Long[B, L] -> Float[B, L, H] the backbone's last hidden state."""
-        return self.backbone(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids_from_mask(attention_mask),  # left padding: count from the first real token
-            use_cache=False,
-        ).last_hidden_state
+        return last_hidden_states(self.backbone, input_ids, attention_mask)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """Long[B, L], Long[B, L] -> Float[B, L] value at every position."""
         return self.values_from_hidden(self.hidden_states(input_ids, attention_mask))
+
+
+def last_hidden_states(backbone: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Long[B, L], Long[B, L] -> Float[B, L, H]: one full forward of a transformer body, without a KV cache."""
+    return backbone(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),  # left padding: count from the first real token
+        use_cache=False,
+    ).last_hidden_state
 
 
 def policy_backbone(policy: nn.Module) -> nn.Module:

@@ -204,3 +204,53 @@ def test_non_finite_values_warmup_past_the_run_and_causal_lm_reward_models_are_r
     config.ppo.reward_model = str(tmp_path / "missing")
     with pytest.raises(ValueError, match="ppo.reward_model: .* is not a local directory"):
         ppo.PPOTrainer(config)
+
+
+@pytest.mark.parametrize("value_model", ["head", "separate"])
+def test_a_batch_without_signal_leaves_the_policy_where_it_is(tiny_model_dir, tmp_path, value_model):
+    """With a head critic the reference log-probs came from another computation than the policy's (KV cache vs
+    full forward): a 5e-7 KL at equal weights was the batch's only advantage signal, and whitening plus AdamW
+    made a full-size update of it (weights moved by 7e-3 at lr 1e-3 on all-zero rewards)."""
+    # 3-digit sums an untrained model never writes: every reward 0; the default prompts differ in length (padding)
+    three_digits = json.dumps({"digits": 3, "terms": 2, "operators": "+"})
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(tokenizer).save_pretrained(tmp_path / "model")  # 2 layers: enough for the paths to round apart
+    tokenizer.save_pretrained(tmp_path / "model")
+    trainer = ppo.PPOTrainer(small_config(tmp_path / "model", tmp_path / "run", **{
+        "ppo.value_model": value_model, "env.kwargs": three_digits, "env.max_new_tokens": "4", "ppo.micro_batch_size": "8"}))
+    batch, metrics = trainer.collect(step=1)
+    assert metrics["reward_mean"] == 0 and metrics["kl"] == 0
+    before = [p.detach().clone() for p in trainer.policy.parameters()]
+    trainer.update(batch, train_policy=True)
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.policy.parameters()))
+
+
+def test_the_adaptive_kl_coefficient_moves_at_most_20_percent_and_stays_positive():
+    from algos.core.gae import AdaptiveKLController
+
+    controller = AdaptiveKLController(0.05, target=1.0, horizon=1)  # 8 rows per batch >> horizon: factor 1 - 0.2 * 8
+    assert controller.update(observed_kl=0.0, n_steps=8) == pytest.approx(0.04)
+    assert controller.update(observed_kl=10.0, n_steps=8) == pytest.approx(0.048)
+    assert AdaptiveKLController(0.05, target=1.0, horizon=10_000).update(0.0, n_steps=100) == pytest.approx(0.05 * 0.998)
+
+
+def test_reward_models_are_cut_to_their_own_context_and_must_score_one_label(tiny_model_dir, tmp_path):
+    from transformers import GPT2Config, GPT2ForSequenceClassification, LlamaConfig, LlamaForSequenceClassification
+
+    from algos.reward_model import RewardModel
+
+    tokenizer = build_char_tokenizer()
+    short = GPT2ForSequenceClassification(GPT2Config(vocab_size=len(tokenizer), n_positions=32, n_embd=16, n_layer=1,
+                                                     n_head=2, num_labels=1, pad_token_id=tokenizer.pad_token_id))
+    reward_model = RewardModel(short, tokenizer)
+    assert reward_model.max_length == 32  # GPT-2's learned positions: IndexError past them
+    assert reward_model.score(["1+1="], ["2" * 100]).shape == (1,)
+    two = LlamaForSequenceClassification(LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
+                                                     num_hidden_layers=1, num_attention_heads=2, num_labels=2))
+    two.save_pretrained(tmp_path / "two")
+    tokenizer.save_pretrained(tmp_path / "two")
+    config = small_config(tiny_model_dir, tmp_path / "run", **{"ppo.reward_source": "model",
+                                                              "ppo.reward_model": str(tmp_path / "two")})
+    with pytest.raises(ValueError, match="ppo.reward_model: .* scores 2 labels"):
+        ppo.PPOTrainer(config)
+    assert not (tmp_path / "run").exists()  # refused before the run directory was written

@@ -147,8 +147,8 @@ class AdaptiveKLController:
     """KL coefficient of the per-token reward penalty: fixed, or adaptive (PPO-Penalty).
 
     Adaptive rule of Ziegler et al. 2019 ("Fine-Tuning LMs from Human
-    Preferences"): coef *= 1 + clip(KL / target - 1, -0.2, 0.2) * n_steps / horizon.
-    ``target=None`` keeps the coefficient fixed.
+    Preferences"): coef *= 1 + clip(KL / target - 1, -0.2, 0.2) * n_steps / horizon, the step itself clipped
+    to +-20% so the coefficient stays > 0 when n_steps exceeds the horizon. ``target=None`` keeps it fixed.
     """
 
     coef: float
@@ -167,7 +167,9 @@ class AdaptiveKLController:
         """Adjust the coefficient after a batch whose mean per-sequence KL was observed_kl; returns the new coef."""
         if self.target is not None:
             proportional_error = min(max(observed_kl / self.target - 1.0, -0.2), 0.2)
-            self.coef *= 1.0 + proportional_error * n_steps / self.horizon
+            # At most 20% per update: Ziegler's factor 1 + e * n / horizon is negative (KL a bonus) once a batch's
+            # n rows exceed 5 x horizon (512 rows with horizon 100).
+            self.coef *= 1.0 + min(max(proportional_error * n_steps / self.horizon, -0.2), 0.2)
         return self.coef
 
     def state_dict(self) -> dict:
