@@ -43,6 +43,7 @@ from algos.trainer import (
     build_task,
     check_lm_head,
     completion_logprobs,
+    eval_task,
     evaluate,
     grad_scaler,
     guarded_optimizer_step,
@@ -101,8 +102,9 @@ class GRPOTrainer:
 
         config.validate()
         g = config.grpo
-        task = build_task(config)
-        # Checked before open_run_dir writes config.yaml, so a refused config leaves no run behind.
+        # Built before open_run_dir writes config.yaml, so a refused task or config leaves no run behind;
+        # the evaluation set once, as a dataset's file is read once.
+        task, self.eval_set = build_task(config), eval_task(config)
         if g.process_weight and task.process_step_end is None:
             raise ValueError(
                 f"config grpo.process_weight = {g.process_weight} needs per-step process rewards, and task "
@@ -303,7 +305,7 @@ class GRPOTrainer:
     # ------------------------------------------------------------ loop
 
     def evaluate(self) -> float:
-        return evaluate(self.model, self.tokenizer, self.config, self.backend, device=self.device)
+        return evaluate(self.model, self.tokenizer, self.config, self.backend, device=self.device, eval_set=self.eval_set)
 
     def save(self, step: int) -> Path:
         return ckpt.save_checkpoint(

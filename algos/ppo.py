@@ -53,8 +53,10 @@ from algos.trainer import (
     advance_schedule,
     build_optimizer,
     build_scheduler,
+    build_task,
     check_lm_head,
     completion_logprobs,
+    eval_task,
     evaluate,
     grad_scaler,
     guarded_optimizer_step,
@@ -190,6 +192,7 @@ def _check_reward_model(p: PPOSection) -> None:
             f"config ppo.reward_model: {p.reward_model!r} holds {architectures or 'no architecture'}, not a trained "
             f"reward model (a ...ForSequenceClassification with its score head; examples/train_reward_model.py makes one)"
         )
+    # transformers saves no label map for its default of 2 labels, so AutoConfig's count is the saved head's
     if reward_config.num_labels != 1:  # from_pretrained(num_labels=1) would fail on the head's shape, in a traceback
         raise ValueError(f"config ppo.reward_model: {p.reward_model!r} scores {reward_config.num_labels} labels; a "
                          "reward model scores one")
@@ -202,8 +205,11 @@ class PPOTrainer:
         config.validate()
         self.config = config
         p = config.ppo
+        # Built and checked before open_run_dir writes (or deletes) anything; the evaluation set once, as a
+        # dataset's file is read once.
+        task, self.eval_set = build_task(config), eval_task(config)
         if p.reward_source == "model":
-            _check_reward_model(p)  # before open_run_dir writes (or deletes) anything
+            _check_reward_model(p)
         self.output_dir = Path(config.run.output_dir)
         latest = open_run_dir(config, resume)
         seed_everything(config.run.seed, config.run.full_determinism)
@@ -228,7 +234,7 @@ class PPOTrainer:
             self.reward_model = RewardModel.from_pretrained(p.reward_model, device=str(self.device),
                                                             batch_size=p.reward_model_batch_size)
         self.env = make_env(config, self.tokenizer, num_envs=p.prompts_per_step * p.samples_per_prompt, device=self.device,
-                            model=self.policy)
+                            task=task, model=self.policy)
         warn_if_eval_reads_training_data(config, self.env.task)
         self.backend = make_rollout_backend(config)
         self.start_step = 0
@@ -265,8 +271,7 @@ class PPOTrainer:
             values = self.critic.values_from_hidden(hidden)
             if not train_policy:
                 return None, None, values
-            weight, transform = lm_head_of(self.policy, len(self.tokenizer))
-            logp, entropy = logprobs_from_hidden(hidden, weight, ids[:, prompt_width:], temperature, p.logprob_chunk_size, transform)
+            logp, entropy = self._logprobs_from_hidden(self.policy, hidden, ids[:, prompt_width:])
             return logp, entropy, values
         # Value of the state before completion token t is read where that token is predicted (P-1+t).
         values = self.critic(ids, mask)[:, prompt_width - 1 : -1]
@@ -280,12 +285,18 @@ class PPOTrainer:
         completion_logprobs' shared-prompt KV cache), so equal weights give a KL of exactly 0. The two paths differ
         by float rounding (~5e-7): on a batch of equal rewards that was the only advantage signal, and whitening
         and AdamW's scale invariance made a full-size update of it."""
-        temperature, chunk, vocab = self.config.rollout.temperature, self.config.ppo.logprob_chunk_size, len(self.tokenizer)
         if self.critic.shares_policy_backbone:
             hidden = last_hidden_states(policy_backbone(self.ref_model), ids, mask)[:, prompt_width - 1 : -1]
-            weight, transform = lm_head_of(self.ref_model, vocab)
-            return logprobs_from_hidden(hidden, weight, ids[:, prompt_width:], temperature, chunk, transform)[0]
-        return completion_logprobs(self.ref_model, ids, mask, prompt_width, temperature, chunk, vocab)[0]
+            return self._logprobs_from_hidden(self.ref_model, hidden, ids[:, prompt_width:])[0]
+        return completion_logprobs(self.ref_model, ids, mask, prompt_width, self.config.rollout.temperature,
+                                   self.config.ppo.logprob_chunk_size, len(self.tokenizer))[0]
+
+    def _logprobs_from_hidden(self, model, hidden: torch.Tensor, completion_ids: torch.Tensor):
+        """[n, T, H] hidden states that predict [n, T] completion ids -> ([n, T] log-probs, [n, T] entropy) through
+        ``model``'s LM head, at the rollout's temperature."""
+        weight, transform = lm_head_of(model, len(self.tokenizer))
+        return logprobs_from_hidden(hidden, weight, completion_ids, self.config.rollout.temperature,
+                                    self.config.ppo.logprob_chunk_size, transform)
 
     def _micro_slices(self, rows: torch.Tensor) -> list[torch.Tensor]:
         return list(rows.split(self.config.ppo.micro_batch_size))
@@ -414,7 +425,7 @@ class PPOTrainer:
     # ------------------------------------------------------------ loop
 
     def evaluate(self) -> float:
-        return evaluate(self.policy, self.tokenizer, self.config, self.backend, device=self.device)
+        return evaluate(self.policy, self.tokenizer, self.config, self.backend, device=self.device, eval_set=self.eval_set)
 
     def save(self, step: int) -> Path:
         state = {"critic": self.critic.state_dict(), "kl_controller": self.kl_controller.state_dict(),

@@ -65,9 +65,10 @@ def _check_env_ready(env: TokenVectorEnv, model=None) -> None:
     config = getattr(model, "config", None)
     limit = getattr(config, "max_position_embeddings", None)
     scaling = getattr(config, "rope_scaling", None) or {}
-    if isinstance(limit, int) and isinstance(scaling.get("factor"), (int, float)):
-        # RoPE scaling (YaRN, linear, dynamic) stretches the context; Qwen2.5 leaves max_position_embeddings as is
-        limit = int(scaling.get("original_max_position_embeddings", limit) * scaling["factor"])
+    if isinstance(limit, int) and isinstance(scaling.get("factor"), (int, float)) and "original_max_position_embeddings" in scaling:
+        # RoPE scaling over a stated original context (Qwen2.5's YaRN leaves max_position_embeddings at the original;
+        # Llama-3.1 states the stretched one); without one, max_position_embeddings is already the stretched context
+        limit = max(limit, int(scaling["original_max_position_embeddings"] * scaling["factor"]))
     # Past it, learned position tables fail with an IndexError inside torch and RoPE models degrade silently.
     if isinstance(limit, int) and env.prompt_width + env.max_new_tokens > limit:
         raise ValueError(

@@ -170,7 +170,7 @@ def completion_logprobs(
     """[B, P+T] ids and mask -> ([B, T] log-probs of the completion tokens, [B, T] entropy), fp32,
     0 where the completion mask is 0.
 
-    Work a plain forward would waste is skipped, with the same result: identical prompts (a
+    Work a plain forward would waste is skipped, with the same result up to float rounding (~5e-7): identical prompts (a
     GRPO group) run through the model once and their KV cache, graph included, serves every
     row of the group; columns of padding no row uses are cut; the LM head projects only the
     completion's tokens, in chunks, so [B, T, V] logits never exist. ``vocab_size``: see ``lm_head_of``.

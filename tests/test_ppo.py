@@ -245,6 +245,14 @@ def test_reward_models_are_cut_to_their_own_context_and_must_score_one_label(tin
     reward_model = RewardModel(short, tokenizer)
     assert reward_model.max_length == 32  # GPT-2's learned positions: IndexError past them
     assert reward_model.score(["1+1="], ["2" * 100]).shape == (1,)
+    from transformers import RobertaConfig, RobertaForSequenceClassification
+
+    roberta = RobertaForSequenceClassification(RobertaConfig(  # positions numbered from padding_idx + 1
+        vocab_size=len(tokenizer), max_position_embeddings=34, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+        intermediate_size=32, num_labels=1, pad_token_id=tokenizer.pad_token_id))
+    reward_model = RewardModel(roberta, tokenizer)
+    assert reward_model.max_length == 34 - tokenizer.pad_token_id - 1
+    assert reward_model.score(["1+1="], ["2" * 100]).shape == (1,)
     two = LlamaForSequenceClassification(LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
                                                      num_hidden_layers=1, num_attention_heads=2, num_labels=2))
     two.save_pretrained(tmp_path / "two")
@@ -254,3 +262,21 @@ def test_reward_models_are_cut_to_their_own_context_and_must_score_one_label(tin
     with pytest.raises(ValueError, match="ppo.reward_model: .* scores 2 labels"):
         ppo.PPOTrainer(config)
     assert not (tmp_path / "run").exists()  # refused before the run directory was written
+
+
+@pytest.mark.parametrize("algo", ["ppo", "grpo"])
+def test_a_bad_task_or_eval_task_is_refused_before_the_run_directory_is_touched(tiny_model_dir, tmp_path, algo):
+    """PPO built its task after open_run_dir: with overwrite_output_dir a typo in env.kwargs deleted the run's
+    checkpoints before the error; an env.eval_kwargs typo did so in both trainers."""
+    from algos.config import GRPOConfig
+    from algos.grpo import GRPOTrainer
+
+    trainer_cls, config_cls = (ppo.PPOTrainer, ppo.PPOConfig) if algo == "ppo" else (GRPOTrainer, GRPOConfig)
+    (tmp_path / "checkpoint-3").mkdir()
+    base = small_overrides(tiny_model_dir, tmp_path, **{"run.overwrite_output_dir": "true"})
+    if algo == "grpo":
+        base = {k: v for k, v in base.items() if not k.startswith("ppo.")}
+    for key, value in (("env.kwargs", '{"digitz": 2}'), ("env.eval_kwargs", '{"digitz": 2}')):
+        with pytest.raises(ValueError, match=f"{key}"):
+            trainer_cls(load_config(config_cls, overrides={**base, key: value}))
+        assert (tmp_path / "checkpoint-3").is_dir() and not (tmp_path / "config.yaml").exists()

@@ -251,7 +251,7 @@ def test_rope_scaling_stretches_the_context_the_length_check_allows(tokenizer):
     """Qwen2.5 keeps max_position_embeddings at 32,768 and documents YaRN factor 4 for 131,072 tokens."""
     model = build_tiny_model(tokenizer, hidden_size=16, num_layers=1, num_heads=2)
     model.config.max_position_embeddings = 24
-    model.config.rope_scaling = {"rope_type": "linear", "factor": 4.0}
+    model.config.rope_scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 24}
     env = TokenVectorEnv(ArithmeticTask(), tokenizer, num_envs=2, max_new_tokens=16)
     env.reset(seed=0)
     assert 24 < env.prompt_width + 16 <= 96

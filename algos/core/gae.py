@@ -148,7 +148,7 @@ class AdaptiveKLController:
 
     Adaptive rule of Ziegler et al. 2019 ("Fine-Tuning LMs from Human
     Preferences"): coef *= 1 + clip(KL / target - 1, -0.2, 0.2) * n_steps / horizon, the step itself clipped
-    to +-20% so the coefficient stays > 0 when n_steps exceeds the horizon. ``target=None`` keeps it fixed.
+    to +-20% (past n_steps = 5 x horizon the factor would turn negative). ``target=None`` keeps it fixed.
     """
 
     coef: float
