@@ -111,12 +111,13 @@ class GRPOTrainer:
                 f"{config.env.id} with env.kwargs {config.env.kwargs} gives none (Countdown does with step_reward > 0)"
             )
         self.config = config
-        self.output_dir = Path(config.run.output_dir)
-        latest = open_run_dir(config, resume)
         seed_everything(config.run.seed, config.run.full_determinism)
         self.device = resolve_device(config.model.device)
         self.model, self.tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=self.device)
         check_lm_head(self.model, len(self.tokenizer))
+        # After the model's own checks: a refused model leaves no run behind (and deletes no old one).
+        self.output_dir = Path(config.run.output_dir)
+        latest = open_run_dir(config, resume)
         # The frozen reference exists only when the KL term does: beta = 0 costs no memory.
         self.ref_model = None
         if config.grpo.beta > 0:

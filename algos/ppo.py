@@ -210,12 +210,13 @@ class PPOTrainer:
         task, self.eval_set = build_task(config), eval_task(config)
         if p.reward_source == "model":
             _check_reward_model(p)
-        self.output_dir = Path(config.run.output_dir)
-        latest = open_run_dir(config, resume)
         seed_everything(config.run.seed, config.run.full_determinism)
         self.device = resolve_device(config.model.device)
         self.policy, self.tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=self.device)
         check_lm_head(self.policy, len(self.tokenizer))  # also refuses an LM head that is not a bias-free Linear
+        # After the model's own checks: a refused model leaves no run behind (and deletes no old one).
+        self.output_dir = Path(config.run.output_dir)
+        latest = open_run_dir(config, resume)
         # Built from the initial weights, before any checkpoint is loaded: the KL anchor never moves.
         self.ref_model = copy.deepcopy(self.policy).eval().requires_grad_(False) if p.kl_coef > 0 else None
         self.critic = build_value_model(self.policy, p.value_model)

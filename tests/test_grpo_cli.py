@@ -252,3 +252,18 @@ def test_rlvr_traceback_shows_the_traceback_instead_of_one_line(tiny_dir, monkey
     monkeypatch.setattr(cli, "_load", lambda *args, **kwargs: (_ for _ in ()).throw(KeyboardInterrupt))
     assert main(["eval", "--model", "x"]) == 130  # Ctrl-C outside the training loop
     assert capsys.readouterr().err.strip() == "rlvr: interrupted"
+
+
+def test_a_model_refused_on_loading_leaves_no_run_behind(tiny_dir, capsys):
+    """load_policy's checks ran after config.yaml was written (and after overwrite_output_dir deleted checkpoints)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_char_tokenizer()
+    small = LlamaForCausalLM(LlamaConfig(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=2))  # 50 embedding rows for a larger tokenizer
+    small.save_pretrained(tiny_dir / "small")
+    tokenizer.save_pretrained(tiny_dir / "small")
+    assert main(["train", "--algo", "grpo", "--model", str(tiny_dir / "small"), *TINY_RUN,
+                 "--run.output_dir", str(tiny_dir / "refused")]) == 2
+    assert "but the model's input embeddings have only 50 rows" in capsys.readouterr().err
+    assert not (tiny_dir / "refused").exists()
