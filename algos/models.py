@@ -140,6 +140,27 @@ def _nearby_models(path: Path) -> str:
     return "; did you mean " + " or ".join(repr(str(p)) for p in near[:3]) + f"?{more}"
 
 
+def context_length(model) -> int | None:
+    """How many tokens ``model`` can read, or None when its config sets no limit: config.max_position_embeddings,
+    stretched by RoPE scaling over a stated original context (Qwen2.5's YaRN leaves max_position_embeddings at the
+    original; Llama-3.1 states the stretched one), less RoBERTa-style models' offset (they number positions from
+    padding_idx + 1: 512 of 514). Past it, learned position tables raise IndexError inside torch and RoPE models
+    degrade silently."""
+    import torch
+
+    config = model.config
+    limit = getattr(config, "max_position_embeddings", None)
+    if not isinstance(limit, int):
+        return None
+    scaling = getattr(config, "rope_scaling", None) or {}
+    if isinstance(scaling.get("factor"), (int, float)) and "original_max_position_embeddings" in scaling:
+        limit = max(limit, int(scaling["original_max_position_embeddings"] * scaling["factor"]))
+    positions = getattr(getattr(getattr(model, "base_model", None), "embeddings", None), "position_embeddings", None)
+    if isinstance(positions, torch.nn.Embedding) and positions.padding_idx is not None:
+        limit -= positions.padding_idx + 1
+    return limit
+
+
 def _resolve_dtype(dtype):
     import torch
 

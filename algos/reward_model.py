@@ -18,6 +18,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from algos.models import context_length
+
 
 @dataclass(frozen=True)
 class PreferencePair:
@@ -61,19 +63,6 @@ def bradley_terry_loss(
     return -F.logsigmoid(difference).mean()
 
 
-def usable_positions(model) -> int | None:
-    """How many tokens ``model`` can read: config.max_position_embeddings, less RoBERTa-style models' offset
-    (they number positions from padding_idx + 1: 512 of 514); None when the config sets no limit."""
-    context = getattr(model.config, "max_position_embeddings", None)
-    if not isinstance(context, int):
-        return None
-    embeddings = getattr(getattr(model, "base_model", None), "embeddings", None)
-    positions = getattr(embeddings, "position_embeddings", None)
-    if isinstance(positions, torch.nn.Embedding) and positions.padding_idx is not None:
-        context -= positions.padding_idx + 1
-    return context
-
-
 class RewardModel:
     """Scores (prompt, completion) pairs with a one-label sequence-classification model.
 
@@ -94,7 +83,7 @@ class RewardModel:
         self.model = model
         self.tokenizer = tokenizer
         # Never past the model's own context (GPT-2's 1024 learned positions raise IndexError beyond it).
-        context = usable_positions(model)
+        context = context_length(model)
         self.max_length = min(max_length, context) if context is not None else max_length
         self.batch_size = batch_size
 

@@ -59,18 +59,13 @@ class RolloutBackend(Protocol):
 
 
 def _check_env_ready(env: TokenVectorEnv, model=None) -> None:
-    """A freshly reset env whose rows fit the model's context (``model``: its config's max_position_embeddings)."""
+    """A freshly reset env whose rows fit ``model``'s context (models.context_length; no model, no check)."""
+    from algos.models import context_length
+
     if env.all_done or env.num_generated.any():
         raise RuntimeError("the env must be freshly reset before a rollout: call env.reset() first")
-    config = getattr(model, "config", None)
-    limit = getattr(config, "max_position_embeddings", None)
-    scaling = getattr(config, "rope_scaling", None) or {}
-    if isinstance(limit, int) and isinstance(scaling.get("factor"), (int, float)) and "original_max_position_embeddings" in scaling:
-        # RoPE scaling over a stated original context (Qwen2.5's YaRN leaves max_position_embeddings at the original;
-        # Llama-3.1 states the stretched one); without one, max_position_embeddings is already the stretched context
-        limit = max(limit, int(scaling["original_max_position_embeddings"] * scaling["factor"]))
-    # Past it, learned position tables fail with an IndexError inside torch and RoPE models degrade silently.
-    if isinstance(limit, int) and env.prompt_width + env.max_new_tokens > limit:
+    limit = context_length(model) if model is not None else None
+    if limit is not None and env.prompt_width + env.max_new_tokens > limit:
         raise ValueError(
             f"the longest prompt ({env.prompt_width} tokens) + env.max_new_tokens ({env.max_new_tokens}) exceed the "
             f"model's max_position_embeddings ({limit}): lower env.max_new_tokens, or cap prompts with env.max_prompt_tokens"
