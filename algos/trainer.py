@@ -390,10 +390,9 @@ def procedural_eval_indices(config) -> list[int]:
     seed env.eval_seed draws for as many prompts, so batching the evaluation keeps its problems."""
     from gymnasium.utils import seeding
 
-    from rlvr_env.completion_env import PROCEDURAL_INDEX_RANGE
+    from rlvr_env.token_vector_env import draw_problem_indices
 
-    rng, _ = seeding.np_random(config.env.eval_seed)
-    return rng.integers(0, PROCEDURAL_INDEX_RANGE, size=config.env.eval_size).tolist()
+    return draw_problem_indices(seeding.np_random(config.env.eval_seed)[0], None, config.env.eval_size)
 
 
 @torch.no_grad()

@@ -33,6 +33,11 @@ from rlvr_env.task import Problem, Task
 from rlvr_env.token_env import credit_newest_step, step_end_flags, stop_ids_of
 
 
+def draw_problem_indices(np_random: np.random.Generator, task_size: int | None, count: int) -> list[int]:
+    """``count`` problem indices as a reset draws them: below a dataset's size, or in the procedural range."""
+    return np_random.integers(0, task_size or PROCEDURAL_INDEX_RANGE, size=count).tolist()
+
+
 @dataclass
 class RolloutResult:
     """A finished batch. T = steps taken (the longest response), B = num_envs."""
@@ -140,7 +145,7 @@ class TokenVectorEnv(VectorEnv):
         overrides_verify = getattr(self.task.verify, "__func__", None) is not Task.verify
         self._verifier = None if overrides_verify else self.task.verifier
         if indices is None:
-            indices = self.np_random.integers(0, self.task.size or PROCEDURAL_INDEX_RANGE, size=num_prompts).tolist()
+            indices = draw_problem_indices(self.np_random, self.task.size, num_prompts)
         elif len(indices) != num_prompts:
             raise ValueError(f"problem_indices needs num_envs // group_size = {num_prompts} entries, got {len(indices)}")
         indices = [checked_problem_index(self.task, i, "problem_indices") for i in indices]
