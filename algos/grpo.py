@@ -35,6 +35,7 @@ from algos.core.aggregation import aggregate_loss
 from algos.core.kl import kl_estimate
 from algos.core.policy_loss import clipped_policy_loss
 from algos.metrics import MetricsLogger
+from algos.rollout import RolloutBackend
 from algos.trainer import (
     DTYPES,
     advance_schedule,
@@ -97,7 +98,8 @@ def _pad_and_concat(parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, 
 
 
 class GRPOTrainer:
-    def __init__(self, config: GRPOConfig, *, resume: bool = False) -> None:
+    def __init__(self, config: GRPOConfig, *, resume: bool = False, backend: RolloutBackend | None = None) -> None:
+        """``backend``: the rollout backend (default: the one config.rollout names), e.g. a ScriptedRollout."""
         from algos.models import load_policy
 
         config.validate()
@@ -128,7 +130,7 @@ class GRPOTrainer:
         self.env = make_env(config, self.tokenizer, num_envs=g.prompts_per_step * g.group_size, device=self.device,
                             task=task, model=self.model)
         warn_if_eval_reads_training_data(config, self.env.task)
-        self.backend = make_rollout_backend(config)
+        self.backend = backend if backend is not None else make_rollout_backend(config)
         self.start_step = 0
         if latest is not None:
             loaded = ckpt.load_checkpoint(latest, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)

@@ -48,6 +48,7 @@ from algos.core.kl import kl_estimate
 from algos.core.logprobs import logprobs_from_hidden
 from algos.core.policy_loss import clipped_policy_loss
 from algos.metrics import MetricsLogger
+from algos.rollout import RolloutBackend
 from algos.trainer import (
     DTYPES,
     advance_schedule,
@@ -199,7 +200,8 @@ def _check_reward_model(p: PPOSection) -> None:
 
 
 class PPOTrainer:
-    def __init__(self, config: PPOConfig, *, resume: bool = False) -> None:
+    def __init__(self, config: PPOConfig, *, resume: bool = False, backend: RolloutBackend | None = None) -> None:
+        """``backend``: the rollout backend (default: the one config.rollout names), e.g. a ScriptedRollout."""
         from algos.models import load_policy
 
         config.validate()
@@ -237,7 +239,7 @@ class PPOTrainer:
         self.env = make_env(config, self.tokenizer, num_envs=p.prompts_per_step * p.samples_per_prompt, device=self.device,
                             task=task, model=self.policy)
         warn_if_eval_reads_training_data(config, self.env.task)
-        self.backend = make_rollout_backend(config)
+        self.backend = backend if backend is not None else make_rollout_backend(config)
         self.start_step = 0
         if latest is not None:
             loaded = ckpt.load_checkpoint(latest, model=self.policy, optimizer=self.optimizer, scheduler=self.scheduler)

@@ -72,9 +72,9 @@ def _check_env_ready(env: TokenVectorEnv, model=None) -> None:
         )
 
 
-def _as_rollout(result: RolloutResult, logprobs: torch.Tensor) -> Rollout:
+def _as_rollout(result: RolloutResult, logprobs: torch.Tensor | None) -> Rollout:
     values = {f.name: getattr(result, f.name) for f in fields(RolloutResult)}
-    return Rollout(**values, logprobs=logprobs * result.response_mask)
+    return Rollout(**values, logprobs=None if logprobs is None else logprobs * result.response_mask)
 
 
 def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
@@ -201,6 +201,37 @@ class HFRollout:
             ).logits[:, -1]
             next_position = next_position + 1
         return _as_rollout(env.results(), logprobs[:, :steps])
+
+
+class ScriptedRollout:
+    """Replays scripted completions into a TokenVectorEnv: the env's verifiers score them, as they score sampled ones.
+
+    ``script(problem, row, round_index) -> str`` is the completion of env row ``row`` (its group is row // G), which
+    answers ``problem``, in the ``round_index``-th call of ``generate`` (0-based, counted by this backend). Each text is
+    tokenized without special tokens and followed by the stop token; a text longer than env.max_new_tokens is cut
+    there (the row is truncated). A trainer's update can so be run on a batch chosen in advance (tests pin the
+    gradient it accumulates this way), or on completions recorded elsewhere. ``rounds`` keeps each call's
+    (prompt_ids, prompt_mask, Rollout); ``logprobs`` are None: no distribution sampled the tokens.
+    """
+
+    def __init__(self, script) -> None:
+        self.script = script
+        self.rounds: list[tuple[torch.Tensor, torch.Tensor, Rollout]] = []
+
+    def generate(self, model, env: TokenVectorEnv, **sampling) -> Rollout:
+        _check_env_ready(env)
+        round_index = len(self.rounds)
+        texts = [self.script(problem, row, round_index) for row, problem in enumerate(env.problems)]
+        eos = env.tokenizer.eos_token_id
+        stop = eos if eos in env.stop_ids.tolist() else env.stop_ids[0].item()
+        plans = [env.tokenizer.encode(text, add_special_tokens=False) + [stop] for text in texts]
+        for step in range(env.max_new_tokens):
+            if env.all_done:
+                break
+            env.step(torch.tensor([plan[step] if step < len(plan) else stop for plan in plans], device=env.device))
+        rollout = _as_rollout(env.results(), None)
+        self.rounds.append((env.prompt_ids.clone(), env.prompt_mask.clone(), rollout))
+        return rollout
 
 
 class VLLMWeightLoader:
