@@ -85,8 +85,8 @@ SCENARIOS = {
     "gspo": {"grpo.ratio_level": "sequence", "grpo.num_iterations": "2", "grpo.eps_low": "0.05", "grpo.eps_high": "0.05",
              "grpo.beta": "0"},
     # Process supervision beside the outcome advantage, batch-std scaling, dual clip.
-    "process": {"grpo.process_weight": "0.5", "grpo.adv_scale": "batch", "grpo.dual_clip": "3", "grpo.num_iterations": "2",
-                "grpo.beta": "0"},
+    "process": {"grpo.process_weight": "0.5", "grpo.adv_scale": "batch", "grpo.dual_clip": "1.5", "grpo.num_iterations": "2",
+                "grpo.beta": "0", "optim.lr": "0.05"},
 }
 
 
@@ -247,7 +247,7 @@ def test_each_update_applies_the_gradient_of_the_papers_objective(name, model_di
         return batch, stats
 
     trainer.collect = collect
-    checked_clipping = False
+    clipped_low = clipped_high = dual_clipped = False
     for step in range(1, config.run.steps + 1):
         rounds_before, steps_before = len(trainer.backend.rounds), len(spy.steps)
         metrics = trainer.train_step(step, logger)
@@ -272,9 +272,13 @@ def test_each_update_applies_the_gradient_of_the_papers_objective(name, model_di
         assert metrics["grad_norm"] == pytest.approx(norm, rel=1e-4)
         for key, value in stats.items():
             assert metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
-        checked_clipping |= stats["clip_frac_low"] + stats["clip_frac_high"] > 0
-    if g.num_iterations > 1 and g.ratio_level == "token":
-        assert checked_clipping  # the second iteration's ratios left the clip range somewhere: clipping was exercised
+        clipped_low |= stats["clip_frac_low"] > 0
+        clipped_high |= stats["clip_frac_high"] > 0
+        dual_clipped |= stats["dual_clip_frac"] > 0
+    # The second iteration's ratios left the clip range on both sides: the clipping was exercised, as was the dual clip.
+    if g.num_iterations > 1:
+        assert clipped_low and clipped_high
+    assert dual_clipped == (g.dual_clip is not None)
 
 
 def test_collect_keeps_informative_groups_in_order_and_trims_the_last_round(model_dir, tmp_path):

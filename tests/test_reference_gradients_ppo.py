@@ -1,0 +1,205 @@
+"""PPO-Clip with GAE and a critic, pinned end to end as tests/test_reference_gradients.py pins GRPO: on scripted
+completions (uneven lengths, truncated rows, process rewards), each minibatch's optimizer step must apply the
+gradient of the InstructGPT-style objective written here in plain torch: per-token rewards with the KL penalty in
+them, GAE over each row, returns before whitening, clipped surrogate + vf_coef x clipped value loss - entropy
+bonus, over the rows torch.randperm put in that minibatch; the adaptive KL coefficient follows Ziegler et al.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from algos.config import load_config
+from algos.metrics import MetricsLogger
+from algos.ppo import PPOConfig, PPOTrainer
+from algos.rollout import ScriptedRollout
+from reference_helpers import (
+    OptimizerSpy,
+    assert_gradients_equal,
+    clip_surrogate,
+    clipped_gradients,
+    load_weights,
+    lr_factor,
+    rows_of_round,
+    save_tiny_model,
+    token_logprobs,
+)
+from test_reference_gradients import BASE, MAX_NEW_TOKENS, script
+
+PPO_BASE = {key: value for key, value in BASE.items() if not key.startswith("grpo.")}
+PPO_BASE.update({
+    "ppo.prompts_per_step": "3", "ppo.samples_per_prompt": "2", "ppo.micro_batch_size": "2", "ppo.num_minibatches": "2",
+    "ppo.ppo_epochs": "2", "ppo.kl_coef": "0.1", "ppo.kl_target": "0.5", "ppo.kl_horizon": "8", "ppo.entropy_coef": "0.01",
+    "ppo.vf_coef": "0.3", "ppo.value_clip": "0.05", "ppo.lam": "0.9", "ppo.gamma": "0.95", "ppo.dual_clip": "1.5",
+    "optim.schedule": "linear", "optim.lr": "0.01",
+})
+
+SCENARIOS = {
+    "head": {"ppo.value_model": "head", "run.steps": "2"},
+    "separate": {"ppo.value_model": "separate", "ppo.critic_lr": "0.03", "run.steps": "2"},
+    "critic_warmup": {"ppo.value_model": "head", "ppo.critic_warmup_steps": "1", "run.steps": "3"},
+}
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """[T] rewards and values of one row -> ([T] advantages, [T] returns); the value after the last token is 0."""
+    advantages, next_value, next_advantage = torch.zeros_like(rewards), 0.0, 0.0
+    for t in reversed(range(rewards.numel())):
+        delta = rewards[t] + gamma * next_value - values[t]
+        next_advantage = advantages[t] = delta + gamma * lam * next_advantage
+        next_value = values[t]
+    return advantages, advantages + values
+
+
+class ReferencePPO:
+    """The policy, its critic and the reference model at recorded weights, as plain modules."""
+
+    def __init__(self, trainer: PPOTrainer):
+        self.trainer = trainer
+        self.kind = trainer.config.ppo.value_model
+        self.policy_template = copy.deepcopy(trainer.policy)
+        self.ref_model = copy.deepcopy(trainer.ref_model)
+
+    def at(self, weights: dict[str, torch.Tensor]):
+        """(policy, values(row, detach_backbone) -> [T]) at ``weights``; the head's leaves collect its gradient."""
+        policy = load_weights(self.policy_template, weights, "policy.")
+        head_w = weights["critic.head.weight"].clone().requires_grad_(True)
+        head_b = weights["critic.head.bias"].clone().requires_grad_(True)
+        backbone = policy.model
+        if self.kind == "separate":
+            backbone = load_weights(self.policy_template.model, weights, "critic.backbone.")
+
+        def values(row, detach_backbone=False):
+            ids = torch.cat([row.prompt, row.response])[None]
+            hidden = backbone(input_ids=ids).last_hidden_state[0]
+            start = row.prompt.numel() - 1  # V of the state before token t, read where token t is predicted
+            hidden = hidden[start : start + row.length]
+            return (hidden.detach() if detach_backbone else hidden) @ head_w[0] + head_b[0]
+
+        gradients = {"policy.": policy, "critic.head.": {"weight": head_w, "bias": head_b}}
+        if self.kind == "separate":
+            gradients["critic.backbone."] = backbone
+        return policy, values, gradients
+
+
+def named_gradients(sources: dict) -> dict[str, torch.Tensor]:
+    grads = {}
+    for prefix, source in sources.items():
+        items = source.named_parameters() if isinstance(source, torch.nn.Module) else source.items()
+        grads.update({prefix + name: p.grad for name, p in items if p.grad is not None})
+    return grads
+
+
+def global_clip(grads: dict[str, torch.Tensor], max_norm: float) -> tuple[dict[str, torch.Tensor], float]:
+    class Holder(torch.nn.Module):  # clipped_gradients reads named parameters' .grad
+        pass
+
+    holder = Holder()
+    for i, (name, g) in enumerate(grads.items()):
+        p = torch.nn.Parameter(torch.zeros_like(g))
+        p.grad = g
+        holder.register_parameter(f"p{i}", p)
+    clipped, norm = clipped_gradients(holder, max_norm)
+    return {name: clipped[f"p{i}"] for i, name in enumerate(grads)}, norm
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_dir, tmp_path, monkeypatch):
+    overrides = {**PPO_BASE, "model.path": model_dir, "run.output_dir": str(tmp_path), **SCENARIOS[name]}
+    trainer = PPOTrainer(load_config(PPOConfig, overrides=overrides), backend=ScriptedRollout(script))
+    config, p = trainer.config, trainer.config.ppo
+    torch.manual_seed(1)
+    with torch.no_grad():  # a reference apart from the policy (KL > 0) and a critic that predicts something
+        for param in trainer.ref_model.parameters():
+            param.add_(0.05 * torch.randn_like(param))
+        trainer.critic.head.weight.normal_(0, 0.3)
+        trainer.critic.head.bias.fill_(0.2)
+    reference = ReferencePPO(trainer)
+    spy = OptimizerSpy(trainer.optimizer, {"policy.": trainer.policy, "critic.": trainer.critic})
+    permutations = []
+    randperm = torch.randperm
+
+    def recorded_randperm(*args, **kwargs):
+        permutations.append(randperm(*args, **kwargs))
+        return permutations[-1]
+
+    monkeypatch.setattr(torch, "randperm", recorded_randperm)
+    logger = MetricsLogger(tmp_path, config.run.steps, tensorboard=False, progress=False)
+    coef = p.kl_coef
+    for step in range(1, config.run.steps + 1):
+        rounds_before, steps_before, perms_before = len(trainer.backend.rounds), len(spy.steps), len(permutations)
+        metrics = trainer.train_step(step, logger)
+        (round_,) = trainer.backend.rounds[rounds_before:]
+        rows = rows_of_round(*round_)
+        records = spy.steps[steps_before:]
+        train_policy = step > p.critic_warmup_steps
+        temperature = config.rollout.temperature
+
+        # Rollout-time quantities, at the weights of the step's first update (nothing moved them since the rollout).
+        policy0, values0, _ = reference.at(records[0]["weights"])
+        with torch.no_grad():
+            old = [token_logprobs(policy0, row, temperature)[0] for row in rows]
+            ref = [token_logprobs(reference.ref_model, row, temperature)[0] for row in rows]
+            old_values = [values0(row) for row in rows]
+        kl = [o - r for o, r in zip(old, ref)]  # k1 = log(pi_old / pi_ref)
+        advantages, returns = [], []
+        for row, row_kl, v in zip(rows, kl, old_values):
+            rewards = row.step_rewards - coef * row_kl
+            rewards[-1] += row.score
+            a, ret = gae(rewards, v, p.gamma, p.lam)
+            advantages.append(a)
+            returns.append(ret)
+        flat_adv, flat_ret, flat_v = torch.cat(advantages), torch.cat(returns), torch.cat(old_values)
+        mean, var = flat_adv.mean(), flat_adv.var()
+        whitened = [(a - mean) / torch.sqrt(var + 1e-8) for a in advantages]
+        sequence_kl = torch.stack([k.sum() for k in kl]).mean().item()
+        want = {
+            "kl": torch.cat(kl).mean().item(), "kl_sequence": sequence_kl, "kl_coef": coef,
+            "advantages_mean": mean.item(), "advantages_std": var.sqrt().item(),
+            "returns_mean": flat_ret.mean().item(), "returns_std": flat_ret.std().item(),
+            "values_mean": flat_v.mean().item(),
+            "explained_variance": 1 - ((flat_ret - flat_v).var() / flat_ret.var()).item(),
+        }
+        if train_policy:  # Ziegler et al.'s controller; it waits out the critic warm-up
+            error = min(max(sequence_kl / p.kl_target - 1, -0.2), 0.2)
+            coef *= 1 + min(max(error * len(rows) / p.kl_horizon, -0.2), 0.2)
+
+        # The updates: ppo_epochs x num_minibatches optimizer steps over torch.randperm's order.
+        minibatches = [mb for order in permutations[perms_before:] for mb in order.tensor_split(p.num_minibatches)]
+        assert len(minibatches) == len(records) == p.ppo_epochs * p.num_minibatches
+        norms = []
+        for record, minibatch in zip(records, minibatches):
+            policy, values, sources = reference.at(record["weights"])
+            tokens = sum(rows[i].length for i in minibatch.tolist())
+            loss = 0.0
+            for i in minibatch.tolist():
+                row = rows[i]
+                v = values(row, detach_backbone=not train_policy and reference.kind == "head")
+                clipped_v = old_values[i] + (v - old_values[i]).clamp(-p.value_clip, p.value_clip)
+                value_loss = 0.5 * torch.maximum((v - returns[i]) ** 2, (clipped_v - returns[i]) ** 2)
+                loss = loss + p.vf_coef * value_loss.sum() / tokens
+                if train_policy:
+                    logp, entropy = token_logprobs(policy, row, temperature)
+                    surrogate = clip_surrogate((logp - old[i]).exp(), whitened[i], p.eps_low, p.eps_high, p.dual_clip)
+                    loss = loss + (surrogate - p.entropy_coef * entropy).sum() / tokens
+            loss.backward()
+            grads, norm = global_clip(named_gradients(sources), config.optim.max_grad_norm)
+            norms.append(norm)
+            assert_gradients_equal(record["grads"], grads)
+            delay = p.critic_warmup_steps
+            policy_lr = config.optim.lr * lr_factor(max(0, step - 1 - delay), 0, "linear", config.run.steps - delay)
+            critic_lr = (p.critic_lr or 10 * config.optim.lr) * lr_factor(step - 1, 0, "linear", config.run.steps)
+            assert record["lr"] == [pytest.approx(policy_lr, rel=1e-6), pytest.approx(critic_lr, rel=1e-6)]
+        want["grad_norm"] = sum(norms) / len(norms)
+        for key, value in want.items():
+            assert metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+        assert metrics["critic_warmup"] == float(not train_policy)
+    assert trainer.kl_controller.coef == pytest.approx(coef, rel=1e-6)
