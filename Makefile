@@ -14,7 +14,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 TORCH_VERSION ?= 2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-fast test-vllm demo bench clean
+.PHONY: setup test test-fast test-vllm demo bench mutation clean
 
 setup: $(STAMP)
 
@@ -51,5 +51,12 @@ bench: $(STAMP)
 	$(PY) bench/rollout.py
 	$(PY) bench/grpo_step.py
 
+# Mutation testing (mutmut, in the dev extra), on demand and not in CI: every module in
+# tests/mutation/run.py's MODULES table against its own fast tests, or MODULE=algos/core/gae.py.
+# Results: mutants/summary.md, and mutants/<module>/ (`mutmut results` / `mutmut show NAME` there).
+MODULE ?=
+mutation: $(STAMP)
+	$(PY) tests/mutation/run.py $(MODULE)
+
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache mutants
