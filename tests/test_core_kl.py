@@ -35,3 +35,18 @@ def test_k3_reaches_its_clamp_with_a_gradient_up_to_it():
 def test_unknown_estimator_is_named():
     with pytest.raises(ValueError, match="k4"):
         kl_estimate(torch.zeros(1, 1), torch.zeros(1, 1), "k4")
+
+
+def test_the_default_is_k3_clamped_at_10():
+    logp, ref = torch.tensor([[0.0, 0.0]]), torch.tensor([[math.log(0.5), 10.5]])
+    torch.testing.assert_close(kl_estimate(logp, ref), kl_estimate(logp, ref, "k3", clamp=10.0))
+    assert kl_estimate(logp, ref)[0, 1].item() == 10.0  # k3 = e^10.5 - 11.5, clamped
+
+
+def test_k3_bounds_its_log_ratio_at_20_on_both_sides_and_k1_is_clamped_below_too():
+    # log(pi_ref/pi) = +-30 is read as +-20 inside k3 (exp stays finite), whatever the output clamp
+    logp, ref = torch.tensor([[0.0, 0.0]]), torch.tensor([[30.0, -30.0]])
+    kl = kl_estimate(logp, ref, "k3", clamp=1e12)
+    assert kl[0, 0].item() == pytest.approx(math.exp(20) - 21, rel=1e-6)
+    assert kl[0, 1].item() == pytest.approx(math.exp(-20) + 19, rel=1e-6)
+    assert kl_estimate(torch.tensor([[0.0]]), torch.tensor([[15.0]]), "k1").item() == -10.0

@@ -65,3 +65,28 @@ def test_bad_options_are_named():
         clipped_policy_loss(z, z, z, z, ratio_level="word")
     with pytest.raises(ValueError, match="dual_clip"):
         clipped_policy_loss(z, z, z, z, dual_clip=0.5)
+
+
+def test_dual_clip_of_exactly_one_is_refused():
+    z = torch.zeros(1, 1)
+    with pytest.raises(ValueError, match="dual_clip"):
+        clipped_policy_loss(z, z, z, z, dual_clip=1.0)
+
+
+def test_ratio_is_capped_at_exp_20_before_it_can_overflow():
+    out = clipped_policy_loss(torch.tensor([[20.5]]), torch.zeros(1, 1), torch.tensor([-1.0]), torch.ones(1, 1))
+    assert out.stats["ratio_max"] == pytest.approx(math.exp(20.0), rel=1e-6)
+
+
+def test_a_batch_without_valid_tokens_reports_neutral_ratio_stats():
+    out = clipped_policy_loss(_logp([2.0, 0.5]), torch.zeros(1, 2), torch.tensor([1.0]), torch.zeros(1, 2))
+    assert (out.stats["ratio_min"], out.stats["ratio_mean"], out.stats["ratio_max"]) == (1.0, 1.0, 1.0)
+    assert out.per_token_loss.abs().sum().item() == 0.0
+
+
+def test_gspo_ratio_of_a_one_token_row_is_that_tokens_ratio():
+    # one valid token of ratio 1.5 beside padding: the sequence ratio is 1.5 (its length is 1), clipped at 1.2 for A > 0
+    out = clipped_policy_loss(_logp([1.5, 3.0]), torch.zeros(1, 2), torch.tensor([1.0]), torch.tensor([[1, 0]]),
+                              ratio_level="sequence")
+    assert out.stats["ratio_max"] == pytest.approx(1.5)
+    torch.testing.assert_close(out.per_token_loss, torch.tensor([[-1.2, 0.0]]))

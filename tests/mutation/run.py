@@ -42,18 +42,23 @@ WORK = ROOT / "mutants"
 
 # module -> the test files that exercise it. mutmut runs, per mutant, only those of these tests that
 # call the mutated function, so listing a broad file costs stats-collection time, not per-mutant time.
-CORE_USERS = ["tests/test_grpo_loop.py", "tests/test_ppo.py"]  # the trainers call every algos.core function
+# The reference-gradient tests pin what the loops compute from the core: every core module and loop lists them.
+GRPO_REFERENCE = ["tests/test_reference_gradients.py"]
+PPO_REFERENCE = ["tests/test_reference_gradients_ppo.py"]
+RESUME = ["tests/test_resume_state.py"]
+CORE_USERS = ["tests/test_grpo_loop.py", "tests/test_ppo.py", *GRPO_REFERENCE, *PPO_REFERENCE]
 MODULES: dict[str, list[str]] = {
     "algos/core/advantages.py": ["tests/test_core_advantages.py", *CORE_USERS],
     "algos/core/aggregation.py": ["tests/test_core_aggregation.py", *CORE_USERS],
-    "algos/core/gae.py": ["tests/test_gae.py", "tests/test_ppo.py"],
+    "algos/core/gae.py": ["tests/test_gae.py", "tests/test_ppo.py", *PPO_REFERENCE, *RESUME],
     "algos/core/kl.py": ["tests/test_core_kl.py", *CORE_USERS],
     "algos/core/policy_loss.py": ["tests/test_core_policy_loss.py", "tests/test_core_aggregation.py", *CORE_USERS],
     "algos/core/logprobs.py": ["tests/test_core_logprobs.py", "tests/test_grpo_machinery.py", *CORE_USERS],
-    "algos/grpo.py": ["tests/test_grpo_loop.py", "tests/test_grpo_machinery.py", "tests/test_ppo.py"],
-    "algos/ppo.py": ["tests/test_ppo.py"],
-    "algos/checkpoint.py": ["tests/test_grpo_machinery.py", *CORE_USERS],
-    "rewards/shaping.py": ["tests/test_rewards_shaping.py", "tests/test_grpo_loop.py"],
+    "algos/grpo.py": ["tests/test_grpo_loop.py", "tests/test_grpo_machinery.py", "tests/test_ppo.py", *GRPO_REFERENCE,
+                      *RESUME],
+    "algos/ppo.py": ["tests/test_ppo.py", *PPO_REFERENCE, *RESUME],
+    "algos/checkpoint.py": ["tests/test_grpo_machinery.py", *CORE_USERS, *RESUME],
+    "rewards/shaping.py": ["tests/test_rewards_shaping.py", "tests/test_grpo_loop.py", *GRPO_REFERENCE],
 }
 
 
