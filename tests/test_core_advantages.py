@@ -66,3 +66,38 @@ def test_step_rewards_vary_per_group_over_masked_steps_only():
     mask = torch.tensor([[1, 0, 0], [0, 1, 0], [1, 0, 0], [0, 1, 0]], dtype=torch.bool)
     assert step_rewards_vary(rewards, mask, group_size=2).tolist() == [True, False]
     assert step_rewards_vary(rewards, torch.zeros_like(mask), group_size=2).tolist() == [False, False]  # no steps
+
+
+def test_default_eps_is_1e6_and_eps_is_added_to_the_std():
+    scores = torch.tensor([0.0, 1.0])  # G = 2: mean 0.5, unbiased std sqrt(1/2)
+    s = 0.5 / (math.sqrt(0.5) + 1e-6)
+    torch.testing.assert_close(group_advantages(scores, group_size=2), torch.tensor([-s, s]))
+    wide = 0.5 / (math.sqrt(0.5) + 0.5)
+    torch.testing.assert_close(group_advantages(scores, group_size=2, eps=0.5), torch.tensor([-wide, wide]))
+
+
+def test_process_advantages_normalise_per_group_with_one_or_two_steps():
+    # group 0 (rows 0-1): one step of 0.3 -> mean 0.3, std 0 (count - 1 clamped at 1) -> 0
+    # group 1 (rows 2-3): steps 1.0 (row 2, t=1) and 0.0 (row 3, t=0) -> mean 0.5, unbiased std sqrt(0.5)
+    # group 2 (rows 4-5): steps 0.4 and 0.0 -> mean 0.2, unbiased std sqrt(0.08), its own
+    rewards = torch.tensor([[0.3, 0.0], [0.0, 0.0], [0.0, 1.0], [0.0, 0.0], [0.4, 0.0], [0.0, 0.0]])
+    mask = torch.tensor([[True, False], [False, False], [False, True], [True, False], [True, False], [True, False]])
+    z = 0.5 / (math.sqrt(0.5) + 1e-6)  # the default eps
+    y = 0.2 / (math.sqrt(0.08) + 1e-6)
+    torch.testing.assert_close(process_advantages(rewards, mask, group_size=2),
+                               torch.tensor([[0.0, 0.0], [0.0, 0.0], [z, z], [-z, 0.0], [y, 0.0], [-y, 0.0]]))
+
+
+def test_process_advantages_refuse_mismatched_shapes_by_name():
+    with pytest.raises(ValueError, match=r"step_rewards \(2, 3\) and step_mask \(2, 2\) differ"):
+        process_advantages(torch.zeros(2, 3), torch.zeros(2, 2, dtype=torch.bool), group_size=2)
+
+
+def test_step_rewards_vary_per_group():
+    rewards = torch.tensor([[0.1, 0.0], [0.0, 0.0], [0.1, 0.0], [0.1, 0.0]])
+    mask = torch.tensor([[True, False], [True, False], [True, False], [True, False]])
+    assert step_rewards_vary(rewards, mask, group_size=2).tolist() == [True, False]
+
+
+def test_group_std_works_from_two_rows():
+    torch.testing.assert_close(group_advantages(torch.tensor([1.0, 3.0]), 2, eps=0.0), torch.tensor([-1 / math.sqrt(2), 1 / math.sqrt(2)]))

@@ -50,3 +50,14 @@ def test_gradient_accumulation_over_uneven_micro_batches_equals_full_batch(mode)
         acc_grad += torch.autograd.grad(micro, logp)[0]
     assert accumulated == pytest.approx(full.item(), rel=1e-12)
     torch.testing.assert_close(acc_grad, full_grad, rtol=1e-12, atol=1e-14)
+
+
+def test_token_mean_is_the_default_and_one_token_divides_by_one():
+    assert aggregate_loss(LOSS, MASK).item() == pytest.approx(10 / 4)
+    assert aggregate_loss(torch.tensor([[3.0, 5.0]]), torch.tensor([[1, 0]])).item() == 3.0
+
+
+def test_masked_mean_of_a_single_entry_is_that_entry():
+    from algos.core.aggregation import masked_mean
+
+    assert masked_mean(torch.tensor([[3.0, 7.0]]), torch.tensor([[0, 1]])).item() == 7.0
