@@ -151,3 +151,47 @@ def test_adaptive_kl_controller_moves_toward_target_and_fixed_stays():
     assert fixed.update(observed_kl=10.0, n_steps=100) == 0.05
     with pytest.raises(ValueError, match="target"):
         AdaptiveKLController(coef=0.1, target=0.0)
+
+
+def test_gae_defaults_are_gamma_1_and_lambda_095():
+    rewards, values, mask = torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([[0.2, 0.4, 0.6]]), torch.ones(1, 3)
+    for got, want in zip(gae_advantages(rewards, values, mask), gae_advantages(rewards, values, mask, gamma=1.0, lam=0.95)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    # and they are not gamma = lambda = 1: A_0 = delta_0 + 0.95 delta_1 + 0.95^2 delta_2
+    deltas = [0.4 - 0.2, 0.6 - 0.4, 1.0 - 0.6]
+    assert gae_advantages(rewards, values, mask)[0][0, 0].item() == pytest.approx(deltas[0] + 0.95 * deltas[1] + 0.95**2 * deltas[2])
+
+
+def test_masked_whiten_adds_eps_to_the_variance_and_two_tokens_divide_by_one():
+    x, mask = torch.tensor([[1.0, 3.0, 99.0]]), torch.tensor([[1, 1, 0]])  # mean 2, unbiased var (1 + 1) / 1 = 2
+    torch.testing.assert_close(masked_whiten(x, mask, eps=0.5), torch.tensor([[-1 / math.sqrt(2.5), 1 / math.sqrt(2.5), 0.0]]))
+    from algos.core.gae import masked_mean_std
+
+    assert masked_mean_std(x, mask) == pytest.approx((2.0, math.sqrt(2.0)))
+
+
+def test_token_rewards_keep_the_inputs_float_dtype_and_take_any_subset_of_terms():
+    mask = torch.tensor([[1, 1, 0]])
+    kl = torch.tensor([[0.5, 1.0, 7.0]], dtype=torch.float64)
+    only_kl = token_rewards(mask, None, kl=kl, kl_coef=1.0)  # no score: a KL penalty alone, coefficient 1
+    assert only_kl.dtype == torch.float64
+    torch.testing.assert_close(only_kl, torch.tensor([[-0.5, -1.0, 0.0]], dtype=torch.float64))
+    scores = torch.tensor([2.0], dtype=torch.float64)
+    assert token_rewards(mask, scores).dtype == torch.float64
+    # a coefficient without a KL tensor is no KL term (not an error)
+    torch.testing.assert_close(token_rewards(mask, torch.tensor([2.0]), kl_coef=0.1), torch.tensor([[0.0, 2.0, 0.0]]))
+
+
+def test_value_loss_flags_are_bool_and_explained_variance_keeps_the_dtype():
+    values = torch.tensor([[1.0, 2.0]])
+    assert clipped_value_loss(values, values, values, None)[1].dtype == torch.bool
+    flat = torch.ones(1, 3, dtype=torch.float64)
+    result = explained_variance(flat, flat, torch.ones(1, 3))  # returns without variance: nan, in their dtype
+    assert math.isnan(result.item()) and result.dtype == torch.float64
+
+
+def test_adaptive_kl_controller_refuses_bad_settings_by_name():
+    with pytest.raises(ValueError, match="kl coef must be >= 0"):
+        AdaptiveKLController(-0.1)
+    with pytest.raises(ValueError, match="kl horizon must be > 0"):
+        AdaptiveKLController(0.1, target=1.0, horizon=0)
