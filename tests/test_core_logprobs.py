@@ -62,3 +62,36 @@ def test_bad_shapes_and_temperature_are_named():
         logprobs_from_logits(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="temperature"):
         logprobs_from_logits(torch.zeros(1, 1, 4), torch.zeros(1, 1, dtype=torch.long), temperature=0.0)
+
+
+def test_chunks_are_recomputed_in_backward_only_when_a_gradient_is_needed(monkeypatch):
+    import algos.core.logprobs as logprobs_module
+
+    calls = []
+    real = logprobs_module.checkpoint
+
+    def spy(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(logprobs_module, "checkpoint", spy)
+    tokens = torch.tensor([[1, 2]])
+    for hidden_grad, weight_grad, grad_enabled, expected in [(True, False, True, 1), (False, True, True, 1),
+                                                             (True, True, False, 0), (False, False, True, 0)]:
+        calls.clear()
+        hidden = torch.randn(1, 2, 4, requires_grad=hidden_grad)
+        weight = torch.randn(5, 4, requires_grad=weight_grad)
+        with torch.set_grad_enabled(grad_enabled):
+            logprobs_from_hidden(hidden, weight, tokens, chunk_size=8)
+        assert len(calls) == expected, (hidden_grad, weight_grad, grad_enabled)
+
+
+def test_shape_and_chunk_errors_say_what_is_wrong():
+    with pytest.raises(ValueError, match=r"hidden \(1, 3, 4\) and tokens \(1, 2\) disagree on \[B, T\]"):
+        logprobs_from_hidden(torch.zeros(1, 3, 4), torch.zeros(5, 4), torch.zeros(1, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="chunk_size must be >= 1, got 0"):
+        logprobs_from_hidden(torch.zeros(1, 2, 4), torch.zeros(5, 4), torch.zeros(1, 2, dtype=torch.long), chunk_size=0)
+
+
+def test_logit_scale_of_two_is_applied():
+    torch.testing.assert_close(LogitTransform(scale=2.0)(torch.tensor([1.5])), torch.tensor([3.0]))
