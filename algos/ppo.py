@@ -316,48 +316,49 @@ class PPOTrainer:
         prompts = [problem.prompt for problem in rollout.problems]
         return self.reward_model.score(prompts, rollout.completions).to(self.device)
 
-    @torch.no_grad()
     def collect(self, step: int) -> tuple[Batch, dict[str, float]]:
-        p = self.config.ppo
-        self.env.reset(seed=self._round_seed(step), options={"group_size": p.samples_per_prompt})
-        rollout = self.backend.generate(self.policy, self.env)
-        scores = self._scores(rollout)
-        metrics = rollout_metrics(rollout, scores)
-        input_ids = torch.cat([self.env.prompt_ids, rollout.response_ids], dim=1)
-        attention_mask = torch.cat([self.env.prompt_mask, rollout.response_mask], dim=1)
-        prompt_width = self.env.prompt_width
-        mask = rollout.response_mask.float()
+        # No graph for rollout-time quantities (a with-block, not a decorator: mutmut skips decorated functions).
+        with torch.no_grad():
+            p = self.config.ppo
+            self.env.reset(seed=self._round_seed(step), options={"group_size": p.samples_per_prompt})
+            rollout = self.backend.generate(self.policy, self.env)
+            scores = self._scores(rollout)
+            metrics = rollout_metrics(rollout, scores)
+            input_ids = torch.cat([self.env.prompt_ids, rollout.response_ids], dim=1)
+            attention_mask = torch.cat([self.env.prompt_mask, rollout.response_mask], dim=1)
+            prompt_width = self.env.prompt_width
+            mask = rollout.response_mask.float()
 
-        old_logp, old_values, ref_logp = [], [], []
-        for rows in self._micro_slices(torch.arange(input_ids.shape[0], device=self.device)):
-            logp, _, values = self._logprobs_and_values(input_ids[rows], attention_mask[rows], prompt_width)
-            old_logp.append(logp)
-            old_values.append(values)
-            if self.ref_model is not None:
-                ref_logp.append(self._reference_logprobs(input_ids[rows], attention_mask[rows], prompt_width))
-        old_logp, old_values = torch.cat(old_logp), torch.cat(old_values)
+            old_logp, old_values, ref_logp = [], [], []
+            for rows in self._micro_slices(torch.arange(input_ids.shape[0], device=self.device)):
+                logp, _, values = self._logprobs_and_values(input_ids[rows], attention_mask[rows], prompt_width)
+                old_logp.append(logp)
+                old_values.append(values)
+                if self.ref_model is not None:
+                    ref_logp.append(self._reference_logprobs(input_ids[rows], attention_mask[rows], prompt_width))
+            old_logp, old_values = torch.cat(old_logp), torch.cat(old_values)
 
-        kl = None
-        if ref_logp:
-            kl = kl_estimate(old_logp, torch.cat(ref_logp), p.kl_estimator, p.kl_clamp) * mask
-            sequence_kl = kl.sum(-1).mean().item()
-            metrics.update({"kl": (kl.sum() / mask.sum().clamp(min=1)).item(), "kl_sequence": sequence_kl,
-                            "kl_coef": self.kl_controller.coef})
-        # The task's per-step (process) rewards sit on the tokens that ended each reasoning step.
-        rewards = token_rewards(mask, scores, process_rewards=rollout.process_rewards, kl=kl,
-                                kl_coef=self.kl_controller.coef)
-        advantages, returns = gae_advantages(rewards, old_values, mask, p.gamma, p.lam)
-        metrics["advantages_mean"], metrics["advantages_std"] = masked_mean_std(advantages, mask)
-        metrics["returns_mean"], metrics["returns_std"] = masked_mean_std(returns, mask)
-        metrics["values_mean"], _ = masked_mean_std(old_values, mask)
-        metrics["explained_variance"] = explained_variance(old_values, returns, mask).item()
-        if p.whiten_advantages:
-            advantages = masked_whiten(advantages, mask)
-        # Not while the critic warms up: the policy is the reference then (KL 0), which would shrink kl_coef.
-        if kl is not None and step > p.critic_warmup_steps:
-            self.kl_controller.update(sequence_kl, n_steps=input_ids.shape[0])
-        batch = Batch(input_ids, attention_mask, prompt_width, mask, old_logp, old_values, advantages, returns)
-        return batch, metrics
+            kl = None
+            if ref_logp:
+                kl = kl_estimate(old_logp, torch.cat(ref_logp), p.kl_estimator, p.kl_clamp) * mask
+                sequence_kl = kl.sum(-1).mean().item()
+                metrics.update({"kl": (kl.sum() / mask.sum().clamp(min=1)).item(), "kl_sequence": sequence_kl,
+                                "kl_coef": self.kl_controller.coef})
+            # The task's per-step (process) rewards sit on the tokens that ended each reasoning step.
+            rewards = token_rewards(mask, scores, process_rewards=rollout.process_rewards, kl=kl,
+                                    kl_coef=self.kl_controller.coef)
+            advantages, returns = gae_advantages(rewards, old_values, mask, p.gamma, p.lam)
+            metrics["advantages_mean"], metrics["advantages_std"] = masked_mean_std(advantages, mask)
+            metrics["returns_mean"], metrics["returns_std"] = masked_mean_std(returns, mask)
+            metrics["values_mean"], _ = masked_mean_std(old_values, mask)
+            metrics["explained_variance"] = explained_variance(old_values, returns, mask).item()
+            if p.whiten_advantages:
+                advantages = masked_whiten(advantages, mask)
+            # Not while the critic warms up: the policy is the reference then (KL 0), which would shrink kl_coef.
+            if kl is not None and step > p.critic_warmup_steps:
+                self.kl_controller.update(sequence_kl, n_steps=input_ids.shape[0])
+            batch = Batch(input_ids, attention_mask, prompt_width, mask, old_logp, old_values, advantages, returns)
+            return batch, metrics
 
     # ------------------------------------------------------------ update
 
