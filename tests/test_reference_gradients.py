@@ -9,6 +9,7 @@ in unpadded, unchunked, full-batch torch (tests/reference_helpers.py), as must t
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -43,19 +44,30 @@ def _completion(kind: str, problem) -> str:
         "work": f"{a} + {b} = {a + b}\n\\boxed{{0}}",  # a valid line of working (a process reward), then a wrong answer
         "long": "9" * 40,  # cut at the token budget: truncated and wrong
         "long_right": right + " " * 40,  # truncated, yet its boxed answer is right
+        "empty": "",  # the stop token alone: one generated token
     }[kind]
 
 
-# Even rounds, then odd rounds: [group][row] kinds. Round 0's group 1 has no signal and its group 2 is all truncated
-# (no loss token under overlong filtering); round 1 has three informative groups, one more than DAPO then needs.
+# Even rounds, then odd rounds: [group][row] kinds. Round 0's group 1 has no signal (every row wrong, one of them a
+# single token) and its group 2 is all truncated (no loss token under overlong filtering); round 1's group 1 is all
+# right. DAPO (accuracy) so keeps one group, then two: exactly the three it needs. Filtering on the score, without
+# overlong filtering, it keeps two, then two: one more than it needs.
 SCRIPT = (
-    [["right", "wrong", "work", "long"], ["wrong", "wrong", "wrong", "wrong"], ["long_right", "long", "long_right", "long"]],
-    [["right", "work", "wrong", "right"], ["wrong", "right", "long", "work"], ["right", "right", "wrong", "long"]],
+    [["right", "wrong", "work", "long"], ["wrong", "wrong", "empty", "wrong"], ["long_right", "long", "long_right", "long"]],
+    [["right", "work", "wrong", "right"], ["right", "right", "right", "right"], ["right", "right", "wrong", "long"]],
 )
+# Every row truncated but one, which is the stop token alone: one loss token in the batch under overlong filtering.
+ONE_LOSS_TOKEN = ([["empty", "long", "long", "long"], ["long"] * 4, ["long"] * 4],)
 
 
-def script(problem, row: int, round_index: int) -> str:
-    return _completion(SCRIPT[round_index % 2][row // 4][row % 4], problem)
+def scripted(rounds):
+    def script(problem, row: int, round_index: int) -> str:
+        return _completion(rounds[round_index % len(rounds)][row // 4][row % 4], problem)
+
+    return script
+
+
+script = scripted(SCRIPT)
 
 
 BASE = {
@@ -78,15 +90,20 @@ SCENARIOS = {
     "token_mean": {"grpo.loss_agg": "token-mean", "grpo.beta": "0"},
     "overlong_filter": {"grpo.overlong_filter": "true", "grpo.beta": "0"},
     "soft_overlong": {"grpo.soft_overlong": "true", "grpo.overlong_penalty_factor": "0.7", "grpo.beta": "0"},
-    # Dr. GRPO: mean-only advantages, a constant token budget; here with the k2 KL.
+    # Dr. GRPO: mean-only advantages, a constant token budget; here with the k2 KL, clamped tight.
     "dr_grpo": {"grpo.adv_scale": "none", "grpo.loss_agg": "seq-mean-token-sum-norm", "grpo.kl_estimator": "k2",
-                "grpo.num_iterations": "2"},
+                "grpo.kl_clamp": "0.001", "grpo.num_iterations": "2"},
     # GSPO: one clipped, length-normalised ratio per sequence.
     "gspo": {"grpo.ratio_level": "sequence", "grpo.num_iterations": "2", "grpo.eps_low": "0.05", "grpo.eps_high": "0.05",
              "grpo.beta": "0"},
     # Process supervision beside the outcome advantage, batch-std scaling, dual clip.
     "process": {"grpo.process_weight": "0.5", "grpo.adv_scale": "batch", "grpo.dual_clip": "1.5", "grpo.num_iterations": "2",
-                "grpo.beta": "0", "optim.lr": "0.05"},
+                "grpo.beta": "0", "optim.lr": "0.05", "grpo.adv_eps": "0.1"},
+    # Dynamic sampling keeps a group whose step rewards are all equal when its accuracy varies (round 0's group 2).
+    "process_dynamic": {"grpo.process_weight": "0.5", "grpo.dynamic_sampling": "true", "grpo.beta": "0"},
+    # The normalisers at their edge: one loss token in the batch (token-mean), one row with loss tokens (per sequence).
+    "one_loss_token": {"script": ONE_LOSS_TOKEN, "grpo.overlong_filter": "true", "grpo.loss_agg": "token-mean", "grpo.beta": "0"},
+    "one_loss_row": {"script": ONE_LOSS_TOKEN, "grpo.overlong_filter": "true", "grpo.beta": "0"},
 }
 
 
@@ -98,8 +115,9 @@ def model_dir(tmp_path_factory):
 def make_trainer(model_dir, output_dir, scenario: dict) -> GRPOTrainer:
     scenario = dict(scenario)
     preset = DAPO_PRESET if scenario.pop("preset", None) == "dapo" else None
+    rounds = scenario.pop("script", SCRIPT)
     overrides = {**BASE, "model.path": model_dir, "run.output_dir": str(output_dir), **scenario}
-    return GRPOTrainer(load_config(GRPOConfig, overrides=overrides, preset=preset), backend=ScriptedRollout(script))
+    return GRPOTrainer(load_config(GRPOConfig, overrides=overrides, preset=preset), backend=ScriptedRollout(scripted(rounds)))
 
 
 # ---------------------------------------------------------------- the reference, from the papers
@@ -187,6 +205,7 @@ def reference_objective(model, old_model, ref_model, kept, g, temperature: float
                 ref = token_logprobs(ref_model, row, temperature)[0]
             log_ref_ratio = ref - logp
             kl = {"k1": -log_ref_ratio, "k2": 0.5 * log_ref_ratio**2, "k3": log_ref_ratio.exp() - log_ref_ratio - 1}[g.kl_estimator]
+            kl = kl.clamp(-g.kl_clamp, g.kl_clamp)  # as verl: one far off-policy token cannot dominate
             loss = loss + g.beta * kl
             stats["kl"] += (kl.detach() * mask).sum().item()
         loss = loss - g.entropy_coef * entropy
@@ -281,26 +300,80 @@ def test_each_update_applies_the_gradient_of_the_papers_objective(name, model_di
     assert dual_clipped == (g.dual_clip is not None)
 
 
-def test_collect_keeps_informative_groups_in_order_and_trims_the_last_round(model_dir, tmp_path):
-    """DAPO's dynamic sampling on SCRIPT, by hand: round 0 keeps group 0 only (group 1 is all wrong, group 2's rows
-    are all truncated, so overlong filtering leaves it no loss token); round 1's three informative groups are one
-    too many, and its last one is dropped."""
+def test_dapo_collect_keeps_informative_trained_groups_and_stops_when_full(model_dir, tmp_path):
+    """DAPO's dynamic sampling on SCRIPT, by hand: round 0 keeps group 0 only (group 1 is all wrong, group 2's rows are
+    all truncated, so overlong filtering leaves it no loss token); round 1 keeps groups 0 and 2 (group 1 is all
+    right): three groups, exactly enough, so no third round is drawn."""
     trainer = make_trainer(model_dir, tmp_path, SCENARIOS["dapo"])
     batch, stats = trainer.collect(step=1)
-    rounds = trainer.backend.rounds
     assert (stats["generation_rounds"], stats["kept_groups"]) == (2, 3)
-    assert stats["zero_std_group_frac"] == pytest.approx(1 / 6)  # group 1 of round 0, of the six groups sampled
-    sampled = [rows_of_round(*r) for r in rounds]
-    expected = [sampled[0][i] for i in range(4)] + [sampled[1][i] for i in range(8)]
+    assert stats["zero_std_group_frac"] == pytest.approx(2 / 6)  # round 0's group 1, round 1's group 1
+    sampled = [rows_of_round(*r) for r in trainer.backend.rounds]
+    expected = sampled[0][0:4] + sampled[1][0:4] + sampled[1][8:12]
     assert batch_rows(batch) == [(row.prompt.tolist(), row.response.tolist()) for row in expected]
     # Loss masks: the truncated rows ("long") get none; every other generated token counts.
-    kinds = SCRIPT[0][0] + SCRIPT[1][0] + SCRIPT[1][1]
+    kinds = SCRIPT[0][0] + SCRIPT[1][0] + SCRIPT[1][2]
     assert [bool(m.any()) for m in batch.loss_mask] == [kind != "long" for kind in kinds]
-    # Advantages of round 1, group 1 [wrong, right, long, work] from its shaped scores: the right answer and the
+    # Advantages of round 1's group 2 [right, right, wrong, long] from its shaped scores: the right answers and the
     # truncated row pay the soft overlong penalty (L_max 24, L_cache 8, grpo.overlong_penalty_factor's default 0.5).
     lengths = [row.length for row in expected[8:]]
-    assert lengths[2] == MAX_NEW_TOKENS
+    assert lengths[3] == MAX_NEW_TOKENS
     penalties = [max(-1.0, min(0.0, (16 - n) / 8)) for n in lengths]
-    scores = torch.tensor([0.0, 1.0, 0.0, 0.0]) + 0.5 * torch.tensor(penalties)
+    scores = torch.tensor([1.0, 1.0, 0.0, 0.0]) + 0.5 * torch.tensor(penalties)
     torch.testing.assert_close(batch.scores[8:], scores)
     torch.testing.assert_close(batch.advantages[8:], (scores - scores.mean()) / (scores.std() + 1e-6))
+
+
+def test_collect_trims_the_last_rounds_extra_groups(model_dir, tmp_path):
+    """Filtering on the score without overlong filtering: round 0 keeps groups 0 and 2 (group 2's truncated rows still
+    differ in correctness), round 1 keeps group 0 and drops group 2, informative but one group too many."""
+    trainer = make_trainer(model_dir, tmp_path, SCENARIOS["dynamic_sampling"])
+    batch, stats = trainer.collect(step=1)
+    assert (stats["generation_rounds"], stats["kept_groups"]) == (2, 3)
+    sampled = [rows_of_round(*r) for r in trainer.backend.rounds]
+    expected = sampled[0][0:4] + sampled[0][8:12] + sampled[1][0:4]
+    assert batch_rows(batch) == [(row.prompt.tolist(), row.response.tolist()) for row in expected]
+    s = 0.5 / math.sqrt(1 / 3)  # [1, 0, 1, 0]: mean 0.5, unbiased std sqrt(1/3)
+    torch.testing.assert_close(batch.advantages[4:8], torch.tensor([s, -s, s, -s]), atol=1e-5, rtol=1e-5)
+
+
+def test_a_step_without_signal_or_loss_tokens_skips_the_update_and_still_advances_the_schedule(model_dir, tmp_path):
+    """Both ways an update is skipped report skipped_update = 1 and the step's own lr, move no weight, and step the
+    schedule: no informative group within the round bound, and a batch whose every row is masked."""
+    no_signal = {"script": ([["wrong"] * 4] * 3,), "grpo.dynamic_sampling": "true", "grpo.max_sampling_rounds": "2",
+                 "optim.warmup_steps": "2", "run.steps": "3"}
+    all_masked = {"script": ([["long"] * 4] * 3,), "grpo.overlong_filter": "true", "optim.warmup_steps": "2",
+                  "run.steps": "3"}
+    for name, scenario in (("no_signal", no_signal), ("all_masked", all_masked)):
+        trainer = make_trainer(model_dir, tmp_path / name, scenario)
+        before = copy.deepcopy(trainer.model.state_dict())
+        logger = MetricsLogger(tmp_path / name, 3, tensorboard=False, progress=False)
+        for step in (1, 2):
+            metrics = trainer.train_step(step, logger)
+            assert metrics["skipped_update"] == 1.0
+            assert metrics["lr"] == pytest.approx(trainer.config.optim.lr * step / 3)  # warm-up: (s + 1) / (2 + 1)
+        if name == "no_signal":
+            assert (metrics["kept_groups"], metrics["generation_rounds"]) == (0, 2)
+        else:
+            assert metrics["kept_groups"] == 3
+        assert all(torch.equal(value, trainer.model.state_dict()[key]) for key, value in before.items())
+
+
+def test_a_non_finite_micro_batch_skips_the_update_but_the_others_are_still_measured(model_dir, tmp_path, monkeypatch):
+    import algos.grpo
+
+    trainer = make_trainer(model_dir, tmp_path, {"grpo.beta": "0"})
+    batch, _ = trainer.collect(step=1)
+    aggregate = algos.grpo.aggregate_loss
+    calls = []
+
+    def first_is_nan(*args, **kwargs):
+        calls.append(1)
+        loss = aggregate(*args, **kwargs)
+        return loss * math.nan if len(calls) == 1 else loss
+
+    monkeypatch.setattr(algos.grpo, "aggregate_loss", first_is_nan)
+    metrics = trainer.update(batch)
+    assert metrics["skipped_update"] == 1.0 and math.isnan(metrics["loss"])
+    assert len(calls) == 3  # 12 rows in micro-batches of 5: the two after the non-finite one still ran
+    assert metrics["ratio_min"] == pytest.approx(1.0) and metrics["entropy"] > 0
