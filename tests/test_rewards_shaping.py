@@ -184,3 +184,46 @@ def test_verl_and_openrlhf_adapters():
     prompt = "Example: 1+3 = \\boxed{4}. Q: 2+2? A: "
     assert reward_func(["<s>" + prompt + "no idea"], [prompt], ["4"])["rewards"].tolist() == [0.0]
     assert reward_func(["<s>" + prompt + "\\boxed{4}"], [prompt], ["4"])["rewards"].tolist() == [1.0]
+
+
+@pytest.mark.parametrize("max_length,cache_length", [(0, 1), (10, 0), (-1, -1), (10, 11)])
+def test_soft_overlong_penalty_names_each_bad_setting(max_length, cache_length):
+    with pytest.raises(ValueError, match=rf"need 0 < cache_length <= max_length, got max_length={max_length}, "
+                                         rf"cache_length={cache_length}"):
+        soft_overlong_penalty(1, max_length=max_length, cache_length=cache_length)
+
+
+def test_soft_overlong_penalty_edges_a_cache_as_long_as_the_budget_and_a_one_token_budget():
+    assert soft_overlong_penalty(5, max_length=10, cache_length=10) == pytest.approx(-0.5)  # from 0 at length 0
+    assert soft_overlong_penalty(1, max_length=1, cache_length=1) == -1.0
+    with pytest.raises(ValueError, match="length must be >= 0, got -1"):
+        soft_overlong_penalty(-1, max_length=10, cache_length=2)
+
+
+def test_overlong_filter_mask_budget_edges():
+    assert overlong_filter_mask([0, 1], max_length=1) == [True, False]
+    with pytest.raises(ValueError, match="max_length must be > 0, got 0"):
+        overlong_filter_mask([1], max_length=0)
+
+
+def test_format_reward_of_a_non_string_or_oversized_completion_is_zero_and_ok():
+    for completion in (None, 42, "<think>a</think><answer>1</answer>" + " " * MAX_FORMAT_CHARS):
+        result = format_reward()(completion)
+        assert (result.score, result.status, result.details) == (0.0, "ok", {"matched": False})
+    well_formed = "<think>a</think><answer>1</answer>"
+    assert format_reward()(well_formed + " " * (MAX_FORMAT_CHARS - len(well_formed))).score == 1.0  # at the limit
+
+
+def test_weighted_sum_names_malformed_components_and_reads_plain_floats():
+    with pytest.raises(ValueError, match=r"WeightedSum component 0 must be \(name, verifier, weight\), got \['a'\]"):
+        WeightedSum([["a"]])
+    with pytest.raises(ValueError, match=r"WeightedSum component 0 \(3\) needs a str name, a callable and a number"):
+        WeightedSum([(3, math_verifier, 1.0)])
+    with pytest.raises(ValueError, match=r"component 0 \('a'\) needs"):
+        WeightedSum([("a", "not callable", 1.0)])
+    with pytest.raises(ValueError, match="^WeightedSum needs at least one component$"):
+        WeightedSum([])
+    plain = WeightedSum([("half", lambda completion, *, answer, **info: 0.5 if info == {"hint": "kept"} else 0.0, 2.0)])
+    result = plain("x", answer="1", hint="kept")
+    assert (result.score, result.status, result.details["statuses"]) == (1.0, "ok", {"half": "ok"})
+    assert not plain.in_process_safe  # a plain function is not known to be bounded
