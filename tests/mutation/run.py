@@ -60,7 +60,7 @@ MODULES: dict[str, list[str]] = {
     "algos/grpo.py": ["tests/test_grpo_loop.py", "tests/test_grpo_machinery.py", "tests/test_ppo.py", *GRPO_REFERENCE,
                       *RESUME],
     "algos/ppo.py": ["tests/test_ppo.py", *PPO_REFERENCE, *RESUME],
-    "algos/checkpoint.py": ["tests/test_grpo_machinery.py", *CORE_USERS, *RESUME],
+    "algos/checkpoint.py": ["tests/test_checkpoint.py", "tests/test_grpo_machinery.py", *CORE_USERS, *RESUME],
     "rewards/shaping.py": ["tests/test_rewards_shaping.py", "tests/test_grpo_loop.py", *GRPO_REFERENCE],
 }
 

@@ -1,0 +1,100 @@
+"""algos.checkpoint's contract at its edges: where it writes, what it fsyncs, what it refuses, what it prunes."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from algos import checkpoint
+from algos.checkpoint import checkpoint_step, latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+
+
+def _tiny(num_layers: int = 1):
+    model = build_tiny_model(build_char_tokenizer(), hidden_size=16, num_layers=num_layers, num_heads=2)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    return model, optimizer
+
+
+def test_a_checkpoint_lands_in_a_new_nested_directory_with_its_tokenizer_and_every_file_fsynced(tmp_path, monkeypatch):
+    model, optimizer = _tiny()
+    synced = []
+    fsync = os.fsync
+    monkeypatch.setattr(checkpoint.os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or fsync(fd))
+    path = save_checkpoint(tmp_path / "a" / "b", 3, model=model, optimizer=optimizer, tokenizer=build_char_tokenizer())
+    assert path == tmp_path / "a" / "b" / "checkpoint-3" and checkpoint_step(path) == 3
+    assert AutoTokenizer.from_pretrained(path / "model").convert_tokens_to_ids("7") == build_char_tokenizer().convert_tokens_to_ids("7")
+    written = path.parent / f".checkpoint-3.tmp-{os.getpid()}"  # each file was synced under the temporary name
+    assert {str(written / f.relative_to(path)) for f in path.rglob("*") if f.is_file()} <= set(synced)
+    assert str(tmp_path / "a" / "b") in synced  # and the directory after the rename
+
+
+def test_a_step_saved_again_replaces_the_old_one_and_a_dead_writers_leftover_is_overwritten(tmp_path):
+    model, optimizer = _tiny()
+    (tmp_path / f".checkpoint-1.tmp-{os.getpid()}").mkdir()  # our own pid's half-written folder, from before a crash
+    save_checkpoint(tmp_path, 1, model=model, optimizer=optimizer)
+    with torch.no_grad():
+        model.model.norm.weight.fill_(3.0)
+    save_checkpoint(tmp_path, 1, model=model, optimizer=optimizer)
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint-1"]
+    fresh, fresh_optimizer = _tiny()
+    load_checkpoint(tmp_path / "checkpoint-1", model=fresh, optimizer=fresh_optimizer)
+    assert fresh.model.norm.weight.eq(3.0).all()
+
+
+def test_two_checkpoints_are_kept_by_default_and_a_delete_that_fails_does_not_fail_the_save(tmp_path, monkeypatch):
+    model, optimizer = _tiny()
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, step, model=model, optimizer=optimizer)
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-2", "checkpoint-3"]
+    (tmp_path / ".checkpoint-9.tmp-4194305").mkdir()  # a leftover of a dead process (pid above Linux's pid_max)
+    rmtree = checkpoint.shutil.rmtree
+
+    def busy(path, ignore_errors=False):  # an old checkpoint on a busy network filesystem
+        if not ignore_errors:
+            raise OSError(f"{path}: device or resource busy")
+
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", busy)
+    save_checkpoint(tmp_path, 4, model=model, optimizer=optimizer)
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", rmtree)
+    assert latest_checkpoint(tmp_path).name == "checkpoint-4"
+
+
+def test_liveness_of_writers_is_probed_without_a_signal(monkeypatch):
+    assert checkpoint._process_alive(os.getpid())  # signal 0 only probes; any other would hit this test process
+    assert not checkpoint._process_alive(4194305)
+
+    def not_ours(pid, signal):
+        raise PermissionError
+
+    monkeypatch.setattr(checkpoint.os, "kill", not_ours)
+    assert checkpoint._process_alive(1)  # alive, owned by someone else
+
+
+def test_loading_refuses_a_checkpoint_of_another_shape_or_without_weights_and_needs_no_scheduler(tmp_path):
+    model, optimizer = _tiny(num_layers=1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    path = save_checkpoint(tmp_path, 1, model=model, optimizer=optimizer, scheduler=scheduler)
+    bigger, bigger_optimizer = _tiny(num_layers=2)
+    with pytest.raises(ValueError, match=r"checkpoint .*checkpoint-1 does not match the model: missing \['model\.layers\.1\."):
+        load_checkpoint(path, model=bigger, optimizer=bigger_optimizer)
+    fresh, fresh_optimizer = _tiny()
+    assert load_checkpoint(path, model=fresh, optimizer=fresh_optimizer)["step"] == 1  # scheduler saved, none given
+    for weights in (path / "model").glob("*.safetensors"):
+        weights.unlink()
+    with pytest.raises(FileNotFoundError, match=r"checkpoint .*checkpoint-1 has no model weights \(model/\*\.safetensors\)"):
+        load_checkpoint(path, model=fresh, optimizer=fresh_optimizer)
+    with pytest.raises(ValueError, match=r"^.*model is not a checkpoint-<step> directory$"):
+        checkpoint_step(path / "model")
+
+
+def test_a_list_of_gpu_rng_states_restores_the_default_gpus_entry(monkeypatch):
+    restored = {}
+    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: restored.__setitem__(str(device), state))
+    state = {**checkpoint.rng_state(torch.device("cpu")),
+             "cuda": [torch.tensor([5], dtype=torch.uint8), torch.tensor([9], dtype=torch.uint8)]}
+    checkpoint.set_rng_state(state, torch.device("cuda"))  # no index: the current GPU, 0
+    assert restored["cuda"].tolist() == [5]
