@@ -34,7 +34,7 @@ PPO_BASE.update({
     "ppo.prompts_per_step": "3", "ppo.samples_per_prompt": "2", "ppo.micro_batch_size": "2", "ppo.num_minibatches": "2",
     "ppo.ppo_epochs": "2", "ppo.kl_coef": "0.1", "ppo.kl_target": "0.5", "ppo.kl_horizon": "8", "ppo.entropy_coef": "0.01",
     "ppo.vf_coef": "0.3", "ppo.value_clip": "0.05", "ppo.lam": "0.9", "ppo.gamma": "0.95", "ppo.dual_clip": "1.5",
-    "optim.schedule": "linear", "optim.lr": "0.01",
+    "optim.schedule": "linear", "optim.lr": "0.02",
 })
 
 SCENARIOS = {
@@ -47,6 +47,11 @@ SCENARIOS = {
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+CLIPS = ("value_clip_frac", "clip_frac_low", "clip_frac_high", "dual_clip_frac")
+UPDATE_SUMS = ("value_loss", "value_clip_frac", "policy_loss", "approx_kl_k1", "approx_kl_k3", "entropy", "clip_frac_low",
+               "clip_frac_high", "dual_clip_frac", "ratio_mean", "tokens")
 
 
 def gae(rewards: torch.Tensor, values: torch.Tensor, gamma: float, lam: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,7 +138,7 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
 
     monkeypatch.setattr(torch, "randperm", recorded_randperm)
     logger = MetricsLogger(tmp_path, config.run.steps, tensorboard=False, progress=False)
-    coef = p.kl_coef
+    coef, exercised = p.kl_coef, set()
     for step in range(1, config.run.steps + 1):
         rounds_before, steps_before, perms_before = len(trainer.backend.rounds), len(spy.steps), len(permutations)
         metrics = trainer.train_step(step, logger)
@@ -175,7 +180,7 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
         # The updates: ppo_epochs x num_minibatches optimizer steps over torch.randperm's order.
         minibatches = [mb for order in permutations[perms_before:] for mb in order.tensor_split(p.num_minibatches)]
         assert len(minibatches) == len(records) == p.ppo_epochs * p.num_minibatches
-        norms = []
+        norms, sums, ratios = [], dict.fromkeys(UPDATE_SUMS, 0.0), []
         for record, minibatch in zip(records, minibatches):
             policy, values, sources = reference.at(record["weights"])
             tokens = sum(rows[i].length for i in minibatch.tolist())
@@ -184,12 +189,30 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
                 row = rows[i]
                 v = values(row, detach_backbone=not train_policy and reference.kind == "head")
                 clipped_v = old_values[i] + (v - old_values[i]).clamp(-p.value_clip, p.value_clip)
-                value_loss = 0.5 * torch.maximum((v - returns[i]) ** 2, (clipped_v - returns[i]) ** 2)
+                unclipped_loss, clipped_loss = (v - returns[i]) ** 2, (clipped_v - returns[i]) ** 2
+                value_loss = 0.5 * torch.maximum(unclipped_loss, clipped_loss)
                 loss = loss + p.vf_coef * value_loss.sum() / tokens
+                sums["value_loss"] += value_loss.sum().item()
+                sums["value_clip_frac"] += (clipped_loss > unclipped_loss).sum().item()
                 if train_policy:
                     logp, entropy = token_logprobs(policy, row, temperature)
-                    surrogate = clip_surrogate((logp - old[i]).exp(), whitened[i], p.eps_low, p.eps_high, p.dual_clip)
-                    loss = loss + (surrogate - p.entropy_coef * entropy).sum() / tokens
+                    log_ratio = logp - old[i]
+                    ratio, advantage = log_ratio.exp(), whitened[i]
+                    surrogate = clip_surrogate(ratio, advantage, p.eps_low, p.eps_high, p.dual_clip)
+                    policy_loss = surrogate - p.entropy_coef * entropy
+                    loss = loss + policy_loss.sum() / tokens
+                    unbounded = clip_surrogate(ratio, advantage, p.eps_low, p.eps_high)
+                    with torch.no_grad():
+                        sums["policy_loss"] += policy_loss.sum().item()
+                        sums["approx_kl_k1"] += (-log_ratio).sum().item()  # KL(pi_old || pi): log(pi_old / pi)
+                        sums["approx_kl_k3"] += (log_ratio.exp() - log_ratio - 1).sum().item()
+                        sums["entropy"] += entropy.sum().item()
+                        sums["clip_frac_low"] += ((ratio < 1 - p.eps_low) & (advantage < 0)).sum().item()
+                        sums["clip_frac_high"] += ((ratio > 1 + p.eps_high) & (advantage > 0)).sum().item()
+                        sums["dual_clip_frac"] += ((advantage < 0) & (unbounded > -p.dual_clip * advantage)).sum().item()
+                        sums["ratio_mean"] += ratio.sum().item()
+                        ratios.append(ratio.detach())
+                sums["tokens"] += row.length
             loss.backward()
             grads, norm = global_clip(named_gradients(sources), config.optim.max_grad_norm)
             norms.append(norm)
@@ -199,7 +222,18 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
             critic_lr = (p.critic_lr or 10 * config.optim.lr) * lr_factor(step - 1, 0, "linear", config.run.steps)
             assert record["lr"] == [pytest.approx(policy_lr, rel=1e-6), pytest.approx(critic_lr, rel=1e-6)]
         want["grad_norm"] = sum(norms) / len(norms)
+        # The update's statistics: token-weighted over every micro-batch of every epoch.
+        seen = sums.pop("tokens")
+        want.update({key: value / seen for key, value in sums.items() if train_policy or key.startswith("value")})
+        if train_policy:
+            all_ratios = torch.cat(ratios)
+            want.update({"ratio_min": all_ratios.min().item(), "ratio_max": all_ratios.max().item()})
+        else:
+            assert not (set(UPDATE_SUMS) - {"value_loss", "value_clip_frac", "tokens"}) & metrics.keys()  # no policy step
+        want.update({"skipped_updates": 0, "lr": policy_lr, "critic_lr": critic_lr})
+        exercised |= {key for key in CLIPS if want.get(key, 0) > 0}
         for key, value in want.items():
             assert metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
         assert metrics["critic_warmup"] == float(not train_policy)
     assert trainer.kl_controller.coef == pytest.approx(coef, rel=1e-6)
+    assert exercised == set(CLIPS)  # each clip was active somewhere: the reference checked it, not a constant 0
