@@ -19,9 +19,15 @@ from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 GRAD_TOLERANCE = {"rtol": 2e-4, "atol": 2e-6}
 
 
+# Rows of the embedding table past the tokenizer, as in Qwen2.5's padded table: never sampled, and outside the softmax.
+PADDED_ROWS = 3
+
+
 def save_tiny_model(path) -> str:
     tokenizer = build_char_tokenizer()
-    build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2).save_pretrained(path)
+    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2)
+    model.resize_token_embeddings(len(tokenizer) + PADDED_ROWS, mean_resizing=False)
+    model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
 
@@ -61,18 +67,17 @@ def rows_of_round(prompt_ids, prompt_mask, rollout) -> list[Row]:
     return rows
 
 
-def token_logprobs(model, row: Row, temperature: float = 1.0, hidden: bool = False):
-    """[T] log pi(token), [T] entropy of one row from one unpadded full forward (logits [P+T, V]);
-    with ``hidden`` also the [T, H] last hidden states that predict the tokens."""
+def token_logprobs(model, row: Row, temperature: float = 1.0):
+    """[T] log pi(token), [T] entropy of one row from one unpadded full forward (logits [P+T, V]) over the tokenizer's
+    ids (the table's padded rows are no token)."""
     ids = torch.cat([row.prompt, row.response])[None]
-    out = model(input_ids=ids, output_hidden_states=hidden)
+    out = model(input_ids=ids)
     start = row.prompt.numel() - 1
-    logits = out.logits[0, start : start + row.length].float() / temperature
+    vocab = model.config.vocab_size - PADDED_ROWS
+    logits = out.logits[0, start : start + row.length, :vocab].float() / temperature
     log_probs = torch.log_softmax(logits, -1)
     taken = log_probs.gather(-1, row.response[:, None]).squeeze(-1)
     entropy = -(log_probs.exp() * log_probs).sum(-1)
-    if hidden:
-        return taken, entropy, out.hidden_states[-1][0, start : start + row.length]
     return taken, entropy
 
 
