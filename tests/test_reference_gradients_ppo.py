@@ -39,8 +39,11 @@ PPO_BASE.update({
 
 SCENARIOS = {
     "head": {"ppo.value_model": "head", "run.steps": "2"},
-    "separate": {"ppo.value_model": "separate", "ppo.critic_lr": "0.03", "run.steps": "2"},
+    # A separate critic; per-sequence policy loss over one-row minibatches; a KL clamp that binds.
+    "separate": {"ppo.value_model": "separate", "ppo.critic_lr": "0.03", "run.steps": "2",
+                 "ppo.loss_agg": "seq-mean-token-mean", "ppo.num_minibatches": "6", "ppo.kl_clamp": "0.02"},
     "critic_warmup": {"ppo.value_model": "head", "ppo.critic_warmup_steps": "1", "run.steps": "3"},
+    "no_kl": {"ppo.kl_coef": "0", "ppo.kl_target": "null", "run.steps": "2"},
 }
 
 
@@ -71,7 +74,7 @@ class ReferencePPO:
         self.trainer = trainer
         self.kind = trainer.config.ppo.value_model
         self.policy_template = copy.deepcopy(trainer.policy)
-        self.ref_model = copy.deepcopy(trainer.ref_model)
+        self.ref_model = copy.deepcopy(trainer.ref_model)  # None without a KL term
 
     def at(self, weights: dict[str, torch.Tensor]):
         """(policy, values(row, detach_backbone) -> [T]) at ``weights``; the head's leaves collect its gradient."""
@@ -122,8 +125,9 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
     trainer = PPOTrainer(load_config(PPOConfig, overrides=overrides), backend=ScriptedRollout(script))
     config, p = trainer.config, trainer.config.ppo
     torch.manual_seed(1)
+    assert (trainer.ref_model is None) == (p.kl_coef == 0)  # no KL term, no reference copy
     with torch.no_grad():  # a reference apart from the policy (KL > 0) and a critic that predicts something
-        for param in trainer.ref_model.parameters():
+        for param in trainer.ref_model.parameters() if trainer.ref_model is not None else ():
             param.add_(0.05 * torch.randn_like(param))
         trainer.critic.head.weight.normal_(0, 0.3)
         trainer.critic.head.bias.fill_(0.2)
@@ -152,9 +156,12 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
         policy0, values0, _ = reference.at(records[0]["weights"])
         with torch.no_grad():
             old = [token_logprobs(policy0, row, temperature)[0] for row in rows]
-            ref = [token_logprobs(reference.ref_model, row, temperature)[0] for row in rows]
             old_values = [values0(row) for row in rows]
-        kl = [o - r for o, r in zip(old, ref)]  # k1 = log(pi_old / pi_ref)
+            # k1 = log(pi_old / pi_ref), clamped to +-kl_clamp as verl does; no reference, no KL
+            kl = [(o - token_logprobs(reference.ref_model, row, temperature)[0]).clamp(-p.kl_clamp, p.kl_clamp)
+                  if p.kl_coef else torch.zeros(row.length) for o, row in zip(old, rows)]
+        # samples_per_prompt rows answer each prompt
+        assert all(torch.equal(rows[i].prompt, rows[i - i % p.samples_per_prompt].prompt) for i in range(len(rows)))
         advantages, returns = [], []
         for row, row_kl, v in zip(rows, kl, old_values):
             rewards = row.step_rewards - coef * row_kl
@@ -167,13 +174,16 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
         whitened = [(a - mean) / torch.sqrt(var + 1e-8) for a in advantages]
         sequence_kl = torch.stack([k.sum() for k in kl]).mean().item()
         want = {
-            "kl": torch.cat(kl).mean().item(), "kl_sequence": sequence_kl, "kl_coef": coef,
             "advantages_mean": mean.item(), "advantages_std": var.sqrt().item(),
             "returns_mean": flat_ret.mean().item(), "returns_std": flat_ret.std().item(),
             "values_mean": flat_v.mean().item(),
             "explained_variance": 1 - ((flat_ret - flat_v).var() / flat_ret.var()).item(),
         }
-        if train_policy:  # Ziegler et al.'s controller; it waits out the critic warm-up
+        if p.kl_coef:
+            want.update({"kl": torch.cat(kl).mean().item(), "kl_sequence": sequence_kl, "kl_coef": coef})
+        else:
+            assert not {"kl", "kl_sequence", "kl_coef"} & metrics.keys()
+        if train_policy and p.kl_coef:  # Ziegler et al.'s controller; it waits out the critic warm-up
             error = min(max(sequence_kl / p.kl_target - 1, -0.2), 0.2)
             coef *= 1 + min(max(error * len(rows) / p.kl_horizon, -0.2), 0.2)
 
@@ -200,12 +210,17 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
                     ratio, advantage = log_ratio.exp(), whitened[i]
                     surrogate = clip_surrogate(ratio, advantage, p.eps_low, p.eps_high, p.dual_clip)
                     policy_loss = surrogate - p.entropy_coef * entropy
-                    loss = loss + policy_loss.sum() / tokens
+                    if p.loss_agg == "token-mean":
+                        aggregated = policy_loss.sum() / tokens
+                    else:  # seq-mean-token-mean: each row's token mean, averaged over the minibatch's rows
+                        aggregated = policy_loss.mean() / len(minibatch)
+                    loss = loss + aggregated
                     unbounded = clip_surrogate(ratio, advantage, p.eps_low, p.eps_high)
                     with torch.no_grad():
-                        sums["policy_loss"] += policy_loss.sum().item()
-                        sums["approx_kl_k1"] += (-log_ratio).sum().item()  # KL(pi_old || pi): log(pi_old / pi)
-                        sums["approx_kl_k3"] += (log_ratio.exp() - log_ratio - 1).sum().item()
+                        sums["policy_loss"] += aggregated.item() * tokens  # as logged: the loss times the tokens
+                        # KL(pi_old || pi), k1 = log(pi_old / pi) and k3, clamped as the reward's KL is
+                        sums["approx_kl_k1"] += (-log_ratio).clamp(-p.kl_clamp, p.kl_clamp).sum().item()
+                        sums["approx_kl_k3"] += (log_ratio.exp() - log_ratio - 1).clamp(-p.kl_clamp, p.kl_clamp).sum().item()
                         sums["entropy"] += entropy.sum().item()
                         sums["clip_frac_low"] += ((ratio < 1 - p.eps_low) & (advantage < 0)).sum().item()
                         sums["clip_frac_high"] += ((ratio > 1 + p.eps_high) & (advantage > 0)).sum().item()
@@ -237,3 +252,26 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
         assert metrics["critic_warmup"] == float(not train_policy)
     assert trainer.kl_controller.coef == pytest.approx(coef, rel=1e-6)
     assert exercised == set(CLIPS)  # each clip was active somewhere: the reference checked it, not a constant 0
+
+
+def test_a_non_finite_micro_batch_skips_only_its_minibatchs_step(model_dir, tmp_path, monkeypatch):
+    """The first micro-batch's loss is NaN: its minibatch's optimizer step is skipped (counted once), the minibatch's
+    other micro-batches are still measured, and the next minibatch's step is applied."""
+    import algos.ppo
+
+    overrides = {**PPO_BASE, "model.path": model_dir, "run.output_dir": str(tmp_path), "ppo.ppo_epochs": "1"}
+    trainer = PPOTrainer(load_config(PPOConfig, overrides=overrides), backend=ScriptedRollout(script))
+    batch, _ = trainer.collect(step=1)
+    aggregate, calls = algos.ppo.aggregate_loss, []
+
+    def first_is_nan(*args, **kwargs):
+        calls.append(1)
+        loss = aggregate(*args, **kwargs)
+        return loss * float("nan") if len(calls) == 1 else loss
+
+    monkeypatch.setattr(algos.ppo, "aggregate_loss", first_is_nan)
+    steps = []
+    trainer.optimizer.register_step_pre_hook(lambda *args: steps.append(1))
+    metrics = trainer.update(batch, train_policy=True)
+    assert metrics["skipped_updates"] == 1 and len(steps) == 1
+    assert len(calls) == 2 * 4  # value and policy loss of each micro-batch: 2 minibatches of 3 rows, in 2 + 1
