@@ -39,9 +39,9 @@ PPO_BASE.update({
 
 SCENARIOS = {
     "head": {"ppo.value_model": "head", "run.steps": "2"},
-    # A separate critic; per-sequence policy loss over one-row minibatches; a KL clamp that binds.
+    # A separate critic; per-sequence policy loss over minibatches of 2, 2, 1 and 1 rows; a KL clamp that binds.
     "separate": {"ppo.value_model": "separate", "ppo.critic_lr": "0.03", "run.steps": "2",
-                 "ppo.loss_agg": "seq-mean-token-mean", "ppo.num_minibatches": "6", "ppo.kl_clamp": "0.02"},
+                 "ppo.loss_agg": "seq-mean-token-mean", "ppo.num_minibatches": "4", "ppo.kl_clamp": "0.02"},
     "critic_warmup": {"ppo.value_model": "head", "ppo.critic_warmup_steps": "1", "run.steps": "3"},
     "no_kl": {"ppo.kl_coef": "0", "ppo.kl_target": "null", "run.steps": "2"},
 }
