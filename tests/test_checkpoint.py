@@ -64,8 +64,12 @@ def test_two_checkpoints_are_kept_by_default_and_a_delete_that_fails_does_not_fa
 
 
 def test_liveness_of_writers_is_probed_without_a_signal(monkeypatch):
-    assert checkpoint._process_alive(os.getpid())  # signal 0 only probes; any other would hit this test process
+    sent = []
+    kill = os.kill
+    monkeypatch.setattr(checkpoint.os, "kill", lambda pid, signal: sent.append(signal) or kill(pid, signal))
+    assert checkpoint._process_alive(os.getpid())
     assert not checkpoint._process_alive(4194305)
+    assert sent == [0, 0]  # signal 0 only probes; any other would reach the process
 
     def not_ours(pid, signal):
         raise PermissionError

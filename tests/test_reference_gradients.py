@@ -56,8 +56,9 @@ SCRIPT = (
     [["right", "wrong", "work", "long"], ["wrong", "wrong", "empty", "wrong"], ["long_right", "long", "long_right", "long"]],
     [["right", "work", "wrong", "right"], ["right", "right", "right", "right"], ["right", "right", "wrong", "long"]],
 )
-# Every row truncated but one, which is the stop token alone: one loss token in the batch under overlong filtering.
-ONE_LOSS_TOKEN = ([["empty", "long", "long", "long"], ["long"] * 4, ["long"] * 4],)
+# Every row truncated but one, which is the stop token alone: one loss token in the batch under overlong filtering,
+# with a non-zero advantage (its group's truncated second row is right).
+ONE_LOSS_TOKEN = ([["empty", "long_right", "long", "long"], ["long"] * 4, ["long"] * 4],)
 
 
 def scripted(rounds):

@@ -227,3 +227,9 @@ def test_weighted_sum_names_malformed_components_and_reads_plain_floats():
     result = plain("x", answer="1", hint="kept")
     assert (result.score, result.status, result.details["statuses"]) == (1.0, "ok", {"half": "ok"})
     assert not plain.in_process_safe  # a plain function is not known to be bounded
+
+
+def test_a_custom_format_pattern_spans_lines_and_components_must_be_tuples():
+    assert format_reward(r"<a>.*</a>")("<a>line one\nline two</a>").score == 1.0  # re.DOTALL: '.' crosses lines
+    with pytest.raises(ValueError, match="must be \\(name, verifier, weight\\)"):
+        WeightedSum([["a", math_verifier, 1.0]])  # a list is not a component
