@@ -101,3 +101,8 @@ def test_step_rewards_vary_per_group():
 
 def test_group_std_works_from_two_rows():
     torch.testing.assert_close(group_advantages(torch.tensor([1.0, 3.0]), 2, eps=0.0), torch.tensor([-1 / math.sqrt(2), 1 / math.sqrt(2)]))
+
+
+def test_group_scaling_of_one_sample_groups_is_refused_in_so_many_words():
+    with pytest.raises(ValueError, match=r"^scale='group' needs group_size >= 2 \(the std of one sample is undefined\)$"):
+        group_advantages(torch.tensor([1.0, 2.0]), group_size=1)

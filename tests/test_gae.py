@@ -195,3 +195,8 @@ def test_adaptive_kl_controller_refuses_bad_settings_by_name():
         AdaptiveKLController(-0.1)
     with pytest.raises(ValueError, match="kl horizon must be > 0"):
         AdaptiveKLController(0.1, target=1.0, horizon=0)
+
+
+def test_a_kl_tensor_without_a_coefficient_costs_nothing():
+    mask, kl = torch.ones(1, 2), torch.tensor([[0.5, 0.5]])
+    torch.testing.assert_close(token_rewards(mask, torch.tensor([1.0]), kl=kl), torch.tensor([[0.0, 1.0]]))
