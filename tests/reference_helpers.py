@@ -89,9 +89,13 @@ def clip_surrogate(ratio, advantage, eps_low, eps_high, dual_clip=None):
     return loss
 
 
-def clipped_gradients(model, max_norm: float) -> tuple[dict[str, torch.Tensor], float]:
-    """(the model's gradients by name, scaled as torch's global-norm clipping does (max_norm 0 = off), their norm before)."""
-    grads = {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
+def model_gradients(model) -> dict[str, torch.Tensor]:
+    """The gradients of a model's parameters, by name (parameters without one left out)."""
+    return {name: p.grad.detach().clone() for name, p in model.named_parameters() if p.grad is not None}
+
+
+def clipped_gradients(grads: dict[str, torch.Tensor], max_norm: float) -> tuple[dict[str, torch.Tensor], float]:
+    """(``grads`` scaled as torch's global-norm clipping does (max_norm 0 = off), their norm before)."""
     total = math.sqrt(sum(g.double().pow(2).sum().item() for g in grads.values()))
     scale = min(1.0, max_norm / (total + 1e-6)) if max_norm > 0 else 1.0
     return {name: g * scale for name, g in grads.items()}, total

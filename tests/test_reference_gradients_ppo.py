@@ -106,19 +106,6 @@ def named_gradients(sources: dict) -> dict[str, torch.Tensor]:
     return grads
 
 
-def global_clip(grads: dict[str, torch.Tensor], max_norm: float) -> tuple[dict[str, torch.Tensor], float]:
-    class Holder(torch.nn.Module):  # clipped_gradients reads named parameters' .grad
-        pass
-
-    holder = Holder()
-    for i, (name, g) in enumerate(grads.items()):
-        p = torch.nn.Parameter(torch.zeros_like(g))
-        p.grad = g
-        holder.register_parameter(f"p{i}", p)
-    clipped, norm = clipped_gradients(holder, max_norm)
-    return {name: clipped[f"p{i}"] for i, name in enumerate(grads)}, norm
-
-
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_dir, tmp_path, monkeypatch):
     overrides = {**PPO_BASE, "model.path": model_dir, "run.output_dir": str(tmp_path), **SCENARIOS[name]}
@@ -229,7 +216,7 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
                         ratios.append(ratio.detach())
                 sums["tokens"] += row.length
             loss.backward()
-            grads, norm = global_clip(named_gradients(sources), config.optim.max_grad_norm)
+            grads, norm = clipped_gradients(named_gradients(sources), config.optim.max_grad_norm)
             norms.append(norm)
             assert_gradients_equal(record["grads"], grads)
             delay = p.critic_warmup_steps
