@@ -39,13 +39,7 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
     if "cuda" in state and device.type == "cuda":
-        cuda = state["cuda"]
-        if isinstance(cuda, (list, tuple)):  # a checkpoint from before 75228e8 kept every visible GPU's state
-            index = device.index or 0
-            if index >= len(cuda):
-                return
-            cuda = cuda[index]
-        torch.cuda.set_rng_state(cuda, device)
+        torch.cuda.set_rng_state(state["cuda"], device)
 
 
 def _fsync_tree(path: Path) -> None:

@@ -127,7 +127,7 @@ def _eval(args) -> int:
     } - {f.name for f in dataclasses.fields(EvalConfig)}
     extra = {"env.id": args.env, "model.path": args.model, "env.eval_size": args.num_problems}
     from algos.models import resolve_model_path
-    from algos.trainer import eval_task, evaluate_saved_model
+    from algos.evaluation import eval_task, evaluate_saved_model
 
     try:
         config = _load(EvalConfig, args, extra, unused_sections=training_sections)

@@ -5,8 +5,8 @@ overrides. A key is `section.field` (or just `field` when only one section has i
 Unknown keys and ill-typed values are errors that name the key; every section's
 `validate()` raises ValueError naming the field.
 
-The shared sections (model, env, rollout, optim, run) are reused by every algorithm;
-an algorithm adds its own section (GRPO's is `grpo`, PPO's is its own).
+The shared sections (model, env, rollout, run; optim and loss for training) are reused by every
+algorithm; an algorithm's own file adds its section and presets (algos/grpo.py's `grpo`, algos/ppo.py's `ppo`).
 """
 
 from __future__ import annotations
@@ -26,13 +26,10 @@ from typing import Any
 import torch
 import yaml
 
-from algos.core.aggregation import MODES as LOSS_AGG_MODES
-from algos.core.advantages import SCALES as ADV_SCALES
-from algos.core.kl import ESTIMATORS as KL_ESTIMATORS
-from algos.core.policy_loss import RATIO_LEVELS
+from algos.core import LOSS_AGGREGATIONS, POLICY_LOSSES
 
 
-def _require(condition: bool, name: str, message: str) -> None:
+def require(condition: bool, name: str, message: str) -> None:
     if not condition:
         raise ValueError(f"config {name}: {message}")
 
@@ -48,10 +45,10 @@ class ModelConfig:
     autocast: str | None = None
 
     def validate(self) -> None:
-        _require(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"unknown dtype {self.dtype!r}")
-        _require(self.autocast in (None, "bfloat16", "float16"), "model.autocast",
+        require(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"unknown dtype {self.dtype!r}")
+        require(self.autocast in (None, "bfloat16", "float16"), "model.autocast",
                  f"must be null, 'bfloat16' or 'float16', got {self.autocast!r}")
-        _require(bool(self.path), "model.path", "must name a directory or 'default'")
+        require(bool(self.path), "model.path", "must name a directory or 'default'")
         if self.device != "auto":
             try:
                 torch.device(self.device)
@@ -75,10 +72,10 @@ class EnvConfig:
     eval_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
-        _require(self.max_new_tokens >= 1, "env.max_new_tokens", "must be >= 1")
-        _require(self.max_prompt_tokens is None or self.max_prompt_tokens >= 1, "env.max_prompt_tokens", "must be >= 1 or null")
-        _require(self.eval_size >= 1, "env.eval_size", "must be >= 1")
-        _require(self.eval_batch_size >= 0, "env.eval_batch_size", "must be >= 0 (0 = all at once)")
+        require(self.max_new_tokens >= 1, "env.max_new_tokens", "must be >= 1")
+        require(self.max_prompt_tokens is None or self.max_prompt_tokens >= 1, "env.max_prompt_tokens", "must be >= 1 or null")
+        require(self.eval_size >= 1, "env.eval_size", "must be >= 1")
+        require(self.eval_batch_size >= 0, "env.eval_batch_size", "must be >= 0 (0 = all at once)")
 
 
 # vllm.LLM arguments rollout.vllm_engine_kwargs may not carry: VLLMRollout or their own config keys set them.
@@ -100,20 +97,20 @@ class RolloutConfig:
     vllm_engine_kwargs: dict[str, Any] = field(default_factory=dict)  # more vllm.LLM arguments, e.g. {max_model_len: 2048}
 
     def validate(self) -> None:
-        _require(self.backend in ("hf", "vllm"), "rollout.backend", f"must be 'hf' or 'vllm', got {self.backend!r}")
-        _require(0 < self.vllm_gpu_memory_utilization <= 1, "rollout.vllm_gpu_memory_utilization", "must be in (0, 1]")
-        _require(self.vllm_dtype in (None, "float32", "bfloat16", "float16"), "rollout.vllm_dtype",
+        require(self.backend in ("hf", "vllm"), "rollout.backend", f"must be 'hf' or 'vllm', got {self.backend!r}")
+        require(0 < self.vllm_gpu_memory_utilization <= 1, "rollout.vllm_gpu_memory_utilization", "must be in (0, 1]")
+        require(self.vllm_dtype in (None, "float32", "bfloat16", "float16"), "rollout.vllm_dtype",
                  f"must be null, 'float32', 'bfloat16' or 'float16', got {self.vllm_dtype!r}")
         taken = sorted(set(self.vllm_engine_kwargs) & VLLM_ARGUMENTS_SET_BY_ROLLOUT)
-        _require(not taken, "rollout.vllm_engine_kwargs", f"{taken} are set by their own keys or by the rollout")
-        _require(self.temperature > 0, "rollout.temperature", "must be > 0")
-        _require(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
-        _require(self.top_k >= 0, "rollout.top_k", "must be >= 0")
+        require(not taken, "rollout.vllm_engine_kwargs", f"{taken} are set by their own keys or by the rollout")
+        require(self.temperature > 0, "rollout.temperature", "must be > 0")
+        require(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
+        require(self.top_k >= 0, "rollout.top_k", "must be >= 0")
 
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-6  # DeepSeekMath's GRPO learning rate (SPEC.md)
+    lr: float = 1e-6  # DeepSeekMath's GRPO learning rate
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)  # AdamW defaults
     adam_eps: float = 1e-8
@@ -122,13 +119,13 @@ class OptimConfig:
     schedule: str = "constant"  # after warm-up: "constant", "linear" or "cosine" decay to 0 at run.steps
 
     def validate(self) -> None:
-        _require(self.lr > 0, "optim.lr", f"must be > 0, got {self.lr}")  # finite: validate_sections checks every number
-        _require(self.adam_eps > 0, "optim.adam_eps", "must be > 0")
-        _require(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
-        _require(all(0 <= b < 1 for b in self.betas), "optim.betas", "each must be in [0, 1)")
-        _require(self.max_grad_norm >= 0, "optim.max_grad_norm", "must be >= 0")
-        _require(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
-        _require(self.schedule in ("constant", "linear", "cosine"), "optim.schedule", f"unknown {self.schedule!r}")
+        require(self.lr > 0, "optim.lr", f"must be > 0, got {self.lr}")  # finite: validate_sections checks every number
+        require(self.adam_eps > 0, "optim.adam_eps", "must be > 0")
+        require(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
+        require(all(0 <= b < 1 for b in self.betas), "optim.betas", "each must be in [0, 1)")
+        require(self.max_grad_norm >= 0, "optim.max_grad_norm", "must be >= 0")
+        require(self.warmup_steps >= 0, "optim.warmup_steps", "must be >= 0")
+        require(self.schedule in ("constant", "linear", "cosine"), "optim.schedule", f"unknown {self.schedule!r}")
 
 
 @dataclass
@@ -150,75 +147,37 @@ class RunConfig:
     full_determinism: bool = False
 
     def validate(self) -> None:
-        _require(self.steps >= 1, "run.steps", "must be >= 1")
-        _require(self.save_every >= 0, "run.save_every", "must be >= 0")
-        _require(self.keep_last >= 1, "run.keep_last", "must be >= 1")
-        _require(self.eval_every >= 0, "run.eval_every", "must be >= 0")
+        require(self.steps >= 1, "run.steps", "must be >= 1")
+        require(self.save_every >= 0, "run.save_every", "must be >= 0")
+        require(self.keep_last >= 1, "run.keep_last", "must be >= 1")
+        require(self.eval_every >= 0, "run.eval_every", "must be >= 0")
 
 
 @dataclass
-class GRPOSection:
-    prompts_per_step: int = 8  # prompts per rollout batch
-    group_size: int = 8  # G completions per prompt
-    num_iterations: int = 1  # policy updates per rollout batch (mu in DeepSeekMath; >1 makes the ratio matter)
-    micro_batch_size: int = 8  # rows per forward/backward (TRL's per-device default); gradients accumulate over the batch
-    eps_low: float = 0.2  # clip(r, 1 - eps_low, 1 + eps_high); DAPO: 0.2
-    eps_high: float = 0.2  # DAPO clip-higher: 0.28
-    dual_clip: float | None = None  # c > 1 bounds negative-advantage loss (None = off)
-    ratio_level: str = "token"  # "token", or "sequence" for GSPO
-    beta: float = 0.04  # KL-to-reference coefficient (DeepSeekMath); 0 = no reference model kept
-    kl_estimator: str = "k3"
-    kl_clamp: float = 10.0
-    loss_agg: str = "seq-mean-token-mean"  # GRPO's 1/|o_i|; DAPO: "token-mean"; Dr. GRPO: "seq-mean-token-sum-norm"
-    adv_scale: str = "group"  # "group" std, "batch" std, or "none" (Dr. GRPO mean-only)
-    adv_eps: float = 1e-6
-    # DeepSeekMath process supervision, added to the outcome advantage with this weight: token t also gets the sum
-    # of the group-normalised step rewards of the steps ending at or after t. Needs a task with process rewards
-    # (Countdown's step_reward > 0). 0 = outcome supervision only (GRPO).
-    process_weight: float = 0.0
+class PolicyLossConfig:
+    """The policy's loss, shared by GRPO and PPO: the surrogate, its clipping, how per-token losses become one
+    number, the entropy bonus, and the micro-batching that computes it (an algorithm's config may change the
+    defaults; PPOConfig does)."""
+
+    surrogate: str = "ppo-clip"  # POLICY_LOSSES: "ppo-clip" (the token ratio of PPO/GRPO/DAPO) or "gspo" (GSPO's sequence ratio)
+    eps_low: float = 0.2  # clip(r, 1 - eps_low, 1 + eps_high): PPO's 0.2
+    eps_high: float = 0.2  # DAPO's clip-higher: 0.28
+    dual_clip: float | None = None  # c > 1 bounds negative-advantage loss at -c*A (Ye et al. 2020: 3); None = off
+    # LOSS_AGGREGATIONS: GRPO's 1/|o_i| "seq-mean-token-mean"; DAPO's and PPO's "token-mean"; Dr. GRPO's "seq-mean-token-sum-norm"
+    aggregation: str = "seq-mean-token-mean"
     entropy_coef: float = 0.0  # entropy bonus (0 = off; entropy is logged either way)
-    dynamic_sampling: bool = False  # DAPO: drop all-equal groups and sample more
-    # What must vary within a group to keep it: "acc" (solved or not: DAPO, verl's filter_groups metric) or
-    # "score" (the task score, format and partial credit included; e.g. reasoning-gym's partial scores).
-    dynamic_sampling_metric: str = "acc"
-    max_sampling_rounds: int = 4  # generation rounds per step at most; then train on what was kept
-    overlong_filter: bool = False  # DAPO: truncated completions get no loss
-    soft_overlong: bool = False  # DAPO: add the soft overlong penalty to the reward
-    overlong_cache: int = 16  # L_cache of the soft penalty (tokens), L_max = env.max_new_tokens
-    # R_len's weight in the reward. DAPO adds R_len in [-1, 0] to rewards of +-1; task scores here are in [0, 1], and
-    # std-normalised group advantages ignore the map s -> 2s - 1, so 0.5 is DAPO's weighting (1.0 would make a right
-    # answer ending at L_max score as a short wrong one). verl's overlong_buffer.penalty_factor.
-    overlong_penalty_factor: float = 0.5
+    micro_batch_size: int = 8  # rows per forward/backward (TRL's per-device default); gradients accumulate exactly
     logprob_chunk_size: int = 256  # tokens per LM-head chunk: 256 x 49k vocab x fp32 = 50 MB per V-wide tensor
 
     def validate(self) -> None:
-        _require(self.prompts_per_step >= 1, "grpo.prompts_per_step", "must be >= 1")
-        _require(self.group_size >= 2, "grpo.group_size", "must be >= 2 (advantages compare samples of a group)")
-        _require(self.num_iterations >= 1, "grpo.num_iterations", "must be >= 1")
-        _require(self.micro_batch_size >= 1, "grpo.micro_batch_size", "must be >= 1")
-        _require(0 < self.eps_low < 1, "grpo.eps_low", "must be in (0, 1)")
-        _require(self.eps_high > 0, "grpo.eps_high", "must be > 0")
-        _require(self.dual_clip is None or self.dual_clip > 1, "grpo.dual_clip", "must be > 1 or null")
-        _require(self.ratio_level in RATIO_LEVELS, "grpo.ratio_level", f"must be one of {RATIO_LEVELS}")
-        _require(self.beta >= 0, "grpo.beta", "must be >= 0")
-        _require(self.kl_estimator in KL_ESTIMATORS, "grpo.kl_estimator", f"must be one of {KL_ESTIMATORS}")
-        # In the loss, k1's expected gradient is beta * E[grad log pi] = 0: the KL term would only add noise.
-        _require(self.kl_estimator != "k1" or self.beta == 0, "grpo.kl_estimator",
-                 "k1 has zero expected gradient as a loss term: use k3 (DeepSeekMath, verl's low_var_kl) or k2 (its gradient is the KL's)")
-        _require(self.kl_clamp > 0, "grpo.kl_clamp", "must be > 0")
-        _require(self.loss_agg in LOSS_AGG_MODES, "grpo.loss_agg", f"must be one of {LOSS_AGG_MODES}")
-        _require(self.adv_scale in ADV_SCALES, "grpo.adv_scale", f"must be one of {ADV_SCALES}")
-        # eps > 0 keeps an all-equal group's advantages 0 / eps = 0 instead of 0 / 0 = NaN
-        _require(self.adv_eps > 0, "grpo.adv_eps", "must be > 0")
-        _require(self.process_weight >= 0, "grpo.process_weight", "must be >= 0")
-        _require(self.dynamic_sampling_metric in ("acc", "score"), "grpo.dynamic_sampling_metric",
-                 f"must be 'acc' or 'score', got {self.dynamic_sampling_metric!r}")
-        _require(self.overlong_penalty_factor >= 0, "grpo.overlong_penalty_factor", "must be >= 0")
-        _require(self.entropy_coef >= 0, "grpo.entropy_coef", "must be >= 0 (a bonus; negative would penalise entropy)")
-        # GRPOTrainer._round_seed gives each step 101 prompt seeds; more rounds would repeat the next step's prompts
-        _require(1 <= self.max_sampling_rounds <= 101, "grpo.max_sampling_rounds", "must be in 1..101")
-        _require(self.overlong_cache >= 1, "grpo.overlong_cache", "must be >= 1")
-        _require(self.logprob_chunk_size >= 1, "grpo.logprob_chunk_size", "must be >= 1")
+        require(self.surrogate in POLICY_LOSSES, "loss.surrogate", f"must be one of {POLICY_LOSSES.names}")
+        require(0 < self.eps_low < 1, "loss.eps_low", "must be in (0, 1)")
+        require(self.eps_high > 0, "loss.eps_high", "must be > 0")
+        require(self.dual_clip is None or self.dual_clip > 1, "loss.dual_clip", "must be > 1 or null")
+        require(self.aggregation in LOSS_AGGREGATIONS, "loss.aggregation", f"must be one of {LOSS_AGGREGATIONS.names}")
+        require(self.entropy_coef >= 0, "loss.entropy_coef", "must be >= 0 (a bonus; negative would penalise entropy)")
+        require(self.micro_batch_size >= 1, "loss.micro_batch_size", "must be >= 1")
+        require(self.logprob_chunk_size >= 1, "loss.logprob_chunk_size", "must be >= 1")
 
 
 @dataclass
@@ -236,44 +195,17 @@ class EvalConfig:
 
 @dataclass
 class TrainConfig(EvalConfig):
-    """The sections every training algorithm shares: the evaluation ones plus `optim`."""
+    """The sections every training algorithm shares: the evaluation ones plus `optim` and `loss`."""
 
     optim: OptimConfig = field(default_factory=OptimConfig)
+    loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
 
     def validate(self) -> None:
         validate_sections(self)
         # AdamW's eps (1e-8) is 0 in float16, so a zero gradient gives 0/0 = NaN weights after one step that looks
         # applied (finite grad norm); and GradScaler refuses to unscale float16 gradients under float16 autocast.
-        _require(self.model.dtype != "float16", "model.dtype",
+        require(self.model.dtype != "float16", "model.dtype",
                  "float16 weights cannot be trained: use model.dtype = float32 with model.autocast = float16 (or bfloat16)")
-
-
-@dataclass
-class GRPOConfig(TrainConfig):
-    """GRPO (and, through the `dapo` preset, DAPO): the shared sections plus `grpo`."""
-
-    grpo: GRPOSection = field(default_factory=GRPOSection)
-
-    def validate(self) -> None:
-        super().validate()
-        _require(
-            self.grpo.overlong_cache <= self.env.max_new_tokens or not self.grpo.soft_overlong,
-            "grpo.overlong_cache",
-            f"must be <= env.max_new_tokens ({self.env.max_new_tokens})",
-        )
-
-
-# DAPO (arXiv 2503.14476) = GRPO + these four switches + no KL; each can be turned off for ablation.
-DAPO_PRESET: dict[str, Any] = {
-    "grpo": {
-        "eps_high": 0.28,  # 1. clip-higher
-        "dynamic_sampling": True,  # 2. dynamic sampling
-        "loss_agg": "token-mean",  # 3. token-level loss
-        "overlong_filter": True,  # 4. overlong filtering ...
-        "soft_overlong": True,  # ... and soft overlong punishment
-        "beta": 0.0,  # no KL term
-    }
-}
 
 
 def validate_sections(config: Any) -> None:
@@ -286,7 +218,7 @@ def validate_sections(config: Any) -> None:
         for key in dataclasses.fields(section):
             value = getattr(section, key.name)
             if isinstance(value, float):
-                _require(math.isfinite(value), f"{f.name}.{key.name}", f"must be a finite number, got {value}")
+                require(math.isfinite(value), f"{f.name}.{key.name}", f"must be a finite number, got {value}")
         if hasattr(section, "validate"):
             section.validate()
 

@@ -1,12 +1,12 @@
 """GRPO (DeepSeekMath) and DAPO in one loop over algos.core.
 
 One step: sample G completions for each of `prompts_per_step` prompts by stepping a
-TokenVectorEnv; shape rewards (DAPO soft overlong penalty); keep groups with signal
-(DAPO dynamic sampling, bounded rounds); group-normalised advantages (plus, with
+TokenVectorEnv; shape rewards (DAPO soft overlong penalty, overlong filter); keep groups with
+signal (DAPO dynamic sampling, bounded rounds); advantages from grpo.adv_estimator (plus, with
 `grpo.process_weight`, DeepSeekMath process supervision from the task's step rewards); then
-`num_iterations` clipped-surrogate updates over micro-batches with gradient
-accumulation, KL to a frozen reference when beta > 0. DAPO is the `dapo` preset
-(algos.config.DAPO_PRESET); each of its parts is a switch in the `grpo` section.
+`num_iterations` clipped-surrogate updates over micro-batches with gradient accumulation, KL to a
+frozen reference when beta > 0. DAPO is the `dapo` preset (DAPO_PRESET); each of its parts is a
+switch. The formulas: docs/formulas.md.
 
 Dynamic sampling bound: at most `max_sampling_rounds` generation rounds per step.
 A group is informative when its task scores (accuracy, before the soft overlong penalty)
@@ -19,48 +19,122 @@ normalisers count only those); with none, the update is skipped and logged as
 
 from __future__ import annotations
 
-import copy
+import dataclasses
 import math
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 import rewards
-from algos import checkpoint as ckpt
-from algos.config import DAPO_PRESET, GRPOConfig
-from algos.core.advantages import group_advantages, process_advantages, step_rewards_vary, zero_std_group_fraction
+from algos.config import TrainConfig, require
+from algos.core import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES
+from algos.core.advantages import process_advantages, step_rewards_vary, zero_std_group_fraction
 from algos.core.aggregation import aggregate_loss
 from algos.core.kl import kl_estimate
-from algos.core.policy_loss import clipped_policy_loss
-from algos.metrics import MetricsLogger
+from algos.metrics import MetricsLogger, rollout_metrics, task_accuracy
+from algos.policy import completion_logprobs
 from algos.rollout import RolloutBackend
-from algos.trainer import (
-    DTYPES,
-    advance_schedule,
-    build_optimizer,
-    build_scheduler,
-    build_task,
-    check_lm_head,
-    completion_logprobs,
-    eval_task,
-    evaluate,
-    grad_scaler,
-    guarded_optimizer_step,
-    make_env,
-    make_rollout_backend,
-    open_run_dir,
-    resolve_device,
-    rollout_metrics,
-    run_training,
-    seed_everything,
-    task_accuracy,
-    warn_if_eval_reads_training_data,
-)
+from algos.runtime import advance_schedule, build_optimizer, build_scheduler, guarded_optimizer_step
+from algos.trainer import run_training, setup_run
+
+
+@dataclass
+class GRPOSection:
+    prompts_per_step: int = 8  # prompts per rollout batch
+    group_size: int = 8  # G completions per prompt
+    num_iterations: int = 1  # policy updates per rollout batch (mu in DeepSeekMath; >1 makes the ratio matter)
+    beta: float = 0.04  # KL-to-reference coefficient in the loss (DeepSeekMath); 0 = no reference model kept
+    kl_estimator: str = "k3"  # KL_ESTIMATORS: k3 (DeepSeekMath, verl's low_var_kl) or k2 (its gradient is the KL's)
+    kl_clamp: float = 10.0  # per-token KL clamped to +-kl_clamp (verl's 10)
+    # ADVANTAGE_ESTIMATORS: "grpo" (group std, DeepSeekMath), "batch-std" (group mean, batch std), "dr-grpo" (mean only)
+    adv_estimator: str = "grpo"
+    adv_eps: float = 1e-6
+    # DeepSeekMath process supervision, added to the outcome advantage with this weight: token t also gets the sum
+    # of the group-normalised step rewards of the steps ending at or after t. Needs a task with process rewards
+    # (Countdown's step_reward > 0). 0 = outcome supervision only (GRPO).
+    process_weight: float = 0.0
+    dynamic_sampling: bool = False  # DAPO: drop all-equal groups and sample more
+    # What must vary within a group to keep it: "acc" (solved or not: DAPO, verl's filter_groups metric) or
+    # "score" (the task score, format and partial credit included; e.g. reasoning-gym's partial scores).
+    dynamic_sampling_metric: str = "acc"
+    max_sampling_rounds: int = 4  # generation rounds per step at most; then train on what was kept
+    overlong_filter: bool = False  # DAPO: truncated completions get no loss
+    soft_overlong: bool = False  # DAPO: add the soft overlong penalty to the reward
+    overlong_cache: int = 16  # L_cache of the soft penalty (tokens), L_max = env.max_new_tokens
+    # R_len's weight in the reward. DAPO adds R_len in [-1, 0] to rewards of +-1; task scores here are in [0, 1], and
+    # std-normalised group advantages ignore the map s -> 2s - 1, so 0.5 is DAPO's weighting (1.0 would make a right
+    # answer ending at L_max score as a short wrong one). verl's overlong_buffer.penalty_factor.
+    overlong_penalty_factor: float = 0.5
+
+    def validate(self) -> None:
+        require(self.prompts_per_step >= 1, "grpo.prompts_per_step", "must be >= 1")
+        require(self.group_size >= 2, "grpo.group_size", "must be >= 2 (advantages compare samples of a group)")
+        require(self.num_iterations >= 1, "grpo.num_iterations", "must be >= 1")
+        require(self.beta >= 0, "grpo.beta", "must be >= 0")
+        require(self.kl_estimator in KL_ESTIMATORS, "grpo.kl_estimator", f"must be one of {KL_ESTIMATORS.names}")
+        # In the loss, k1's expected gradient is beta * E[grad log pi] = 0: the KL term would only add noise.
+        require(self.kl_estimator != "k1" or self.beta == 0, "grpo.kl_estimator",
+                "k1 has zero expected gradient as a loss term: use k3 (DeepSeekMath, verl's low_var_kl) or k2 (its gradient is the KL's)")
+        require(self.kl_clamp > 0, "grpo.kl_clamp", "must be > 0")
+        require(self.adv_estimator in ADVANTAGE_ESTIMATORS, "grpo.adv_estimator", f"must be one of {ADVANTAGE_ESTIMATORS.names}")
+        # eps > 0 keeps an all-equal group's advantages 0 / eps = 0 instead of 0 / 0 = NaN
+        require(self.adv_eps > 0, "grpo.adv_eps", "must be > 0")
+        require(self.process_weight >= 0, "grpo.process_weight", "must be >= 0")
+        require(self.dynamic_sampling_metric in ("acc", "score"), "grpo.dynamic_sampling_metric",
+                f"must be 'acc' or 'score', got {self.dynamic_sampling_metric!r}")
+        require(self.overlong_penalty_factor >= 0, "grpo.overlong_penalty_factor", "must be >= 0")
+        # GRPOTrainer._round_seed gives each step 101 prompt seeds; more rounds would repeat the next step's prompts
+        require(1 <= self.max_sampling_rounds <= 101, "grpo.max_sampling_rounds", "must be in 1..101")
+        require(self.overlong_cache >= 1, "grpo.overlong_cache", "must be >= 1")
+
+
+@dataclass
+class GRPOConfig(TrainConfig):
+    """GRPO (and, through the `dapo` preset, DAPO): the shared sections plus `grpo`."""
+
+    grpo: GRPOSection = field(default_factory=GRPOSection)
+
+    def validate(self) -> None:
+        super().validate()
+        require(self.grpo.overlong_cache <= self.env.max_new_tokens or not self.grpo.soft_overlong,
+                "grpo.overlong_cache", f"must be <= env.max_new_tokens ({self.env.max_new_tokens})")
+
+
+# DAPO (arXiv 2503.14476) = GRPO + these four switches + no KL; each can be turned off for ablation.
+DAPO_PRESET: dict[str, Any] = {
+    "loss": {
+        "eps_high": 0.28,  # 1. clip-higher
+        "aggregation": "token-mean",  # 3. token-level loss
+    },
+    "grpo": {
+        "dynamic_sampling": True,  # 2. dynamic sampling
+        "overlong_filter": True,  # 4. overlong filtering ...
+        "soft_overlong": True,  # ... and soft overlong punishment
+        "beta": 0.0,  # no KL term
+    },
+}
 
 Config = GRPOConfig
 PRESETS = {"dapo": DAPO_PRESET}
+
+
+@dataclass
+class SampledRows:
+    """Rows of one generation round, rewards shaped: [n, P] prompt ids/mask, [n, T] response ids/mask, [n] scores
+    (with the soft overlong penalty), [n, T] loss mask (overlong-filtered rows all 0), [n, T] step rewards and mask."""
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    response_ids: torch.Tensor
+    response_mask: torch.Tensor
+    scores: torch.Tensor
+    loss_mask: torch.Tensor
+    step_rewards: torch.Tensor
+    step_mask: torch.Tensor
+
+    def take(self, rows: torch.Tensor) -> SampledRows:
+        return SampledRows(**{f.name: getattr(self, f.name)[rows] for f in dataclasses.fields(self)})
 
 
 @dataclass
@@ -80,62 +154,79 @@ class Batch:
         return self.input_ids.shape[0]
 
 
+def shape_rewards(result, g: GRPOSection, max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A rollout's ([B] scores with DAPO's soft overlong penalty, [B, T] loss mask without overlong-filtered rows)."""
+    lengths = result.response_mask.sum(-1)
+    scores = result.scores.float().clone()
+    if g.soft_overlong:
+        scores += g.overlong_penalty_factor * torch.tensor(
+            [rewards.soft_overlong_penalty(int(n), max_new_tokens, g.overlong_cache) for n in lengths.tolist()],
+            device=scores.device,
+        )
+    loss_mask = result.response_mask.clone()
+    if g.overlong_filter:
+        keep = rewards.overlong_filter_mask(lengths.tolist(), max_new_tokens, truncated=result.truncated.tolist())
+        loss_mask *= torch.tensor(keep, device=loss_mask.device, dtype=loss_mask.dtype).unsqueeze(-1)
+    return scores, loss_mask
+
+
+def informative_groups(result, loss_mask: torch.Tensor, g: GRPOSection) -> torch.Tensor:
+    """[B // G] bool: DAPO keeps a group when its accuracy (or, as configured, its task score; either before the
+    length penalty) varies and some row of it is trained on (overlong filtering may mask them all). With process
+    supervision, step rewards that differ within the group are a signal too."""
+    metric = task_accuracy(result) if g.dynamic_sampling_metric == "acc" else result.scores.float()
+    metric = metric.reshape(-1, g.group_size)
+    varies = metric.amax(1) > metric.amin(1)
+    if g.process_weight:
+        varies |= step_rewards_vary(result.process_rewards, result.process_step_mask, g.group_size)
+    return varies & loss_mask.any(-1).reshape(-1, g.group_size).any(1)
+
+
 def _right_pad_cat(parts: list[torch.Tensor], width: int) -> torch.Tensor:
     """[n_k, T_k] parts -> [sum n_k, width], zero-padded on the right."""
     return torch.cat([torch.nn.functional.pad(part, (0, width - part.shape[1])) for part in parts])
 
 
-def _pad_and_concat(parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]], pad_id: int):
-    """[(prompt_ids [n,P_k], prompt_mask, response_ids [n,T_k], response_mask)] -> left/right padded concatenation."""
-    width_p = max(p.shape[1] for p, _, _, _ in parts)
-    width_t = max(r.shape[1] for _, _, r, _ in parts)
+def build_batch(kept: list[SampledRows], g: GRPOSection, pad_id: int) -> Batch:
+    """The first prompts_per_step groups of the kept rows as one batch (prompts left-padded, completions
+    right-padded to the widest round), with their advantages."""
+    limit = g.prompts_per_step * g.group_size  # extra informative groups of the last round are dropped
+    width_p = max(part.prompt_ids.shape[1] for part in kept)
+    width_t = max(part.response_ids.shape[1] for part in kept)
     ids, masks = [], []
-    for prompt, prompt_mask, response, response_mask in parts:
-        left, right = width_p - prompt.shape[1], width_t - response.shape[1]
-        ids.append(torch.nn.functional.pad(torch.cat([prompt, response], 1), (left, right), value=pad_id))
-        masks.append(torch.nn.functional.pad(torch.cat([prompt_mask, response_mask], 1), (left, right)))
-    return torch.cat(ids), torch.cat(masks), width_p, _right_pad_cat([mask for *_, mask in parts], width_t)
+    for part in kept:
+        pad = (width_p - part.prompt_ids.shape[1], width_t - part.response_ids.shape[1])
+        ids.append(torch.nn.functional.pad(torch.cat([part.prompt_ids, part.response_ids], 1), pad, value=pad_id))
+        masks.append(torch.nn.functional.pad(torch.cat([part.prompt_mask, part.response_mask], 1), pad))
+    scores = torch.cat([part.scores for part in kept])[:limit]
+    advantages = ADVANTAGE_ESTIMATORS[g.adv_estimator](scores, g.group_size, eps=g.adv_eps)
+    if g.process_weight:
+        step_rewards = _right_pad_cat([part.step_rewards for part in kept], width_t)[:limit]
+        step_mask = _right_pad_cat([part.step_mask for part in kept], width_t)[:limit]
+        advantages = advantages.unsqueeze(-1) + g.process_weight * process_advantages(
+            step_rewards, step_mask, g.group_size, eps=g.adv_eps
+        )
+    return Batch(
+        input_ids=torch.cat(ids)[:limit],
+        attention_mask=torch.cat(masks)[:limit],
+        prompt_width=width_p,
+        loss_mask=_right_pad_cat([part.loss_mask for part in kept], width_t)[:limit],
+        scores=scores,
+        advantages=advantages,
+    )
 
 
 class GRPOTrainer:
     def __init__(self, config: GRPOConfig, *, resume: bool = False, backend: RolloutBackend | None = None) -> None:
         """``backend``: the rollout backend (default: the one config.rollout names), e.g. a ScriptedRollout."""
-        from algos.models import load_policy
-
-        config.validate()
         g = config.grpo
-        # Built before open_run_dir writes config.yaml, so a refused task or config leaves no run behind;
-        # the evaluation set once, as a dataset's file is read once.
-        task, self.eval_set = build_task(config), eval_task(config)
-        if g.process_weight and task.process_step_end is None:
-            raise ValueError(
-                f"config grpo.process_weight = {g.process_weight} needs per-step process rewards, and task "
-                f"{config.env.id} with env.kwargs {config.env.kwargs} gives none (Countdown does with step_reward > 0)"
-            )
-        self.config = config
-        seed_everything(config.run.seed, config.run.full_determinism)
-        self.device = resolve_device(config.model.device)
-        self.model, self.tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=self.device)
-        check_lm_head(self.model, len(self.tokenizer))
-        # After the model's own checks: a refused model leaves no run behind (and deletes no old one).
-        self.output_dir = Path(config.run.output_dir)
-        latest = open_run_dir(config, resume)
-        # The frozen reference exists only when the KL term does: beta = 0 costs no memory.
-        self.ref_model = None
-        if config.grpo.beta > 0:
-            self.ref_model = copy.deepcopy(self.model).eval().requires_grad_(False)
+        self.run = setup_run(config, rows_per_step=g.prompts_per_step * g.group_size, resume=resume, backend=backend,
+                             keep_reference=g.beta > 0, check_task=lambda task: _check_process_rewards(config, task))
+        self.config, self.model, self.tokenizer, self.ref_model = config, self.run.model, self.run.tokenizer, self.run.ref_model
+        self.env, self.backend, self.scaler = self.run.env, self.run.backend, self.run.scaler
         self.optimizer = build_optimizer(self.model, config.optim)
         self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
-        self.scaler = grad_scaler(config.model, self.device)
-        self.env = make_env(config, self.tokenizer, num_envs=g.prompts_per_step * g.group_size, device=self.device,
-                            task=task, model=self.model)
-        warn_if_eval_reads_training_data(config, self.env.task)
-        self.backend = backend if backend is not None else make_rollout_backend(config)
-        self.start_step = 0
-        if latest is not None:
-            loaded = ckpt.load_checkpoint(latest, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler)
-            self.scaler.load_state_dict(loaded["state"].get("grad_scaler", {}))
-            self.start_step = loaded["step"]
+        self.start_step, _ = self.run.restore(self.optimizer, self.scheduler)
 
     # ------------------------------------------------------------ sampling
 
@@ -144,83 +235,40 @@ class GRPOTrainer:
         (distinct for every round: grpo.max_sampling_rounds <= 101)."""
         return (self.config.run.seed * 1_000_003 + step) * 101 + round_index
 
+    def sample_round(self, step: int, round_index: int) -> tuple[Any, SampledRows]:
+        """Generate G completions for each of the round's prompts: (the rollout, its rows with rewards shaped)."""
+        g = self.config.grpo
+        self.env.reset(seed=self._round_seed(step, round_index), options={"group_size": g.group_size})
+        result = self.backend.generate(self.model, self.env)
+        scores, loss_mask = shape_rewards(result, g, self.config.env.max_new_tokens)
+        rows = SampledRows(self.env.prompt_ids, self.env.prompt_mask, result.response_ids, result.response_mask,
+                           scores, loss_mask, result.process_rewards, result.process_step_mask)
+        return result, rows
+
     def collect(self, step: int) -> tuple[Batch | None, dict[str, float]]:
         """Generate rounds until `prompts_per_step` groups with signal are kept (or the round bound is hit)."""
-        g, max_len = self.config.grpo, self.config.env.max_new_tokens
-        kept_parts, kept_scores, kept_masks, kept_step_rewards, kept_step_masks = [], [], [], [], []
-        first_round: dict[str, float] = {}
-        sampled_scores = []
-        rounds = 0
-        while sum(s.shape[0] for s in kept_scores) < g.prompts_per_step * g.group_size and rounds < g.max_sampling_rounds:
-            self.env.reset(seed=self._round_seed(step, rounds), options={"group_size": g.group_size})
-            result = self.backend.generate(self.model, self.env)
-            rounds += 1
-            lengths = result.response_mask.sum(-1)
-            scores = result.scores.float().clone()
-            if g.soft_overlong:
-                scores += g.overlong_penalty_factor * torch.tensor(
-                    [rewards.soft_overlong_penalty(int(n), max_len, g.overlong_cache) for n in lengths.tolist()],
-                    device=scores.device,
-                )
-            loss_mask = result.response_mask.clone()
-            if g.overlong_filter:
-                keep = rewards.overlong_filter_mask(lengths.tolist(), max_len, truncated=result.truncated.tolist())
-                loss_mask *= torch.tensor(keep, device=loss_mask.device, dtype=loss_mask.dtype).unsqueeze(-1)
-            if rounds == 1:
-                first_round = rollout_metrics(result, scores)
-            sampled_scores.append(scores)
-            # DAPO keeps a group when its accuracy (or, as configured, its task score; either before the length
-            # penalty) varies and some row of it is trained on (overlong filtering may mask them all). With
-            # process supervision, step rewards that differ within the group are a signal too.
-            metric = task_accuracy(result) if g.dynamic_sampling_metric == "acc" else result.scores.float()
-            metric = metric.reshape(-1, g.group_size)
-            varies = metric.amax(1) > metric.amin(1)
-            if g.process_weight:
-                varies |= step_rewards_vary(result.process_rewards, result.process_step_mask, g.group_size)
-            trained = loss_mask.any(-1).reshape(-1, g.group_size).any(1)
-            informative = varies & trained
-            groups = informative if g.dynamic_sampling else torch.ones_like(informative)
-            rows = groups.repeat_interleave(g.group_size).nonzero().flatten()
-            if rows.numel():
-                kept_parts.append(
-                    (self.env.prompt_ids[rows], self.env.prompt_mask[rows], result.response_ids[rows], result.response_mask[rows])
-                )
-                kept_scores.append(scores[rows])
-                kept_masks.append(loss_mask[rows])
-                kept_step_rewards.append(result.process_rewards[rows])
-                kept_step_masks.append(result.process_step_mask[rows])
-            if not g.dynamic_sampling:
+        g = self.config.grpo
+        kept: list[SampledRows] = []
+        sampled_scores, stats = [], {}
+        for round_index in range(g.max_sampling_rounds):
+            result, rows = self.sample_round(step, round_index)
+            if round_index == 0:
+                stats = rollout_metrics(result, rows.scores)
+            sampled_scores.append(rows.scores)
+            if g.dynamic_sampling:
+                groups = informative_groups(result, rows.loss_mask, g)
+                rows = rows.take(groups.repeat_interleave(g.group_size).nonzero().flatten())
+            if rows.scores.numel():
+                kept.append(rows)
+            if not g.dynamic_sampling or sum(part.scores.shape[0] for part in kept) >= g.prompts_per_step * g.group_size:
                 break
-        all_sampled = torch.cat(sampled_scores)
-        stats = {
-            **first_round,
-            "zero_std_group_frac": zero_std_group_fraction(all_sampled, g.group_size),
-            "generation_rounds": rounds,
-        }
-        if not kept_parts:
+        stats["zero_std_group_frac"] = zero_std_group_fraction(torch.cat(sampled_scores), g.group_size)
+        stats["generation_rounds"] = round_index + 1
+        if not kept:
             stats["kept_groups"] = 0
             return None, stats
-        limit = g.prompts_per_step * g.group_size  # extra informative groups of the last round are dropped
-        input_ids, attention_mask, prompt_width, _ = _pad_and_concat(kept_parts, self.env.pad_id)
-        width_t = input_ids.shape[1] - prompt_width
-        loss_mask = _right_pad_cat(kept_masks, width_t)
-        scores = torch.cat(kept_scores)[:limit]
-        stats["kept_groups"] = scores.shape[0] // g.group_size
-        advantages = group_advantages(scores, g.group_size, scale=g.adv_scale, eps=g.adv_eps)
-        if g.process_weight:
-            step_rewards = _right_pad_cat(kept_step_rewards, width_t)[:limit]
-            step_mask = _right_pad_cat(kept_step_masks, width_t)[:limit]
-            advantages = advantages.unsqueeze(-1) + g.process_weight * process_advantages(
-                step_rewards, step_mask, g.group_size, eps=g.adv_eps
-            )
-        batch = Batch(
-            input_ids=input_ids[:limit],
-            attention_mask=attention_mask[:limit],
-            prompt_width=prompt_width,
-            loss_mask=loss_mask[:limit],
-            scores=scores,
-            advantages=advantages,
-        )
+        batch = build_batch(kept, g, self.env.pad_id)
+        stats["kept_groups"] = batch.num_rows // g.group_size
         return batch, stats
 
     # ------------------------------------------------------------ update
@@ -232,18 +280,19 @@ class GRPOTrainer:
             batch.attention_mask[rows],
             batch.prompt_width,
             temperature=self.config.rollout.temperature,
-            chunk_size=self.config.grpo.logprob_chunk_size,
+            chunk_size=self.config.loss.logprob_chunk_size,
             vocab_size=len(self.tokenizer),
         )
 
     def update(self, batch: Batch) -> dict[str, float]:
         """num_iterations optimizer steps over the batch, micro-batched with exact gradient accumulation."""
-        g = self.config.grpo
+        g, loss_cfg = self.config.grpo, self.config.loss
         if not batch.loss_mask.any():
             # Every row masked (e.g. all truncated under overlong filtering): a zero gradient, on which
             # AdamW's momentum and weight decay would still move the weights. No optimizer step.
             return {"skipped_update": 1.0, "lr": advance_schedule(self.scheduler)[0]}
-        micro = [slice(i, min(i + g.micro_batch_size, batch.num_rows)) for i in range(0, batch.num_rows, g.micro_batch_size)]
+        size = loss_cfg.micro_batch_size
+        micro = [slice(i, min(i + size, batch.num_rows)) for i in range(0, batch.num_rows, size)]
         mask = batch.loss_mask.float()
         # Entropy is logged over every generated token, not only the loss's: overlong filtering masks the truncated
         # rows, often the high-entropy ones, and the metric would read low.
@@ -257,6 +306,7 @@ class GRPOTrainer:
         with torch.no_grad():
             old_logp = torch.cat([self._logprobs(self.model, batch, s)[0] for s in micro]) if g.num_iterations > 1 else None
             ref_logp = torch.cat([self._logprobs(self.ref_model, batch, s)[0] for s in micro]) if self.ref_model else None
+        surrogate = POLICY_LOSSES[loss_cfg.surrogate]
 
         totals: dict[str, float] = {}
         applied = 0
@@ -270,17 +320,15 @@ class GRPOTrainer:
                 m = mask[rows]
                 # With one iteration the policy is pi_old itself: ratio 1, gradient of the plain surrogate.
                 old = old_logp[rows] if old_logp is not None else logp.detach()
-                out = clipped_policy_loss(
-                    logp, old, batch.advantages[rows], m, g.eps_low, g.eps_high, g.dual_clip, g.ratio_level
-                )
+                out = surrogate(logp, old, batch.advantages[rows], m, loss_cfg.eps_low, loss_cfg.eps_high, loss_cfg.dual_clip)
                 per_token = out.per_token_loss
                 if ref_logp is not None:
                     kl = kl_estimate(logp, ref_logp[rows], g.kl_estimator, g.kl_clamp)
                     per_token = per_token + g.beta * kl * m
                     stat_sums["kl"] = stat_sums.get("kl", 0.0) + (kl.detach() * m).sum().item()
-                if g.entropy_coef:
-                    per_token = per_token - g.entropy_coef * entropy * m
-                loss = aggregate_loss(per_token, m, g.loss_agg, **norms)
+                if loss_cfg.entropy_coef:
+                    per_token = per_token - loss_cfg.entropy_coef * entropy * m
+                loss = aggregate_loss(per_token, m, loss_cfg.aggregation, **norms)
                 if not torch.isfinite(loss):
                     finite = False  # the whole update is skipped below; no NaN reaches the weights
                     continue
@@ -307,14 +355,8 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------ loop
 
-    def evaluate(self) -> float:
-        return evaluate(self.model, self.tokenizer, self.config, self.backend, device=self.device, eval_set=self.eval_set)
-
-    def save(self, step: int) -> Path:
-        return ckpt.save_checkpoint(
-            self.output_dir, step, model=self.model, optimizer=self.optimizer, scheduler=self.scheduler,
-            tokenizer=self.tokenizer, state={"grad_scaler": self.scaler.state_dict()}, keep_last=self.config.run.keep_last, config=self.config,
-        )
+    def save(self, step: int):
+        return self.run.save(step, self.optimizer, self.scheduler)
 
     def train_step(self, step: int, logger: MetricsLogger) -> dict[str, float]:
         batch, metrics = self.collect(step)
@@ -332,6 +374,14 @@ class GRPOTrainer:
 
     def train(self) -> dict[str, Any]:
         return run_training(self)
+
+
+def _check_process_rewards(config: GRPOConfig, task) -> None:
+    if config.grpo.process_weight and task.process_step_end is None:
+        raise ValueError(
+            f"config grpo.process_weight = {config.grpo.process_weight} needs per-step process rewards, and task "
+            f"{config.env.id} with env.kwargs {config.env.kwargs} gives none (Countdown does with step_reward > 0)"
+        )
 
 
 def train(config: GRPOConfig, *, resume: bool = False) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Training metrics: JSONL every step, TensorBoard when installed, a live tqdm bar, PNG curves at the end."""
+"""Training metrics: what a rollout reports, and where metrics go (JSONL every step, TensorBoard when
+installed, a live tqdm bar, PNG curves at the end)."""
 
 from __future__ import annotations
 
@@ -141,3 +142,30 @@ def plot_metrics(output_dir: str | Path, keys: tuple[str, ...] = PLOT_KEYS) -> P
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
+
+
+def task_accuracy(result) -> torch.Tensor:
+    """RolloutResult -> [B] 1.0 where the answer was right: the task's "correct" component when it
+    reports one (scores may include format credit), else the score; either counts at >= 1, as in
+    Task.is_success (partial credit, e.g. reasoning-gym's 0.65, is not a solved problem)."""
+    correct = result.reward_components.get("correct", result.scores)
+    return (correct >= 1.0).float()
+
+
+def rollout_metrics(result, scores: torch.Tensor) -> dict[str, float]:
+    """The per-step rollout metrics (docs/agents.md lists them) from one RolloutResult and its (shaped) [B] scores."""
+    lengths = result.response_mask.sum(-1).float()
+    metrics = {
+        "reward_mean": scores.mean().item(),
+        "reward_std": scores.std().item() if scores.numel() > 1 else 0.0,
+        "accuracy": task_accuracy(result).mean().item(),
+        "completion_len_mean": lengths.mean().item(),
+        "completion_len_max": lengths.max().item(),
+        "truncation_rate": result.truncated.float().mean().item(),
+    }
+    for name, values in result.reward_components.items():
+        metrics[f"reward/{name}"] = values.float().mean().item()
+    statuses = result.statuses
+    for status in ("no_answer", "timeout", "error"):
+        metrics[f"status/{status}"] = sum(s == status for s in statuses) / max(1, len(statuses))
+    return metrics

@@ -1,7 +1,7 @@
 """PPO-Clip with GAE and a learned critic on the token-level MDP (`rlvr train --algo ppo`).
 
 The MDP is TokenVectorEnv's: a state is the prompt plus the tokens so far, an
-action is one token, and the reward is per token (SPEC.md, "PPO-Clip"):
+action is one token, and the reward is per token (docs/formulas.md, "PPO-Clip on the token MDP"):
 
     r_t = process_reward_t - kl_coef * KL_t(pi_old || pi_ref)  (+ sequence score on the last token)
 
@@ -21,7 +21,6 @@ or a separate copy of the backbone (`"separate"`); see algos.value_model.
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,9 +28,8 @@ from typing import Any
 
 import torch
 
-from algos import checkpoint as ckpt
-from algos.config import TrainConfig, _require
-from algos.core.aggregation import MODES as LOSS_AGG_MODES
+from algos.config import PolicyLossConfig, TrainConfig, require
+from algos.core import KL_ESTIMATORS, POLICY_LOSSES
 from algos.core.aggregation import aggregate_loss
 from algos.core.gae import (
     AdaptiveKLController,
@@ -43,34 +41,13 @@ from algos.core.gae import (
     token_rewards,
     value_clip_fraction,
 )
-from algos.core.kl import ESTIMATORS as KL_ESTIMATORS
 from algos.core.kl import kl_estimate
 from algos.core.logprobs import logprobs_from_hidden
-from algos.core.policy_loss import clipped_policy_loss
-from algos.metrics import MetricsLogger
+from algos.metrics import MetricsLogger, rollout_metrics
 from algos.rollout import RolloutBackend
-from algos.trainer import (
-    DTYPES,
-    advance_schedule,
-    build_optimizer,
-    build_scheduler,
-    build_task,
-    check_lm_head,
-    completion_logprobs,
-    eval_task,
-    evaluate,
-    grad_scaler,
-    guarded_optimizer_step,
-    lm_head_of,
-    make_env,
-    make_rollout_backend,
-    open_run_dir,
-    resolve_device,
-    rollout_metrics,
-    run_training,
-    seed_everything,
-    warn_if_eval_reads_training_data,
-)
+from algos.policy import completion_logprobs, lm_head_of
+from algos.runtime import advance_schedule, build_optimizer, build_scheduler, guarded_optimizer_step
+from algos.trainer import run_training, setup_run
 from algos.value_model import VALUE_MODEL_KINDS, build_value_model, last_hidden_states, policy_backbone
 
 REWARD_SOURCES = ("env", "model")
@@ -80,59 +57,47 @@ REWARD_SOURCES = ("env", "model")
 class PPOSection:
     prompts_per_step: int = 16  # prompts per rollout batch
     samples_per_prompt: int = 1  # completions per prompt (the critic is the baseline, so 1 suffices)
-    ppo_epochs: int = 4  # passes over each rollout batch (SPEC.md: 4)
+    ppo_epochs: int = 4  # passes over each rollout batch (TRL's num_ppo_epochs: 4)
     num_minibatches: int = 2  # optimizer steps per epoch; rows are reshuffled every epoch
-    micro_batch_size: int = 16  # rows per forward/backward; gradients accumulate over a minibatch
-    gamma: float = 1.0  # discount (SPEC.md: 1 for LM tasks)
+    gamma: float = 1.0  # discount (TRL: 1; an episode is one completion)
     lam: float = 0.95  # GAE lambda (TRL: 0.95; verl: 1.0)
     whiten_advantages: bool = True  # masked mean/std over the batch, after returns were taken
-    eps_low: float = 0.2  # clip(r, 1 - eps_low, 1 + eps_high) (SPEC.md: 0.2)
-    eps_high: float = 0.2
-    dual_clip: float | None = None  # c > 1 bounds negative-advantage loss (None = off; SPEC.md: 3)
-    loss_agg: str = "token-mean"  # policy-loss aggregation; the value loss is always token-mean
     value_model: str = "head"  # "head" on the policy's backbone, or a "separate" critic copied from it
-    value_clip: float | None = 0.2  # clip V within +-c of V_old in the value loss (SPEC.md: 0.2; None = off)
+    value_clip: float | None = 0.2  # clip V within +-c of V_old in the value loss (TRL's cliprange_value: 0.2; None = off)
     vf_coef: float = 0.1  # weight of the value loss in the total loss (TRL's PPOConfig default)
-    critic_lr: float | None = None  # None = 10 x optim.lr (SPEC.md: critic lr ~10x actor lr)
+    critic_lr: float | None = None  # None = 10 x optim.lr (verl's PPO examples: critic lr 10x the actor's)
     critic_warmup_steps: int = 0  # first N steps train only the critic (the policy is frozen)
     kl_coef: float = 0.05  # per-token KL penalty in the reward (TRL's PPOConfig default); 0 = no reference model
     kl_estimator: str = "k1"  # per-token KL in the reward: k1 = log(pi/pi_ref), as InstructGPT
     kl_clamp: float = 10.0
     kl_target: float | None = None  # set = PPO-Penalty: adapt kl_coef toward this per-sequence KL (Ziegler: 6)
     kl_horizon: int = 10000  # rows over which the adaptive coefficient moves by at most 20% (Ziegler et al.)
-    entropy_coef: float = 0.0  # entropy bonus (0 = off; entropy is logged either way)
     reward_source: str = "env"  # "env": the task's verifiers; "model": a learned reward model's score
     reward_model: str | None = None  # local AutoModelForSequenceClassification directory (reward_source=model)
     reward_model_batch_size: int = 16
-    logprob_chunk_size: int = 256  # tokens per LM-head chunk: 256 x 49k vocab x fp32 = 50 MB per V-wide tensor
 
     def validate(self) -> None:
-        for name in ("prompts_per_step", "samples_per_prompt", "ppo_epochs", "num_minibatches", "micro_batch_size",
-                     "reward_model_batch_size", "logprob_chunk_size", "kl_horizon"):
-            _require(getattr(self, name) >= 1, f"ppo.{name}", "must be >= 1")
+        for name in ("prompts_per_step", "samples_per_prompt", "ppo_epochs", "num_minibatches", "reward_model_batch_size",
+                     "kl_horizon"):
+            require(getattr(self, name) >= 1, f"ppo.{name}", "must be >= 1")
         rows = self.prompts_per_step * self.samples_per_prompt
-        _require(self.num_minibatches <= rows, "ppo.num_minibatches", f"must be <= rows per step ({rows})")
-        _require(0 < self.gamma <= 1, "ppo.gamma", "must be in (0, 1]")
-        _require(0 <= self.lam <= 1, "ppo.lam", "must be in [0, 1]")
-        _require(0 < self.eps_low < 1, "ppo.eps_low", "must be in (0, 1)")
-        _require(self.eps_high > 0, "ppo.eps_high", "must be > 0")
-        _require(self.dual_clip is None or self.dual_clip > 1, "ppo.dual_clip", "must be > 1 or null")
-        _require(self.loss_agg in LOSS_AGG_MODES, "ppo.loss_agg", f"must be one of {LOSS_AGG_MODES}")
-        _require(self.value_model in VALUE_MODEL_KINDS, "ppo.value_model", f"must be one of {VALUE_MODEL_KINDS}")
-        _require(self.value_clip is None or self.value_clip > 0, "ppo.value_clip", "must be > 0 or null")
-        _require(self.vf_coef > 0, "ppo.vf_coef", "must be > 0")
-        _require(self.critic_lr is None or self.critic_lr > 0, "ppo.critic_lr", "must be > 0 or null")
-        _require(self.critic_warmup_steps >= 0, "ppo.critic_warmup_steps", "must be >= 0")
-        _require(self.kl_coef >= 0, "ppo.kl_coef", "must be >= 0")
-        _require(self.kl_estimator in KL_ESTIMATORS, "ppo.kl_estimator", f"must be one of {KL_ESTIMATORS}")
-        _require(self.kl_clamp > 0, "ppo.kl_clamp", "must be > 0")
-        _require(self.kl_target is None or self.kl_target > 0, "ppo.kl_target", "must be > 0 or null")
-        _require(self.kl_target is None or self.kl_coef > 0, "ppo.kl_coef", "must be > 0 when ppo.kl_target is set")
-        _require(self.entropy_coef >= 0, "ppo.entropy_coef", "must be >= 0")
-        _require(self.reward_source in REWARD_SOURCES, "ppo.reward_source", f"must be one of {REWARD_SOURCES}")
-        _require(self.reward_source != "model" or bool(self.reward_model), "ppo.reward_model",
+        require(self.num_minibatches <= rows, "ppo.num_minibatches", f"must be <= rows per step ({rows})")
+        require(0 < self.gamma <= 1, "ppo.gamma", "must be in (0, 1]")
+        require(0 <= self.lam <= 1, "ppo.lam", "must be in [0, 1]")
+        require(self.value_model in VALUE_MODEL_KINDS, "ppo.value_model", f"must be one of {VALUE_MODEL_KINDS}")
+        require(self.value_clip is None or self.value_clip > 0, "ppo.value_clip", "must be > 0 or null")
+        require(self.vf_coef > 0, "ppo.vf_coef", "must be > 0")
+        require(self.critic_lr is None or self.critic_lr > 0, "ppo.critic_lr", "must be > 0 or null")
+        require(self.critic_warmup_steps >= 0, "ppo.critic_warmup_steps", "must be >= 0")
+        require(self.kl_coef >= 0, "ppo.kl_coef", "must be >= 0")
+        require(self.kl_estimator in KL_ESTIMATORS, "ppo.kl_estimator", f"must be one of {KL_ESTIMATORS.names}")
+        require(self.kl_clamp > 0, "ppo.kl_clamp", "must be > 0")
+        require(self.kl_target is None or self.kl_target > 0, "ppo.kl_target", "must be > 0 or null")
+        require(self.kl_target is None or self.kl_coef > 0, "ppo.kl_coef", "must be > 0 when ppo.kl_target is set")
+        require(self.reward_source in REWARD_SOURCES, "ppo.reward_source", f"must be one of {REWARD_SOURCES}")
+        require(self.reward_source != "model" or bool(self.reward_model), "ppo.reward_model",
                  "must name a reward model directory when ppo.reward_source is 'model'")
-        _require(self.reward_source == "model" or self.reward_model is None, "ppo.reward_model",
+        require(self.reward_source == "model" or self.reward_model is None, "ppo.reward_model",
                  "is set, but ppo.reward_source is 'env', so it would be ignored: set ppo.reward_source = 'model'")
 
 
@@ -141,10 +106,12 @@ class PPOConfig(TrainConfig):
     """PPO: the shared sections plus `ppo`."""
 
     ppo: PPOSection = field(default_factory=PPOSection)
+    # PPO's policy loss: a token mean (TRL's and verl's PPO), 16 rows per forward/backward.
+    loss: PolicyLossConfig = field(default_factory=lambda: PolicyLossConfig(aggregation="token-mean", micro_batch_size=16))
 
     def validate(self) -> None:
         super().validate()
-        _require(self.ppo.critic_warmup_steps < self.run.steps, "ppo.critic_warmup_steps",
+        require(self.ppo.critic_warmup_steps < self.run.steps, "ppo.critic_warmup_steps",
                  f"must be < run.steps ({self.run.steps}), or the policy never trains")
 
 
@@ -202,25 +169,13 @@ def _check_reward_model(p: PPOSection) -> None:
 class PPOTrainer:
     def __init__(self, config: PPOConfig, *, resume: bool = False, backend: RolloutBackend | None = None) -> None:
         """``backend``: the rollout backend (default: the one config.rollout names), e.g. a ScriptedRollout."""
-        from algos.models import load_policy
-
-        config.validate()
-        self.config = config
         p = config.ppo
-        # Built and checked before open_run_dir writes (or deletes) anything; the evaluation set once, as a
-        # dataset's file is read once.
-        task, self.eval_set = build_task(config), eval_task(config)
-        if p.reward_source == "model":
+        if p.reward_source == "model":  # before setup_run writes (or deletes) anything
             _check_reward_model(p)
-        seed_everything(config.run.seed, config.run.full_determinism)
-        self.device = resolve_device(config.model.device)
-        self.policy, self.tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=self.device)
-        check_lm_head(self.policy, len(self.tokenizer))  # also refuses an LM head that is not a bias-free Linear
-        # After the model's own checks: a refused model leaves no run behind (and deletes no old one).
-        self.output_dir = Path(config.run.output_dir)
-        latest = open_run_dir(config, resume)
-        # Built from the initial weights, before any checkpoint is loaded: the KL anchor never moves.
-        self.ref_model = copy.deepcopy(self.policy).eval().requires_grad_(False) if p.kl_coef > 0 else None
+        self.run = setup_run(config, rows_per_step=p.prompts_per_step * p.samples_per_prompt, resume=resume,
+                             backend=backend, keep_reference=p.kl_coef > 0)
+        self.config, self.policy, self.tokenizer, self.ref_model = config, self.run.model, self.run.tokenizer, self.run.ref_model
+        self.env, self.backend, self.scaler = self.run.env, self.run.backend, self.run.scaler
         self.critic = build_value_model(self.policy, p.value_model)
         self.modules = PolicyAndCritic(self.policy, self.critic)
         # Dropout off throughout (as TRL's PPO): old and new log-probs/values must come from the same function.
@@ -228,25 +183,17 @@ class PPOTrainer:
         self.optimizer = self._build_optimizer()
         # The policy's schedule starts after the critic warm-up (as verl steps the actor's only when it updates).
         self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps, delays=(p.critic_warmup_steps, 0))
-        self.scaler = grad_scaler(config.model, self.device)
         self.kl_controller = AdaptiveKLController(p.kl_coef, p.kl_target, p.kl_horizon)
         self.reward_model = None
         if p.reward_source == "model":
             from algos.reward_model import RewardModel
 
-            self.reward_model = RewardModel.from_pretrained(p.reward_model, device=str(self.device),
+            self.reward_model = RewardModel.from_pretrained(p.reward_model, device=str(self.run.device),
                                                             batch_size=p.reward_model_batch_size)
-        self.env = make_env(config, self.tokenizer, num_envs=p.prompts_per_step * p.samples_per_prompt, device=self.device,
-                            task=task, model=self.policy)
-        warn_if_eval_reads_training_data(config, self.env.task)
-        self.backend = backend if backend is not None else make_rollout_backend(config)
-        self.start_step = 0
-        if latest is not None:
-            loaded = ckpt.load_checkpoint(latest, model=self.policy, optimizer=self.optimizer, scheduler=self.scheduler)
-            self.critic.load_state_dict(loaded["state"]["critic"])
-            self.kl_controller.load_state_dict(loaded["state"]["kl_controller"])
-            self.scaler.load_state_dict(loaded["state"].get("grad_scaler", {}))
-            self.start_step = loaded["step"]
+        self.start_step, state = self.run.restore(self.optimizer, self.scheduler)
+        if state:
+            self.critic.load_state_dict(state["critic"])
+            self.kl_controller.load_state_dict(state["kl_controller"])
 
     def _build_optimizer(self) -> torch.optim.AdamW:
         """AdamW over the policy (optim.lr) and the critic's own weights (ppo.critic_lr, default 10x)."""
@@ -280,7 +227,7 @@ class PPOTrainer:
         values = self.critic(ids, mask)[:, prompt_width - 1 : -1]
         if not train_policy:
             return None, None, values
-        logp, entropy = completion_logprobs(self.policy, ids, mask, prompt_width, temperature, p.logprob_chunk_size, len(self.tokenizer))
+        logp, entropy = completion_logprobs(self.policy, ids, mask, prompt_width, temperature, self.config.loss.logprob_chunk_size, len(self.tokenizer))
         return logp, entropy, values
 
     def _reference_logprobs(self, ids: torch.Tensor, mask: torch.Tensor, prompt_width: int) -> torch.Tensor:
@@ -292,17 +239,17 @@ class PPOTrainer:
             hidden = last_hidden_states(policy_backbone(self.ref_model), ids, mask)[:, prompt_width - 1 : -1]
             return self._logprobs_from_hidden(self.ref_model, hidden, ids[:, prompt_width:])[0]
         return completion_logprobs(self.ref_model, ids, mask, prompt_width, self.config.rollout.temperature,
-                                   self.config.ppo.logprob_chunk_size, len(self.tokenizer))[0]
+                                   self.config.loss.logprob_chunk_size, len(self.tokenizer))[0]
 
     def _logprobs_from_hidden(self, model, hidden: torch.Tensor, completion_ids: torch.Tensor):
         """[n, T, H] hidden states that predict [n, T] completion ids -> ([n, T] log-probs, [n, T] entropy) through
         ``model``'s LM head, at the rollout's temperature."""
         weight, transform = lm_head_of(model, len(self.tokenizer))
         return logprobs_from_hidden(hidden, weight, completion_ids, self.config.rollout.temperature,
-                                    self.config.ppo.logprob_chunk_size, transform)
+                                    self.config.loss.logprob_chunk_size, transform)
 
     def _micro_slices(self, rows: torch.Tensor) -> list[torch.Tensor]:
-        return list(rows.split(self.config.ppo.micro_batch_size))
+        return list(rows.split(self.config.loss.micro_batch_size))
 
     # ------------------------------------------------------------ rollout and advantages
 
@@ -314,9 +261,10 @@ class PPOTrainer:
         if self.reward_model is None:
             return rollout.scores.float().clone()
         prompts = [problem.prompt for problem in rollout.problems]
-        return self.reward_model.score(prompts, rollout.completions).to(self.device)
+        return self.reward_model.score(prompts, rollout.completions).to(self.run.device)
 
     def collect(self, step: int) -> tuple[Batch, dict[str, float]]:
+        """Sample a batch, score it, take the rollout-time log-probs and values, then GAE's advantages and returns."""
         # No graph for rollout-time quantities (a with-block, not a decorator: mutmut skips decorated functions).
         with torch.no_grad():
             p = self.config.ppo
@@ -328,43 +276,54 @@ class PPOTrainer:
             attention_mask = torch.cat([self.env.prompt_mask, rollout.response_mask], dim=1)
             prompt_width = self.env.prompt_width
             mask = rollout.response_mask.float()
-
-            old_logp, old_values, ref_logp = [], [], []
-            for rows in self._micro_slices(torch.arange(input_ids.shape[0], device=self.device)):
-                logp, _, values = self._logprobs_and_values(input_ids[rows], attention_mask[rows], prompt_width)
-                old_logp.append(logp)
-                old_values.append(values)
-                if self.ref_model is not None:
-                    ref_logp.append(self._reference_logprobs(input_ids[rows], attention_mask[rows], prompt_width))
-            old_logp, old_values = torch.cat(old_logp), torch.cat(old_values)
-
-            kl = None
-            if ref_logp:
-                kl = kl_estimate(old_logp, torch.cat(ref_logp), p.kl_estimator, p.kl_clamp) * mask
+            old_logp, old_values, kl = self._rollout_forward(input_ids, attention_mask, prompt_width, mask)
+            if kl is not None:
                 sequence_kl = kl.sum(-1).mean().item()
                 metrics.update({"kl": (kl.sum() / mask.sum().clamp(min=1)).item(), "kl_sequence": sequence_kl,
                                 "kl_coef": self.kl_controller.coef})
             # The task's per-step (process) rewards sit on the tokens that ended each reasoning step.
             rewards = token_rewards(mask, scores, process_rewards=rollout.process_rewards, kl=kl,
                                     kl_coef=self.kl_controller.coef)
-            advantages, returns = gae_advantages(rewards, old_values, mask, p.gamma, p.lam)
-            metrics["advantages_mean"], metrics["advantages_std"] = masked_mean_std(advantages, mask)
-            metrics["returns_mean"], metrics["returns_std"] = masked_mean_std(returns, mask)
-            metrics["values_mean"], _ = masked_mean_std(old_values, mask)
-            metrics["explained_variance"] = explained_variance(old_values, returns, mask).item()
-            if p.whiten_advantages:
-                advantages = masked_whiten(advantages, mask)
+            advantages, returns = self._advantages(rewards, old_values, mask, metrics)
             # Not while the critic warms up: the policy is the reference then (KL 0), which would shrink kl_coef.
             if kl is not None and step > p.critic_warmup_steps:
                 self.kl_controller.update(sequence_kl, n_steps=input_ids.shape[0])
             batch = Batch(input_ids, attention_mask, prompt_width, mask, old_logp, old_values, advantages, returns)
             return batch, metrics
 
+    def _rollout_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int, mask: torch.Tensor):
+        """[N, P+T] sampled rows -> ([N, T] log pi_old, [N, T] V_old, [N, T] per-token KL to the reference or None)."""
+        p = self.config.ppo
+        old_logp, old_values, ref_logp = [], [], []
+        for rows in self._micro_slices(torch.arange(input_ids.shape[0], device=self.run.device)):
+            logp, _, values = self._logprobs_and_values(input_ids[rows], attention_mask[rows], prompt_width)
+            old_logp.append(logp)
+            old_values.append(values)
+            if self.ref_model is not None:
+                ref_logp.append(self._reference_logprobs(input_ids[rows], attention_mask[rows], prompt_width))
+        old_logp = torch.cat(old_logp)
+        kl = kl_estimate(old_logp, torch.cat(ref_logp), p.kl_estimator, p.kl_clamp) * mask if ref_logp else None
+        return old_logp, torch.cat(old_values), kl
+
+    def _advantages(self, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, metrics: dict[str, float]):
+        """[N, T] rewards and V_old -> ([N, T] GAE advantages, whitened when ppo.whiten_advantages, [N, T] returns
+        A + V taken before whitening); their statistics go into ``metrics``."""
+        p = self.config.ppo
+        advantages, returns = gae_advantages(rewards, values, mask, p.gamma, p.lam)
+        metrics["advantages_mean"], metrics["advantages_std"] = masked_mean_std(advantages, mask)
+        metrics["returns_mean"], metrics["returns_std"] = masked_mean_std(returns, mask)
+        metrics["values_mean"], _ = masked_mean_std(values, mask)
+        metrics["explained_variance"] = explained_variance(values, returns, mask).item()
+        if p.whiten_advantages:
+            advantages = masked_whiten(advantages, mask)
+        return advantages, returns
+
     # ------------------------------------------------------------ update
 
     def update(self, batch: Batch, train_policy: bool) -> dict[str, float]:
         """ppo_epochs x num_minibatches optimizer steps; returns token-weighted means of the loss stats."""
-        p = self.config.ppo
+        p, loss_cfg = self.config.ppo, self.config.loss
+        surrogate = POLICY_LOSSES[loss_cfg.surrogate]
         sums: dict[str, float] = {}
         tokens_seen = 0.0
         ratio_min, ratio_max = math.inf, -math.inf
@@ -374,7 +333,7 @@ class PPOTrainer:
             sums[key] = sums.get(key, 0.0) + value * weight
 
         for _ in range(p.ppo_epochs):
-            order = torch.randperm(batch.num_rows, device=self.device)  # global RNG: checkpointed, so resumable
+            order = torch.randperm(batch.num_rows, device=self.run.device)  # global RNG: checkpointed, so resumable
             for minibatch in order.tensor_split(p.num_minibatches):
                 # Every micro-batch divides by the minibatch's token count: their sum is the minibatch loss.
                 minibatch_tokens = batch.mask[minibatch].sum().clamp(min=1).item()
@@ -393,12 +352,12 @@ class PPOTrainer:
                     add("value_loss", value_loss.item() * minibatch_tokens, 1.0)  # this micro-batch's token sum
                     add("value_clip_frac", value_clip_fraction(clipped, m).item(), n_tokens)
                     if train_policy:
-                        out = clipped_policy_loss(logp, batch.old_logp[rows], batch.advantages[rows], m,
-                                                  p.eps_low, p.eps_high, p.dual_clip)
+                        out = surrogate(logp, batch.old_logp[rows], batch.advantages[rows], m,
+                                        loss_cfg.eps_low, loss_cfg.eps_high, loss_cfg.dual_clip)
                         per_token = out.per_token_loss
-                        if p.entropy_coef:
-                            per_token = per_token - p.entropy_coef * entropy * m
-                        policy_loss = aggregate_loss(per_token, m, p.loss_agg, **norms)
+                        if loss_cfg.entropy_coef:
+                            per_token = per_token - loss_cfg.entropy_coef * entropy * m
+                        policy_loss = aggregate_loss(per_token, m, loss_cfg.aggregation, **norms)
                         loss = loss + policy_loss
                         add("policy_loss", policy_loss.item() * minibatch_tokens, 1.0)
                         with torch.no_grad():
@@ -428,16 +387,9 @@ class PPOTrainer:
 
     # ------------------------------------------------------------ loop
 
-    def evaluate(self) -> float:
-        return evaluate(self.policy, self.tokenizer, self.config, self.backend, device=self.device, eval_set=self.eval_set)
-
     def save(self, step: int) -> Path:
-        state = {"critic": self.critic.state_dict(), "kl_controller": self.kl_controller.state_dict(),
-                 "grad_scaler": self.scaler.state_dict()}
-        return ckpt.save_checkpoint(
-            self.output_dir, step, model=self.policy, optimizer=self.optimizer, scheduler=self.scheduler,
-            tokenizer=self.tokenizer, state=state, keep_last=self.config.run.keep_last, config=self.config,
-        )
+        state = {"critic": self.critic.state_dict(), "kl_controller": self.kl_controller.state_dict()}
+        return self.run.save(step, self.optimizer, self.scheduler, state)
 
     def train_step(self, step: int, logger: MetricsLogger) -> dict[str, float]:
         batch, metrics = self.collect(step)

@@ -1,6 +1,6 @@
 """PPO's critic: a scalar value per token from a transformer backbone.
 
-Two layouts (SPEC.md, "value model"):
+Two layouts:
 
 - ``"head"``: a Linear(H, 1) head on the policy's own backbone. One forward
   pass gives both log-probs and values; the value loss also trains the shared
@@ -20,7 +20,7 @@ import copy
 import torch
 from torch import nn
 
-from algos.trainer import position_ids_from_mask
+from algos.policy import position_ids_from_mask
 
 VALUE_MODEL_KINDS = ("head", "separate")
 

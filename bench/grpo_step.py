@@ -53,7 +53,8 @@ def tiny_model_dir(root: Path) -> str:
 
 
 def grpo_config(args, output_dir: str):
-    from algos.config import GRPOConfig, load_config
+    from algos.config import load_config
+    from algos.grpo import GRPOConfig
 
     return load_config(
         GRPOConfig,
@@ -62,7 +63,7 @@ def grpo_config(args, output_dir: str):
             "run.output_dir": output_dir, "run.steps": "2", "run.progress": "false", "run.tensorboard": "false",
             "grpo.prompts_per_step": str(args.prompts), "grpo.group_size": str(args.group_size),
             "grpo.beta": "0", "optim.lr": "1e-6",
-            **({"grpo.micro_batch_size": str(args.micro_batch)} if args.micro_batch else {}),
+            **({"loss.micro_batch_size": str(args.micro_batch)} if args.micro_batch else {}),
         },
     )
 
@@ -70,7 +71,8 @@ def grpo_config(args, output_dir: str):
 def run_raw(args) -> dict:
     import torch
 
-    from algos.trainer import make_env, position_ids_from_mask
+    from algos.environment import make_env
+    from algos.policy import position_ids_from_mask
     from algos.models import load_policy
 
     config = grpo_config(args, tempfile.mkdtemp())

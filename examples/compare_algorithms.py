@@ -19,7 +19,8 @@ import time
 from pathlib import Path
 
 from algos import grpo, ppo
-from algos.config import DAPO_PRESET, GRPOConfig, load_config
+from algos.config import load_config
+from algos.grpo import DAPO_PRESET, GRPOConfig
 from algos.metrics import read_metrics
 
 
@@ -47,9 +48,9 @@ def configs(args) -> dict[str, tuple[object, object]]:
     """name -> (train function, config), all over the same shared sections."""
     out = Path(args.out)
     grpo_budget = {"grpo.prompts_per_step": str(args.prompts), "grpo.group_size": str(args.samples),
-                   "grpo.micro_batch_size": str(args.prompts * args.samples), "grpo.overlong_cache": "2"}
+                   "loss.micro_batch_size": str(args.prompts * args.samples), "grpo.overlong_cache": "2"}
     ppo_budget = {"ppo.prompts_per_step": str(args.prompts), "ppo.samples_per_prompt": str(args.samples),
-                  "ppo.micro_batch_size": str(args.prompts * args.samples), "ppo.ppo_epochs": str(args.ppo_epochs)}
+                  "loss.micro_batch_size": str(args.prompts * args.samples), "ppo.ppo_epochs": str(args.ppo_epochs)}
     return {
         "PPO": (ppo.train, load_config(ppo.PPOConfig, overrides={**shared_overrides(args, out / "ppo"), **ppo_budget})),
         "GRPO": (grpo.train, load_config(GRPOConfig, overrides={**shared_overrides(args, out / "grpo"), **grpo_budget,

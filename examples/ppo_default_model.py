@@ -27,7 +27,7 @@ DEFAULTS = {
     "optim.lr": "1e-6",  # DeepSeekMath/InstructGPT range for the actor; the critic gets 10x
     "ppo.prompts_per_step": "8",
     "ppo.samples_per_prompt": "4",
-    "ppo.micro_batch_size": "8",
+    "loss.micro_batch_size": "8",
     "ppo.value_model": "head",
     "ppo.critic_warmup_steps": "2",  # let the fresh value head fit returns before the policy moves
     "ppo.kl_coef": "0.02",

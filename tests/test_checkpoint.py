@@ -93,12 +93,3 @@ def test_loading_refuses_a_checkpoint_of_another_shape_or_without_weights_and_ne
         load_checkpoint(path, model=fresh, optimizer=fresh_optimizer)
     with pytest.raises(ValueError, match=r"^.*model is not a checkpoint-<step> directory$"):
         checkpoint_step(path / "model")
-
-
-def test_a_list_of_gpu_rng_states_restores_the_default_gpus_entry(monkeypatch):
-    restored = {}
-    monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: restored.__setitem__(str(device), state))
-    state = {**checkpoint.rng_state(torch.device("cpu")),
-             "cuda": [torch.tensor([5], dtype=torch.uint8), torch.tensor([9], dtype=torch.uint8)]}
-    checkpoint.set_rng_state(state, torch.device("cuda"))  # no index: the current GPU, 0
-    assert restored["cuda"].tolist() == [5]

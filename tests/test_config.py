@@ -2,24 +2,25 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from algos.config import DAPO_PRESET, GRPOConfig, load_config, parse_overrides, save_config
+from algos.config import load_config, parse_overrides, save_config
+from algos.grpo import DAPO_PRESET, GRPOConfig
 
 
 def test_defaults_validate_and_match_spec():
     config = load_config(GRPOConfig)
-    assert config.grpo.eps_low == 0.2 and config.grpo.beta == 0.04 and config.optim.lr == 1e-6
+    assert config.loss.eps_low == 0.2 and config.grpo.beta == 0.04 and config.optim.lr == 1e-6
 
 
 def test_dapo_preset_turns_on_its_four_parts_and_drops_kl():
     config = load_config(GRPOConfig, preset=DAPO_PRESET)
-    g = config.grpo
-    assert (g.eps_low, g.eps_high, g.loss_agg, g.beta) == (0.2, 0.28, "token-mean", 0.0)
+    g, loss = config.grpo, config.loss
+    assert (loss.eps_low, loss.eps_high, loss.aggregation, g.beta) == (0.2, 0.28, "token-mean", 0.0)
     assert g.dynamic_sampling and g.overlong_filter and g.soft_overlong
 
 
 def test_overrides_never_modify_the_preset():
-    load_config(GRPOConfig, overrides=["--grpo.eps_high", "0.5"], preset=DAPO_PRESET)
-    assert DAPO_PRESET["grpo"]["eps_high"] == 0.28
+    load_config(GRPOConfig, overrides=["--loss.eps_high", "0.5"], preset=DAPO_PRESET)
+    assert DAPO_PRESET["loss"]["eps_high"] == 0.28
 
 
 def test_toml_then_cli_overrides(tmp_path):
@@ -30,7 +31,7 @@ def test_toml_then_cli_overrides(tmp_path):
     )
     assert config.grpo.group_size == 4 and config.grpo.beta == 0.0
     assert config.optim.lr == 3e-5 and config.optim.betas == (0.9, 0.95)
-    assert config.grpo.dual_clip == 3.0 and config.env.system_prompt is None
+    assert config.loss.dual_clip == 3.0 and config.env.system_prompt is None
     assert config.env.kwargs == {"max_digits": 2}
 
 
@@ -47,12 +48,12 @@ def test_yaml_round_trip(tmp_path):
         (["--bogus", "1"], "unknown config key 'bogus'"),
         (["--grpo.group_size", "four"], "'grpo.group_size': expected int"),
         (["--grpo.group_size", "1"], "grpo.group_size"),
-        (["--grpo.loss_agg", "sum"], "grpo.loss_agg"),
+        (["--loss.aggregation", "sum"], "loss.aggregation"),
         (["--optim.betas", "[0.9]"], "'optim.betas': expected 2 items"),
         (["--grpo.overlong_filter", "maybe"], "expected true/false"),
         (["--grpo.beta"], "has no value"),
         (["--grpo.adv_eps", "0"], "grpo.adv_eps: must be > 0"),
-        (["--grpo.entropy_coef", "-0.01"], "grpo.entropy_coef: must be >= 0"),
+        (["--loss.entropy_coef", "-0.01"], "loss.entropy_coef: must be >= 0"),
         (["--grpo.max_sampling_rounds", "102"], "grpo.max_sampling_rounds: must be in 1..101"),
         (["--optim.adam_eps", "-1"], "optim.adam_eps: must be > 0"),
         (["--optim.lr", "inf"], "optim.lr: must be a finite number"),

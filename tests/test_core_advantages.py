@@ -4,6 +4,8 @@ import pytest
 import torch
 
 from algos.core.advantages import (
+    ADVANTAGE_ESTIMATORS,
+    batch_std_advantages,
     group_advantages,
     mean_only_advantages,
     process_advantages,
@@ -23,7 +25,7 @@ def test_group_normalised_advantages_by_hand():
 
 def test_batch_scaling_uses_the_batch_std():
     scores = torch.tensor([1.0, 0.0, 3.0, 3.0])
-    adv = group_advantages(scores, group_size=2, scale="batch", eps=0.0)
+    adv = batch_std_advantages(scores, group_size=2, eps=0.0)
     std = scores.std().item()  # unbiased std of [1, 0, 3, 3]
     torch.testing.assert_close(adv, torch.tensor([0.5, -0.5, 0.0, 0.0]) / std)
 
@@ -31,7 +33,7 @@ def test_batch_scaling_uses_the_batch_std():
 def test_dr_grpo_is_mean_only():
     scores = torch.tensor([1.0, 0.0, 0.0, 0.0])
     torch.testing.assert_close(mean_only_advantages(scores, 4), torch.tensor([0.75, -0.25, -0.25, -0.25]))
-    torch.testing.assert_close(group_advantages(scores, 4, scale="none"), mean_only_advantages(scores, 4))
+    torch.testing.assert_close(ADVANTAGE_ESTIMATORS["dr-grpo"](scores, 4), mean_only_advantages(scores, 4))
 
 
 def test_zero_std_group_fraction():
@@ -41,8 +43,8 @@ def test_zero_std_group_fraction():
 def test_bad_group_size_and_scale_are_errors():
     with pytest.raises(ValueError, match="groups of 3"):
         group_advantages(torch.zeros(4), 3)
-    with pytest.raises(ValueError, match="scale"):
-        group_advantages(torch.zeros(4), 2, scale="rank")
+    with pytest.raises(ValueError, match="unknown advantage estimator 'rank'"):
+        ADVANTAGE_ESTIMATORS["rank"]
     with pytest.raises(ValueError, match="group_size >= 2"):
         group_advantages(torch.zeros(4), 1)
 
@@ -104,5 +106,5 @@ def test_group_std_works_from_two_rows():
 
 
 def test_group_scaling_of_one_sample_groups_is_refused_in_so_many_words():
-    with pytest.raises(ValueError, match=r"^scale='group' needs group_size >= 2 \(the std of one sample is undefined\)$"):
+    with pytest.raises(ValueError, match=r"^the grpo advantage needs group_size >= 2 \(the std of one sample is undefined\)$"):
         group_advantages(torch.tensor([1.0, 2.0]), group_size=1)

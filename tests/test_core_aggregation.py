@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from algos.core.aggregation import MODES, aggregate_loss
+from algos.core.aggregation import LOSS_AGGREGATIONS, aggregate_loss
 from algos.core.policy_loss import clipped_policy_loss
 
 LOSS = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]])
@@ -25,7 +25,7 @@ def test_unknown_mode_is_named():
         aggregate_loss(LOSS, MASK, "token-sum")
 
 
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", LOSS_AGGREGATIONS.names)
 def test_gradient_accumulation_over_uneven_micro_batches_equals_full_batch(mode):
     torch.manual_seed(0)
     rows, width = 7, 6

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from algos.core.policy_loss import clipped_policy_loss
+from algos.core.policy_loss import POLICY_LOSSES, clipped_policy_loss, gspo_policy_loss
 
 
 def _logp(ratios):
@@ -53,7 +53,7 @@ def test_gspo_sequence_ratio_is_geometric_mean_of_valid_tokens():
     # token ratios 2 and 1/2 (and a masked 9): geometric mean 1 -> unclipped, loss -A.
     logp = _logp([2.0, 0.5, 9.0])
     mask = torch.tensor([[1, 1, 0]])
-    out = clipped_policy_loss(logp, torch.zeros(1, 3), torch.tensor([2.0]), mask, ratio_level="sequence")
+    out = gspo_policy_loss(logp, torch.zeros(1, 3), torch.tensor([2.0]), mask)
     torch.testing.assert_close(out.per_token_loss, torch.tensor([[-2.0, -2.0, 0.0]]))
     assert out.stats["ratio_mean"] == pytest.approx(1.0)
     assert math.isclose(out.stats["clip_frac_high"], 0.0)
@@ -61,8 +61,8 @@ def test_gspo_sequence_ratio_is_geometric_mean_of_valid_tokens():
 
 def test_bad_options_are_named():
     z = torch.zeros(1, 1)
-    with pytest.raises(ValueError, match="ratio_level"):
-        clipped_policy_loss(z, z, z, z, ratio_level="word")
+    with pytest.raises(ValueError, match="unknown policy loss 'word'"):
+        POLICY_LOSSES["word"]
     with pytest.raises(ValueError, match="dual_clip"):
         clipped_policy_loss(z, z, z, z, dual_clip=0.5)
 
@@ -86,7 +86,6 @@ def test_a_batch_without_valid_tokens_reports_neutral_ratio_stats():
 
 def test_gspo_ratio_of_a_one_token_row_is_that_tokens_ratio():
     # one valid token of ratio 1.5 beside padding: the sequence ratio is 1.5 (its length is 1), clipped at 1.2 for A > 0
-    out = clipped_policy_loss(_logp([1.5, 3.0]), torch.zeros(1, 2), torch.tensor([1.0]), torch.tensor([[1, 0]]),
-                              ratio_level="sequence")
+    out = gspo_policy_loss(_logp([1.5, 3.0]), torch.zeros(1, 2), torch.tensor([1.0]), torch.tensor([[1, 0]]))
     assert out.stats["ratio_max"] == pytest.approx(1.5)
     torch.testing.assert_close(out.per_token_loss, torch.tensor([[-1.2, 0.0]]))

@@ -19,8 +19,8 @@ def test_unknown_override_is_rejected_by_name(capsys):
 
 
 def test_bad_value_names_the_field(capsys):
-    assert main(["train", "--algo", "dapo", "--grpo.eps_low", "1.5"]) == 2
-    assert "grpo.eps_low" in capsys.readouterr().err
+    assert main(["train", "--algo", "dapo", "--loss.eps_low", "1.5"]) == 2
+    assert "loss.eps_low" in capsys.readouterr().err
 
 
 def test_missing_algorithm_module_is_a_clear_error(monkeypatch, capsys):
@@ -82,7 +82,7 @@ def test_eval_of_a_dataset_scores_each_problem_of_the_eval_file_once(tmp_path, c
     from pathlib import Path
 
     from algos.config import EvalConfig
-    from algos.trainer import eval_task, warn_if_eval_reads_training_data
+    from algos.evaluation import eval_task, warn_if_eval_reads_training_data
 
     test_file = Path(__file__).parent / "data" / "gsm8k_tiny.jsonl"  # 3 problems
     config = EvalConfig()
@@ -187,7 +187,8 @@ def test_evaluation_in_batches_scores_the_same_problems_as_one_batch(tiny_dir):
     """eval_size rows were generated at once: a full GSM8K test set (1,319 rows) in one KV cache."""
     from algos.config import EvalConfig, load_config
     from algos.rollout import HFRollout
-    from algos.trainer import evaluate, make_env, procedural_eval_indices
+    from algos.environment import make_env
+    from algos.evaluation import evaluate, procedural_eval_indices
     from algos.models import load_policy
 
     config = load_config(EvalConfig, overrides=["--model.path", str(tiny_dir / "model"), "--env.kwargs", "{digits: 1}",
@@ -228,7 +229,8 @@ def test_a_run_or_checkpoint_directory_as_the_model_is_recorded_as_the_model_it_
     with pytest.warns(UserWarning, match="resolves to .*checkpoint-1/model; the run records that"):
         assert main(["train", "--algo", "grpo", "--model", str(tiny_dir / "run"), *TINY_RUN,
                      "--run.output_dir", str(tiny_dir / "b")]) == 0
-    from algos.config import GRPOConfig, load_config
+    from algos.config import load_config
+    from algos.grpo import GRPOConfig
 
     assert load_config(GRPOConfig, tiny_dir / "b" / "config.yaml").model.path == str(tiny_dir / "run" / "checkpoint-1" / "model")
     capsys.readouterr()  # overwriting a run whose checkpoint is the model would delete the model first

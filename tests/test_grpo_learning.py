@@ -7,8 +7,9 @@ import torch
 
 from algos import grpo
 from algos.checkpoint import latest_checkpoint
-from algos.config import DAPO_PRESET, GRPOConfig, load_config
-from algos.trainer import evaluate_saved_model
+from algos.config import load_config
+from algos.grpo import DAPO_PRESET, GRPOConfig
+from algos.evaluation import evaluate_saved_model
 from rlvr_env import make_task
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
@@ -63,7 +64,7 @@ def learning_config(model_path, output_dir, preset=None, **overrides):
         "run.tensorboard": "false",
         "grpo.prompts_per_step": "64",
         "grpo.group_size": "8",
-        "grpo.micro_batch_size": "256",
+        "loss.micro_batch_size": "256",
         "grpo.overlong_cache": "2",
     }
     return load_config(GRPOConfig, overrides={**base, **overrides}, preset=preset)

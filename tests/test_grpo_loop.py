@@ -15,8 +15,9 @@ from safetensors.torch import load_file
 
 from algos.checkpoint import latest_checkpoint, list_checkpoints
 from algos.core.advantages import group_advantages, process_advantages
-from algos.config import DAPO_PRESET, GRPOConfig, load_config
-from algos.grpo import GRPOTrainer, train
+from algos.config import load_config
+from algos.core import POLICY_LOSSES
+from algos.grpo import DAPO_PRESET, GRPOConfig, GRPOTrainer, train
 from algos.metrics import read_metrics
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
@@ -38,7 +39,7 @@ def overrides(model_dir, output_dir, **extra):
         "model.path": str(model_dir), "env.kwargs": TASK, "env.max_new_tokens": "4", "env.use_chat_template": "false",
         "env.eval_size": "8", "optim.lr": "1e-3", "run.output_dir": str(output_dir), "run.progress": "false",
         "run.tensorboard": "false", "run.plots": "false", "grpo.prompts_per_step": "4", "grpo.group_size": "4",
-        "grpo.micro_batch_size": "5", "grpo.num_iterations": "2", "grpo.beta": "0.04", "grpo.overlong_cache": "2",
+        "loss.micro_batch_size": "5", "grpo.num_iterations": "2", "grpo.beta": "0.04", "grpo.overlong_cache": "2",
     }
     return {**base, **extra}
 
@@ -174,7 +175,7 @@ def test_half_autocast_trains_fp32_weights_on_half_matmuls(half, tiny_model_dir,
     config = load_config(
         GRPOConfig,
         # an untrained model's groups have no reward variance; the entropy bonus still moves the weights
-        overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "1", "model.autocast": half, "grpo.entropy_coef": "0.01"}),
+        overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "1", "model.autocast": half, "loss.entropy_coef": "0.01"}),
     )
     trainer = GRPOTrainer(config)  # its start-up LM-head probe runs in fp32, before training
     linear_out = set()
@@ -206,7 +207,7 @@ def test_mixed_precision_forwards_see_every_weight_update():
     # One context spans a whole run: a forward after an optimizer step must use the new weights,
     # including when the previous forward ran under no_grad (a rollout) and the next one trains.
     from algos.config import ModelConfig
-    from algos.trainer import mixed_precision
+    from algos.runtime import mixed_precision
 
     layer, x = torch.nn.Linear(8, 8), torch.randn(4, 8)
     with mixed_precision(ModelConfig(autocast="bfloat16"), torch.device("cpu")):
@@ -325,13 +326,11 @@ def test_soft_overlong_penalty_keeps_a_right_answer_at_the_limit_above_a_wrong_o
 
 
 def test_a_skipped_iteration_does_not_report_the_applied_ones_as_skipped(tiny_model_dir, tmp_path, monkeypatch):
-    import algos.grpo
-
     trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "1"})))
     trainer.backend = ScriptedBackend(lambda problem: [str(problem.answer), "1", "x", "9"])  # rewards that vary
     batch, _ = trainer.collect(step=1)
-    micro_batches = math.ceil(batch.num_rows / trainer.config.grpo.micro_batch_size)
-    real_loss, calls = algos.grpo.clipped_policy_loss, []
+    micro_batches = math.ceil(batch.num_rows / trainer.config.loss.micro_batch_size)
+    real_loss, calls = POLICY_LOSSES["ppo-clip"], []
 
     def second_iteration_overflows(*args, **kwargs):  # as float16 autocast's first steps can
         out = real_loss(*args, **kwargs)
@@ -340,7 +339,7 @@ def test_a_skipped_iteration_does_not_report_the_applied_ones_as_skipped(tiny_mo
             out.per_token_loss = out.per_token_loss * math.nan
         return out
 
-    monkeypatch.setattr(algos.grpo, "clipped_policy_loss", second_iteration_overflows)
+    monkeypatch.setitem(POLICY_LOSSES, "ppo-clip", second_iteration_overflows)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     stats = trainer.update(batch)
     assert stats["skipped_update"] == 0.0 and stats["skipped_iterations"] == 1
@@ -367,19 +366,21 @@ def test_k1_is_refused_as_the_kl_loss_term():
     assert load_config(GRPOConfig, overrides=["--grpo.kl_estimator", "k1", "--grpo.beta", "0"]).grpo.beta == 0  # no KL term
 
 
-def test_resuming_a_run_that_predates_a_key_keeps_what_the_run_did(tiny_model_dir, tmp_path):
-    """A DAPO run started before grpo.overlong_penalty_factor existed trained with weight 1.0: resuming it under the
-    new default 0.5 would change its rewards mid-run without a word."""
+def test_resuming_a_checkpoint_whose_config_predates_a_key_is_refused_by_name(tiny_model_dir, tmp_path):
+    """A DAPO run saved before grpo.overlong_penalty_factor existed trained with some weight the default no longer
+    says: resuming it under today's default would change its rewards mid-run without a word. The resume names the
+    keys its checkpoint's config lacks; once they hold what the run used, it continues."""
     import yaml
 
     dapo = overrides(tiny_model_dir, tmp_path, **{"run.steps": "1", "grpo.max_sampling_rounds": "1"})
     train(load_config(GRPOConfig, overrides=dapo, preset=DAPO_PRESET))
-    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    stored = latest_checkpoint(tmp_path) / "config.yaml"
+    saved = yaml.safe_load(stored.read_text())
     del saved["grpo"]["overlong_penalty_factor"], saved["grpo"]["dynamic_sampling_metric"]
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))  # as the earlier version wrote it ...
-    (latest_checkpoint(tmp_path) / "config.yaml").unlink()  # ... which kept no config in its checkpoints
+    stored.write_text(yaml.safe_dump(saved))  # as an earlier version wrote it
     longer = {**dapo, "run.steps": "2"}
-    with pytest.raises(ValueError, match=r"grpo.overlong_penalty_factor: 1.0 -> 0.5.*--grpo.overlong_penalty_factor 1.0"):
+    with pytest.raises(ValueError, match=r"has no grpo.dynamic_sampling_metric, grpo.overlong_penalty_factor .*add the value"):
         GRPOTrainer(load_config(GRPOConfig, overrides=longer, preset=DAPO_PRESET), resume=True)
-    as_it_was = {**longer, "grpo.overlong_penalty_factor": "1.0", "grpo.dynamic_sampling_metric": "score"}
-    assert GRPOTrainer(load_config(GRPOConfig, overrides=as_it_was, preset=DAPO_PRESET), resume=True).start_step == 1
+    saved["grpo"].update(overlong_penalty_factor=0.5, dynamic_sampling_metric="acc")  # what the run used
+    stored.write_text(yaml.safe_dump(saved))
+    assert GRPOTrainer(load_config(GRPOConfig, overrides=longer, preset=DAPO_PRESET), resume=True).start_step == 1

@@ -102,13 +102,6 @@ def test_checkpoints_keep_only_the_training_gpus_rng_state(tmp_path, monkeypatch
     assert "cuda" not in checkpoint.rng_state(torch.device("cpu"))
     checkpoint.set_rng_state(saved, torch.device("cpu"))  # a GPU run resumed on the CPU: its GPU state is unused
     assert list(restored) == ["cuda:1"]
-    # Checkpoints written before kept a list, one state per visible GPU: the training GPU's entry is used, if any.
-    older = {**saved, "cuda": [torch.tensor([0], dtype=torch.uint8), torch.tensor([9], dtype=torch.uint8)]}
-    checkpoint.set_rng_state(older, torch.device("cuda:1"))
-    assert restored["cuda:1"].tolist() == [9]
-    restored.clear()
-    checkpoint.set_rng_state(older, torch.device("cuda:2"))  # fewer GPUs were visible then: nothing to restore
-    assert not restored
 
 
 def test_pruning_never_deletes_the_new_checkpoint_and_clears_killed_writers_leftovers(tmp_path):
@@ -137,7 +130,7 @@ def test_metrics_reader_skips_only_a_cut_off_last_line(tmp_path):
 
 
 def test_completion_logprobs_match_full_logits_with_left_padding():
-    from algos.trainer import completion_logprobs, position_ids_from_mask
+    from algos.policy import completion_logprobs, position_ids_from_mask
 
     model, _, _ = _tiny()
     ids = torch.randint(4, 50, (2, 7))
@@ -153,7 +146,7 @@ def test_completion_logprobs_match_full_logits_with_left_padding():
 def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly():
     """Groups of identical (left-padded) prompts with ragged completions: log-probs, entropy and
     gradients equal a plain full forward's; positions after a completion's end are 0."""
-    from algos.trainer import completion_logprobs, position_ids_from_mask
+    from algos.policy import completion_logprobs, position_ids_from_mask
 
     torch.manual_seed(0)
     model = build_tiny_model(build_char_tokenizer(), hidden_size=32, num_layers=2, num_heads=4)
@@ -196,9 +189,9 @@ def test_completion_logprobs_apply_the_models_own_logit_transform(arch, logit_co
     hidden states) must equal the model's own forward, which is what the rollout samples from."""
     import transformers
 
-    from algos import trainer
+    from algos import policy
     from algos.core.logprobs import LogitTransform
-    from algos.trainer import check_lm_head, completion_logprobs, position_ids_from_mask
+    from algos.policy import check_lm_head, completion_logprobs, position_ids_from_mask
 
     config = getattr(transformers, f"{arch}Config")(
         vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
@@ -216,12 +209,12 @@ def test_completion_logprobs_apply_the_models_own_logit_transform(arch, logit_co
     expected = torch.log_softmax(logits[:, 3:-1].float(), -1).gather(-1, ids[:, 4:, None]).squeeze(-1)
     torch.testing.assert_close(logp, expected, atol=1e-4, rtol=1e-4)
     check_lm_head(model)
-    monkeypatch.setattr(trainer, "lm_head_of", lambda model, vocab_size=None: (model.lm_head.weight, LogitTransform()))
+    monkeypatch.setattr(policy, "lm_head_of", lambda model, vocab_size=None: (model.lm_head.weight, LogitTransform()))
     with pytest.raises(ValueError, match=f"{arch}ForCausalLM's logits differ from its LM head's output"):
         check_lm_head(model)  # a transform the trainer does not know is refused, not trained through
 
 def test_nonfinite_gradients_skip_the_update_and_keep_weights():
-    from algos.trainer import guarded_optimizer_step
+    from algos.runtime import guarded_optimizer_step
 
     model, optimizer, _ = _tiny()
     before = [p.detach().clone() for p in model.parameters()]
@@ -238,7 +231,7 @@ def test_nonfinite_gradients_skip_the_update_and_keep_weights():
 def test_cuda_devices_resolve_to_the_indexed_name_model_parameters_report(monkeypatch):
     """torch.device("cuda") != torch.device("cuda:0"), the device a model's parameters report: an
     unindexed name made the rollout's env/model device check fail on every GPU run."""
-    from algos.trainer import resolve_device
+    from algos.runtime import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
@@ -252,7 +245,7 @@ def test_cuda_devices_resolve_to_the_indexed_name_model_parameters_report(monkey
 
 def test_a_gpu_device_on_a_host_without_one_is_a_config_error(monkeypatch):
     """torch's own error was an AssertionError ("Torch not compiled with CUDA enabled") from inside .to()."""
-    from algos.trainer import resolve_device
+    from algos.runtime import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match="model.device = 'cuda', but torch sees no GPU"):
@@ -265,7 +258,7 @@ def test_accuracy_counts_full_credit_only_as_task_is_success_does():
     accuracy (threshold 0.5) while Task.is_success (curriculum, CompletionEnv) said unsolved."""
     from types import SimpleNamespace
 
-    from algos.trainer import task_accuracy
+    from algos.metrics import task_accuracy
 
     graded = SimpleNamespace(reward_components={"correct": torch.tensor([1.0, 0.65, 0.0])}, scores=torch.tensor([1.1, 0.75, 0.1]))
     assert task_accuracy(graded).tolist() == [1.0, 0.0, 0.0]
@@ -278,7 +271,7 @@ def test_adamw_on_half_precision_weights_warns_and_names_the_fix():
     import warnings
 
     from algos.config import OptimConfig
-    from algos.trainer import build_optimizer
+    from algos.runtime import build_optimizer
 
     with pytest.warns(UserWarning, match=r"torch.bfloat16 weights .* model.dtype = float32 and model.autocast = bfloat16"):
         build_optimizer(torch.nn.Linear(4, 4).to(torch.bfloat16), OptimConfig())
@@ -292,7 +285,8 @@ def test_rows_stop_at_the_models_generation_config_eos_ids_too():
     model.generate and vllm stop at both, so the env must too, or the backends disagree on where rows end."""
     from algos.config import EvalConfig
     from algos.rollout import HFRollout
-    from algos.trainer import make_env, stop_token_ids
+    from algos.environment import make_env
+    from algos.policy import stop_token_ids
 
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, hidden_size=16, num_layers=1, num_heads=2).eval()
@@ -319,7 +313,7 @@ def test_float16_loss_scaling_unscales_before_clipping_and_backs_off_on_overflow
     """fp16 autocast without loss scaling lets small gradients underflow to 0; with it, the step sees the
     true gradients (clipping and grad_norm unscaled), and an overflow skips the update and halves the scale."""
     from algos.config import ModelConfig
-    from algos.trainer import grad_scaler, guarded_optimizer_step
+    from algos.runtime import grad_scaler, guarded_optimizer_step
 
     assert not grad_scaler(ModelConfig(autocast="bfloat16"), torch.device("cpu")).is_enabled()
     scaler = grad_scaler(ModelConfig(autocast="float16"), torch.device("cpu"))
@@ -346,7 +340,7 @@ def test_float16_loss_scaling_unscales_before_clipping_and_backs_off_on_overflow
 
 
 def test_full_determinism_switches_torch_to_deterministic_kernels(monkeypatch):
-    from algos.trainer import seed_everything
+    from algos.runtime import seed_everything
 
     for name in ("CUDA_LAUNCH_BLOCKING", "CUBLAS_WORKSPACE_CONFIG", "ASCEND_LAUNCH_BLOCKING", "HCCL_DETERMINISTIC",
                  "FLASH_ATTENTION_DETERMINISTIC"):
@@ -370,7 +364,7 @@ def test_every_way_the_trainers_write_weights_advances_the_version_vllm_copies_b
     advance them, so build_optimizer must never be fused)."""
     from algos.config import OptimConfig
     from algos.rollout import _weights_version
-    from algos.trainer import build_optimizer, guarded_optimizer_step
+    from algos.runtime import build_optimizer, guarded_optimizer_step
 
     model, _, _ = _tiny()
     optimizer = build_optimizer(model, OptimConfig(lr=1e-2))
@@ -386,8 +380,9 @@ def test_every_way_the_trainers_write_weights_advances_the_version_vllm_copies_b
 
 
 def test_a_chat_template_asked_for_but_missing_is_said_not_silently_dropped():
-    from algos.config import GRPOConfig, load_config
-    from algos.trainer import make_env
+    from algos.config import load_config
+    from algos.grpo import GRPOConfig
+    from algos.environment import make_env
 
     tokenizer = build_char_tokenizer()
     tokenizer.chat_template = None  # as a base model's

@@ -54,7 +54,7 @@ def small_overrides(model_dir, output_dir, **extra):
         "run.plots": "false",
         "ppo.prompts_per_step": "4",
         "ppo.samples_per_prompt": "2",
-        "ppo.micro_batch_size": "3",  # uneven micro-batches inside each minibatch
+        "loss.micro_batch_size": "3",  # uneven micro-batches inside each minibatch
         **extra,
     }
 
@@ -173,7 +173,7 @@ def test_critic_warmup_delays_the_policy_schedule_and_keeps_kl_coef(tiny_model_d
     verl steps the actor's scheduler only when it updates), and the adaptive KL coefficient stays put
     (KL to the reference is 0 then, which shrank kl_coef by the maximum 20% a step)."""
     from algos.config import OptimConfig
-    from algos.trainer import advance_schedule, build_scheduler
+    from algos.runtime import advance_schedule, build_scheduler
 
     params = [torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))]
     optimizer = torch.optim.SGD([{"params": params[:1]}, {"params": params[1:]}], lr=1.0)
@@ -217,7 +217,7 @@ def test_a_batch_without_signal_leaves_the_policy_where_it_is(tiny_model_dir, tm
     build_tiny_model(tokenizer).save_pretrained(tmp_path / "model")  # 2 layers: enough for the paths to round apart
     tokenizer.save_pretrained(tmp_path / "model")
     trainer = ppo.PPOTrainer(small_config(tmp_path / "model", tmp_path / "run", **{
-        "ppo.value_model": value_model, "env.kwargs": three_digits, "env.max_new_tokens": "4", "ppo.micro_batch_size": "8"}))
+        "ppo.value_model": value_model, "env.kwargs": three_digits, "env.max_new_tokens": "4", "loss.micro_batch_size": "8"}))
     batch, metrics = trainer.collect(step=1)
     assert metrics["reward_mean"] == 0 and metrics["kl"] == 0
     before = [p.detach().clone() for p in trainer.policy.parameters()]
@@ -268,7 +268,7 @@ def test_reward_models_are_cut_to_their_own_context_and_must_score_one_label(tin
 def test_a_bad_task_or_eval_task_is_refused_before_the_run_directory_is_touched(tiny_model_dir, tmp_path, algo):
     """PPO built its task after open_run_dir: with overwrite_output_dir a typo in env.kwargs deleted the run's
     checkpoints before the error; an env.eval_kwargs typo did so in both trainers."""
-    from algos.config import GRPOConfig
+    from algos.grpo import GRPOConfig
     from algos.grpo import GRPOTrainer
 
     trainer_cls, config_cls = (ppo.PPOTrainer, ppo.PPOConfig) if algo == "ppo" else (GRPOTrainer, GRPOConfig)

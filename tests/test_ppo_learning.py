@@ -35,7 +35,7 @@ def learning_config(model_path, output_dir, **overrides):
         "run.tensorboard": "false",
         "ppo.prompts_per_step": "64",
         "ppo.samples_per_prompt": "8",
-        "ppo.micro_batch_size": "256",
+        "loss.micro_batch_size": "256",
         "ppo.ppo_epochs": "2",  # 2 epochs x 2 minibatches: 4 optimizer steps per rollout
     }
     return load_config(ppo.PPOConfig, overrides={**base, **overrides})

@@ -14,7 +14,8 @@ import math
 import pytest
 import torch
 
-from algos.config import DAPO_PRESET, GRPOConfig, load_config
+from algos.config import load_config
+from algos.grpo import DAPO_PRESET, GRPOConfig
 from algos.grpo import GRPOTrainer
 from algos.metrics import MetricsLogger
 from algos.rollout import ScriptedRollout
@@ -75,36 +76,36 @@ script = scripted(SCRIPT)
 BASE = {
     "env.id": "rlvr/Countdown-v0", "env.kwargs": TASK, "env.max_new_tokens": str(MAX_NEW_TOKENS),
     "env.use_chat_template": "false", "env.eval_size": "4", "run.progress": "false", "run.tensorboard": "false",
-    "run.plots": "false", "grpo.prompts_per_step": "3", "grpo.group_size": "4", "grpo.micro_batch_size": "5",
+    "run.plots": "false", "grpo.prompts_per_step": "3", "grpo.group_size": "4", "loss.micro_batch_size": "5",
     "optim.lr": "0.02", "grpo.overlong_cache": "8", "run.steps": "1",
 }
 
 SCENARIOS = {
     # DeepSeekMath GRPO with every term on: two iterations (the ratio moves and clips), k3 KL to the reference,
     # an entropy bonus, a sampling temperature, warm-up then cosine decay over three steps.
-    "grpo": {"grpo.num_iterations": "2", "grpo.beta": "0.04", "grpo.entropy_coef": "0.01", "rollout.temperature": "0.7",
+    "grpo": {"grpo.num_iterations": "2", "grpo.beta": "0.04", "loss.entropy_coef": "0.01", "rollout.temperature": "0.7",
              "optim.warmup_steps": "1", "optim.schedule": "cosine", "run.steps": "3"},
     # DAPO: clip-higher, dynamic sampling (two rounds, trimmed), token-mean, overlong filter and soft penalty, no KL.
     "dapo": {"preset": "dapo", "grpo.num_iterations": "2", "optim.schedule": "linear", "run.steps": "2"},
     # Each DAPO part alone on top of GRPO.
-    "clip_higher": {"grpo.eps_high": "0.28", "grpo.num_iterations": "2", "grpo.beta": "0"},
+    "clip_higher": {"loss.eps_high": "0.28", "grpo.num_iterations": "2", "grpo.beta": "0"},
     "dynamic_sampling": {"grpo.dynamic_sampling": "true", "grpo.beta": "0", "grpo.dynamic_sampling_metric": "score"},
-    "token_mean": {"grpo.loss_agg": "token-mean", "grpo.beta": "0"},
+    "token_mean": {"loss.aggregation": "token-mean", "grpo.beta": "0"},
     "overlong_filter": {"grpo.overlong_filter": "true", "grpo.beta": "0"},
     "soft_overlong": {"grpo.soft_overlong": "true", "grpo.overlong_penalty_factor": "0.7", "grpo.beta": "0"},
     # Dr. GRPO: mean-only advantages, a constant token budget; here with the k2 KL, clamped tight.
-    "dr_grpo": {"grpo.adv_scale": "none", "grpo.loss_agg": "seq-mean-token-sum-norm", "grpo.kl_estimator": "k2",
+    "dr_grpo": {"grpo.adv_estimator": "dr-grpo", "loss.aggregation": "seq-mean-token-sum-norm", "grpo.kl_estimator": "k2",
                 "grpo.kl_clamp": "0.001", "grpo.num_iterations": "2"},
     # GSPO: one clipped, length-normalised ratio per sequence.
-    "gspo": {"grpo.ratio_level": "sequence", "grpo.num_iterations": "2", "grpo.eps_low": "0.05", "grpo.eps_high": "0.05",
+    "gspo": {"loss.surrogate": "gspo", "grpo.num_iterations": "2", "loss.eps_low": "0.05", "loss.eps_high": "0.05",
              "grpo.beta": "0"},
     # Process supervision beside the outcome advantage, batch-std scaling, dual clip.
-    "process": {"grpo.process_weight": "0.5", "grpo.adv_scale": "batch", "grpo.dual_clip": "1.5", "grpo.num_iterations": "2",
+    "process": {"grpo.process_weight": "0.5", "grpo.adv_estimator": "batch-std", "loss.dual_clip": "1.5", "grpo.num_iterations": "2",
                 "grpo.beta": "0", "optim.lr": "0.05", "grpo.adv_eps": "0.1"},
     # Dynamic sampling keeps a group whose step rewards are all equal when its accuracy varies (round 0's group 2).
     "process_dynamic": {"grpo.process_weight": "0.5", "grpo.dynamic_sampling": "true", "grpo.beta": "0"},
     # The normalisers at their edge: one loss token in the batch (token-mean), one row with loss tokens (per sequence).
-    "one_loss_token": {"script": ONE_LOSS_TOKEN, "grpo.overlong_filter": "true", "grpo.loss_agg": "token-mean", "grpo.beta": "0"},
+    "one_loss_token": {"script": ONE_LOSS_TOKEN, "grpo.overlong_filter": "true", "loss.aggregation": "token-mean", "grpo.beta": "0"},
     "one_loss_row": {"script": ONE_LOSS_TOKEN, "grpo.overlong_filter": "true", "grpo.beta": "0"},
 }
 
@@ -175,9 +176,9 @@ def reference_batch(rounds, g, max_new_tokens: int):
     for group, scores, masks in groups:
         scores = torch.tensor(scores)
         centred = scores - scores.mean()
-        if g.adv_scale == "group":
+        if g.adv_estimator == "grpo":
             outcome = centred / (scores.std() + g.adv_eps)
-        elif g.adv_scale == "batch":
+        elif g.adv_estimator == "batch-std":
             outcome = centred / (all_scores.std() + g.adv_eps)
         else:
             outcome = centred
@@ -188,9 +189,9 @@ def reference_batch(rounds, g, max_new_tokens: int):
     return kept, rounds_needed
 
 
-def reference_objective(model, old_model, ref_model, kept, g, temperature: float, max_new_tokens: int):
+def reference_objective(model, old_model, ref_model, kept, g, lc, temperature: float, max_new_tokens: int):
     """J to minimise: per token -min(r A, clip(r) A) + beta KL - entropy_coef H over the loss mask, aggregated as
-    g.loss_agg says over the whole batch; and the statistics the trainer logs."""
+    lc.aggregation says over the whole batch; and the statistics the trainer logs."""
     per_row, stats = [], {"kl": 0.0, "clip_frac_low": 0.0, "clip_frac_high": 0.0, "dual_clip_frac": 0.0}
     ratios, entropy_sum, generated = [], 0.0, 0
     for row, _, mask, advantage in kept:
@@ -198,10 +199,10 @@ def reference_objective(model, old_model, ref_model, kept, g, temperature: float
         with torch.no_grad():
             old = token_logprobs(old_model, row, temperature)[0] if old_model is not None else logp.detach()
         log_ratio = logp - old
-        if g.ratio_level == "sequence":  # GSPO: exp of the mean token log-ratio over the row's own tokens
+        if lc.surrogate == "gspo":  # GSPO: exp of the mean token log-ratio over the row's own tokens
             log_ratio = ((log_ratio * mask).sum() / mask.sum().clamp(min=1)).expand_as(logp)
         ratio = log_ratio.exp()
-        loss = clip_surrogate(ratio, advantage, g.eps_low, g.eps_high, g.dual_clip)
+        loss = clip_surrogate(ratio, advantage, lc.eps_low, lc.eps_high, lc.dual_clip)
         if g.beta:
             with torch.no_grad():
                 ref = token_logprobs(ref_model, row, temperature)[0]
@@ -210,24 +211,24 @@ def reference_objective(model, old_model, ref_model, kept, g, temperature: float
             kl = kl.clamp(-g.kl_clamp, g.kl_clamp)  # as verl: one far off-policy token cannot dominate
             loss = loss + g.beta * kl
             stats["kl"] += (kl.detach() * mask).sum().item()
-        loss = loss - g.entropy_coef * entropy
+        loss = loss - lc.entropy_coef * entropy
         per_row.append((loss * mask).sum())
         valid = mask > 0
         with torch.no_grad():
-            unbounded = clip_surrogate(ratio, advantage, g.eps_low, g.eps_high)
-            stats["clip_frac_low"] += ((ratio < 1 - g.eps_low) & (advantage < 0) & valid).sum().item()
-            stats["clip_frac_high"] += ((ratio > 1 + g.eps_high) & (advantage > 0) & valid).sum().item()
-            if g.dual_clip is not None:
-                stats["dual_clip_frac"] += ((advantage < 0) & (unbounded > -g.dual_clip * advantage) & valid).sum().item()
+            unbounded = clip_surrogate(ratio, advantage, lc.eps_low, lc.eps_high)
+            stats["clip_frac_low"] += ((ratio < 1 - lc.eps_low) & (advantage < 0) & valid).sum().item()
+            stats["clip_frac_high"] += ((ratio > 1 + lc.eps_high) & (advantage > 0) & valid).sum().item()
+            if lc.dual_clip is not None:
+                stats["dual_clip_frac"] += ((advantage < 0) & (unbounded > -lc.dual_clip * advantage) & valid).sum().item()
         ratios.append(ratio.detach()[valid])
         entropy_sum += entropy.detach().sum().item()
         generated += row.length
     tokens = [mask.sum() for _, _, mask, _ in kept]
     num_tokens = max(1.0, sum(tokens).item())
     num_seqs = max(1, sum(int(t > 0) for t in tokens))
-    if g.loss_agg == "token-mean":
+    if lc.aggregation == "token-mean":
         objective = sum(per_row) / num_tokens
-    elif g.loss_agg == "seq-mean-token-mean":
+    elif lc.aggregation == "seq-mean-token-mean":
         objective = sum(loss / t.clamp(min=1) for loss, t in zip(per_row, tokens)) / num_seqs
     else:  # seq-mean-token-sum-norm
         objective = sum(per_row) / max_new_tokens / num_seqs
@@ -282,7 +283,7 @@ def test_each_update_applies_the_gradient_of_the_papers_objective(name, model_di
         old_model = load_weights(initial, iterations[0]["weights"]) if g.num_iterations > 1 else None
         for record in iterations:
             model = load_weights(initial, record["weights"])
-            objective, stats = reference_objective(model, old_model, initial, kept, g, config.rollout.temperature,
+            objective, stats = reference_objective(model, old_model, initial, kept, g, config.loss, config.rollout.temperature,
                                                    MAX_NEW_TOKENS)
             objective.backward()
             grads, norm = clipped_gradients(model_gradients(model), config.optim.max_grad_norm)
@@ -299,7 +300,7 @@ def test_each_update_applies_the_gradient_of_the_papers_objective(name, model_di
     # The second iteration's ratios left the clip range on both sides: the clipping was exercised, as was the dual clip.
     if g.num_iterations > 1:
         assert clipped_low and clipped_high
-    assert dual_clipped == (g.dual_clip is not None)
+    assert dual_clipped == (config.loss.dual_clip is not None)
 
 
 def test_dapo_collect_keeps_informative_trained_groups_and_stops_when_full(model_dir, tmp_path):

@@ -31,9 +31,9 @@ from test_reference_gradients import BASE, MAX_NEW_TOKENS, script
 
 PPO_BASE = {key: value for key, value in BASE.items() if not key.startswith("grpo.")}
 PPO_BASE.update({
-    "ppo.prompts_per_step": "3", "ppo.samples_per_prompt": "2", "ppo.micro_batch_size": "2", "ppo.num_minibatches": "2",
-    "ppo.ppo_epochs": "2", "ppo.kl_coef": "0.1", "ppo.kl_target": "0.5", "ppo.kl_horizon": "8", "ppo.entropy_coef": "0.01",
-    "ppo.vf_coef": "0.3", "ppo.value_clip": "0.05", "ppo.lam": "0.9", "ppo.gamma": "0.95", "ppo.dual_clip": "1.5",
+    "ppo.prompts_per_step": "3", "ppo.samples_per_prompt": "2", "loss.micro_batch_size": "2", "ppo.num_minibatches": "2",
+    "ppo.ppo_epochs": "2", "ppo.kl_coef": "0.1", "ppo.kl_target": "0.5", "ppo.kl_horizon": "8", "loss.entropy_coef": "0.01",
+    "ppo.vf_coef": "0.3", "ppo.value_clip": "0.05", "ppo.lam": "0.9", "ppo.gamma": "0.95", "loss.dual_clip": "1.5",
     "optim.schedule": "linear", "optim.lr": "0.02",
 })
 
@@ -41,7 +41,7 @@ SCENARIOS = {
     "head": {"ppo.value_model": "head", "run.steps": "2"},
     # A separate critic; per-sequence policy loss over minibatches of 2, 2, 1 and 1 rows; a KL clamp that binds.
     "separate": {"ppo.value_model": "separate", "ppo.critic_lr": "0.03", "run.steps": "2",
-                 "ppo.loss_agg": "seq-mean-token-mean", "ppo.num_minibatches": "4", "ppo.kl_clamp": "0.02"},
+                 "loss.aggregation": "seq-mean-token-mean", "ppo.num_minibatches": "4", "ppo.kl_clamp": "0.02"},
     "critic_warmup": {"ppo.value_model": "head", "ppo.critic_warmup_steps": "1", "run.steps": "3"},
     "no_kl": {"ppo.kl_coef": "0", "ppo.kl_target": "null", "run.steps": "2"},
 }
@@ -110,7 +110,7 @@ def named_gradients(sources: dict) -> dict[str, torch.Tensor]:
 def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_dir, tmp_path, monkeypatch):
     overrides = {**PPO_BASE, "model.path": model_dir, "run.output_dir": str(tmp_path), **SCENARIOS[name]}
     trainer = PPOTrainer(load_config(PPOConfig, overrides=overrides), backend=ScriptedRollout(script))
-    config, p = trainer.config, trainer.config.ppo
+    config, p, lc = trainer.config, trainer.config.ppo, trainer.config.loss
     torch.manual_seed(1)
     assert (trainer.ref_model is None) == (p.kl_coef == 0)  # no KL term, no reference copy
     with torch.no_grad():  # a reference apart from the policy (KL > 0) and a critic that predicts something
@@ -195,23 +195,23 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
                     logp, entropy = token_logprobs(policy, row, temperature)
                     log_ratio = logp - old[i]
                     ratio, advantage = log_ratio.exp(), whitened[i]
-                    surrogate = clip_surrogate(ratio, advantage, p.eps_low, p.eps_high, p.dual_clip)
-                    policy_loss = surrogate - p.entropy_coef * entropy
-                    if p.loss_agg == "token-mean":
+                    surrogate = clip_surrogate(ratio, advantage, lc.eps_low, lc.eps_high, lc.dual_clip)
+                    policy_loss = surrogate - lc.entropy_coef * entropy
+                    if lc.aggregation == "token-mean":
                         aggregated = policy_loss.sum() / tokens
                     else:  # seq-mean-token-mean: each row's token mean, averaged over the minibatch's rows
                         aggregated = policy_loss.mean() / len(minibatch)
                     loss = loss + aggregated
-                    unbounded = clip_surrogate(ratio, advantage, p.eps_low, p.eps_high)
+                    unbounded = clip_surrogate(ratio, advantage, lc.eps_low, lc.eps_high)
                     with torch.no_grad():
                         sums["policy_loss"] += aggregated.item() * tokens  # as logged: the loss times the tokens
                         # KL(pi_old || pi), k1 = log(pi_old / pi) and k3, clamped as the reward's KL is
                         sums["approx_kl_k1"] += (-log_ratio).clamp(-p.kl_clamp, p.kl_clamp).sum().item()
                         sums["approx_kl_k3"] += (log_ratio.exp() - log_ratio - 1).clamp(-p.kl_clamp, p.kl_clamp).sum().item()
                         sums["entropy"] += entropy.sum().item()
-                        sums["clip_frac_low"] += ((ratio < 1 - p.eps_low) & (advantage < 0)).sum().item()
-                        sums["clip_frac_high"] += ((ratio > 1 + p.eps_high) & (advantage > 0)).sum().item()
-                        sums["dual_clip_frac"] += ((advantage < 0) & (unbounded > -p.dual_clip * advantage)).sum().item()
+                        sums["clip_frac_low"] += ((ratio < 1 - lc.eps_low) & (advantage < 0)).sum().item()
+                        sums["clip_frac_high"] += ((ratio > 1 + lc.eps_high) & (advantage > 0)).sum().item()
+                        sums["dual_clip_frac"] += ((advantage < 0) & (unbounded > -lc.dual_clip * advantage)).sum().item()
                         sums["ratio_mean"] += ratio.sum().item()
                         ratios.append(ratio.detach())
                 sums["tokens"] += row.length

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from algos import grpo, ppo
-from algos.config import GRPOConfig, load_config
+from algos.config import load_config
+from algos.grpo import GRPOConfig
 from algos.metrics import read_metrics
 from reference_helpers import save_tiny_model
 
@@ -21,9 +22,9 @@ COMMON = {
 }
 ALGORITHMS = {
     "grpo": (grpo.GRPOTrainer, GRPOConfig, {"grpo.prompts_per_step": "2", "grpo.group_size": "4",
-                                             "grpo.micro_batch_size": "3", "grpo.num_iterations": "2", "grpo.beta": "0.04"}),
+                                             "loss.micro_batch_size": "3", "grpo.num_iterations": "2", "grpo.beta": "0.04"}),
     "ppo": (ppo.PPOTrainer, ppo.PPOConfig, {"ppo.prompts_per_step": "4", "ppo.samples_per_prompt": "2",
-                                            "ppo.micro_batch_size": "3", "ppo.kl_target": "0.01",
+                                            "loss.micro_batch_size": "3", "ppo.kl_target": "0.01",
                                             "ppo.value_model": "separate", "ppo.critic_warmup_steps": "1"}),
 }
 

@@ -168,7 +168,7 @@ def test_padded_embedding_rows_are_never_sampled_and_log_probs_agree(tokenizer):
     its log-probs equal the trainer's over the same ids."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from algos.trainer import completion_logprobs
+    from algos.policy import completion_logprobs
 
     torch.manual_seed(0)
     vocab = len(tokenizer)
@@ -209,8 +209,9 @@ def test_hf_rollout_matches_generate_on_smollm():
 def test_the_trainers_vllm_engine_leaves_the_gpu_to_the_trainer_and_samples_in_its_dtype(monkeypatch):
     """vllm's own defaults took 92% of the GPU the trainer shares and sampled bf16 beside an fp32 trainer."""
     from algos import rollout
-    from algos.config import GRPOConfig, load_config
-    from algos.trainer import make_rollout_backend
+    from algos.config import load_config
+    from algos.grpo import GRPOConfig
+    from algos.environment import make_rollout_backend
 
     built = []
     monkeypatch.setattr(rollout, "VLLMRollout", lambda path, **kwargs: built.append(kwargs))

@@ -1,6 +1,16 @@
-"""Pure tensor functions shared by every agent (GRPO, DAPO, PPO).
+"""Pure tensor functions shared by every agent (GRPO, DAPO, PPO), and their registries.
 
-No models, no environments, no state: tensors in, tensors out, shapes in each
-function's one-line docstring. B = rows (completions), T = completion tokens,
-V = vocabulary, H = hidden size, G = group size.
+Tensors in, tensors out, shapes in each function's one-line docstring; no models and no
+environments (the one stateful object, gae.AdaptiveKLController, holds a coefficient and nothing
+else). B = rows (completions), T = completion tokens, V = vocabulary, H = hidden size, G = group size.
+
+Variants are registered by name (registry.Registry): ADVANTAGE_ESTIMATORS, POLICY_LOSSES,
+LOSS_AGGREGATIONS, KL_ESTIMATORS; the configs' allowed values are their names.
 """
+
+from algos.core.advantages import ADVANTAGE_ESTIMATORS
+from algos.core.aggregation import LOSS_AGGREGATIONS
+from algos.core.kl import KL_ESTIMATORS
+from algos.core.policy_loss import POLICY_LOSSES
+
+__all__ = ["ADVANTAGE_ESTIMATORS", "KL_ESTIMATORS", "LOSS_AGGREGATIONS", "POLICY_LOSSES"]

@@ -1,5 +1,7 @@
 """Critic-free advantages: GRPO group normalisation, Dr. GRPO, process supervision.
 
+Each outcome estimator is registered in ADVANTAGE_ESTIMATORS under the name grpo.adv_estimator takes.
+
 Groups are contiguous: rows [k*G:(k+1)*G] answer prompt k (TokenVectorEnv's layout).
 """
 
@@ -7,7 +9,9 @@ from __future__ import annotations
 
 import torch
 
-SCALES = ("group", "batch", "none")
+from algos.core.registry import Registry
+
+ADVANTAGE_ESTIMATORS = Registry("advantage estimator")  # (scores [B], group_size, eps) -> [B] advantages
 
 
 def _grouped(values: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -16,29 +20,35 @@ def _grouped(values: torch.Tensor, group_size: int) -> torch.Tensor:
     return values.reshape(-1, group_size, *values.shape[1:])
 
 
-def group_advantages(scores: torch.Tensor, group_size: int, scale: str = "group", eps: float = 1e-6) -> torch.Tensor:
-    """[B] scores -> [B] advantages (R - group mean) / (std + eps); std over the group, the batch, or none (Dr. GRPO).
+def _centred(scores: torch.Tensor, group_size: int) -> torch.Tensor:
+    """[B] scores -> [B] R - mean of the row's group."""
+    grouped = _grouped(scores.float(), group_size)
+    return (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
+
+
+@ADVANTAGE_ESTIMATORS.register("grpo")
+def group_advantages(scores: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+    """[B] scores -> [B] (R - group mean) / (group std + eps) (DeepSeekMath's GRPO).
 
     std is the unbiased sample std (as TRL's GRPOTrainer), so a group needs G >= 2.
     """
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    if group_size < 2:
+        raise ValueError("the grpo advantage needs group_size >= 2 (the std of one sample is undefined)")
     grouped = _grouped(scores.float(), group_size)
-    centred = (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
-    if scale == "none":
-        return centred
-    if group_size < 2 and scale == "group":
-        raise ValueError("scale='group' needs group_size >= 2 (the std of one sample is undefined)")
-    if scale == "group":
-        std = grouped.std(dim=1, keepdim=True).expand_as(grouped).reshape(-1)
-    else:
-        std = scores.float().std()
-    return centred / (std + eps)
+    std = grouped.std(dim=1, keepdim=True).expand_as(grouped).reshape(-1)
+    return _centred(scores, group_size) / (std + eps)
 
 
-def mean_only_advantages(scores: torch.Tensor, group_size: int) -> torch.Tensor:
-    """[B] scores -> [B] advantages R - group mean (Dr. GRPO, arXiv 2503.20783)."""
-    return group_advantages(scores, group_size, scale="none")
+@ADVANTAGE_ESTIMATORS.register("batch-std")
+def batch_std_advantages(scores: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+    """[B] scores -> [B] (R - group mean) / (std of the whole batch + eps)."""
+    return _centred(scores, group_size) / (scores.float().std() + eps)
+
+
+@ADVANTAGE_ESTIMATORS.register("dr-grpo")
+def mean_only_advantages(scores: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+    """[B] scores -> [B] R - group mean (Dr. GRPO, arXiv 2503.20783: no std division, so ``eps`` is unused)."""
+    return _centred(scores, group_size)
 
 
 def zero_std_group_fraction(scores: torch.Tensor, group_size: int) -> float:

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 import torch
 
 from algos.core.aggregation import masked_mean
+from algos.core.registry import Registry
 
-RATIO_LEVELS = ("token", "sequence")
+POLICY_LOSSES = Registry("policy loss")  # (logp, old_logp, advantages, mask, eps_low, eps_high, dual_clip) -> PolicyLossOutput
 
 
 @dataclass
@@ -26,6 +27,7 @@ def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.T
     return per_sequence.unsqueeze(-1).expand_as(logp)
 
 
+@POLICY_LOSSES.register("ppo-clip")
 def clipped_policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -34,27 +36,47 @@ def clipped_policy_loss(
     eps_low: float = 0.2,
     eps_high: float = 0.2,
     dual_clip: float | None = None,
-    ratio_level: str = "token",
 ) -> PolicyLossOutput:
-    """[B, T] log pi, [B, T] log pi_old, [B] or [B, T] advantages, [B, T] mask -> [B, T] loss -min(rA, clip(r)A) + stats.
+    """[B, T] log pi, [B, T] log pi_old, [B] or [B, T] advantages, [B, T] mask -> [B, T] loss -min(rA, clip(r)A) + stats,
+    with the token ratio r = pi / pi_old (PPO, GRPO, DAPO).
 
     dual_clip = c (> 1) bounds the loss of negative-advantage tokens at -c*A (Ye et al. 2020).
-    ratio_level "sequence" uses GSPO's per-sequence geometric-mean ratio for every token of a row.
     Stats over valid tokens: clip_frac_low / clip_frac_high (clipping active, gradient zeroed, on
     each side), dual_clip_frac, ratio_min / ratio_mean / ratio_max.
     """
-    if ratio_level not in RATIO_LEVELS:
-        raise ValueError(f"ratio_level must be one of {RATIO_LEVELS}, got {ratio_level!r}")
+    return clipped_surrogate(logp - old_logp, advantages, mask, eps_low, eps_high, dual_clip)
+
+
+@POLICY_LOSSES.register("gspo")
+def gspo_policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float = 0.2,
+    eps_high: float = 0.2,
+    dual_clip: float | None = None,
+) -> PolicyLossOutput:
+    """As clipped_policy_loss, with GSPO's ratio (arXiv 2507.18071): each row's geometric-mean token ratio,
+    for every token of the row."""
+    return clipped_surrogate(sequence_log_ratio(logp, old_logp, mask.to(logp.dtype)), advantages, mask, eps_low, eps_high, dual_clip)
+
+
+def clipped_surrogate(
+    log_ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_low: float,
+    eps_high: float,
+    dual_clip: float | None,
+) -> PolicyLossOutput:
+    """[B, T] log-ratio, [B] or [B, T] advantages, [B, T] mask -> the clipped surrogate's [B, T] loss and stats."""
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (or None), got {dual_clip}")
-    mask = mask.to(logp.dtype)
+    mask = mask.to(log_ratio.dtype)
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)
-    advantages = advantages.to(logp.dtype).expand_as(logp)
-    if ratio_level == "sequence":
-        log_ratio = sequence_log_ratio(logp, old_logp, mask)
-    else:
-        log_ratio = logp - old_logp
+    advantages = advantages.to(log_ratio.dtype).expand_as(log_ratio)
     ratio = torch.exp(log_ratio.clamp(max=20.0))  # exp(20) ~ 5e8: finite, and such tokens are clipped anyway
     clipped_ratio = ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
     loss = torch.maximum(-advantages * ratio, -advantages * clipped_ratio)

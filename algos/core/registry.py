@@ -1,0 +1,37 @@
+"""Named variants of one kind of core function (advantage estimators, policy losses, ...).
+
+A variant is one decorated function; configs take their allowed values from the registry, so adding
+one needs no other edit (docs/CONTRIBUTING.md walks through adding RLOO's advantage).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, TypeVar
+
+F = TypeVar("F", bound=Callable)
+
+
+class Registry(dict):
+    """name -> function; ``registry[name]`` of an unknown name is a ValueError listing the known ones."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__()
+        self.kind = kind
+
+    def register(self, name: str) -> Callable[[F], F]:
+        """Decorator adding a function under ``name`` (a second function under one name is an error)."""
+
+        def add(function: F) -> F:
+            if name in self:
+                raise ValueError(f"{self.kind} {name!r} is already registered ({self[name].__qualname__})")
+            self[name] = function
+            return function
+
+        return add
+
+    def __missing__(self, name: str):
+        raise ValueError(f"unknown {self.kind} {name!r}: choose one of {', '.join(map(repr, self))}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(self)

@@ -1,0 +1,70 @@
+"""What a run samples from, built from its config: the task, the TokenVectorEnv over it, and the
+rollout backend that generates completions in that env."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from algos.policy import stop_token_ids
+
+
+def build_task(config, held_out: bool = False):
+    """config.env.id built with env.kwargs (updated by env.eval_kwargs when ``held_out``); errors name those keys."""
+    from rlvr_env import make_task
+
+    env_cfg = config.env
+    kwargs = {**env_cfg.kwargs, **env_cfg.eval_kwargs} if held_out else env_cfg.kwargs
+    try:
+        return make_task(env_cfg.id, **kwargs)
+    except (TypeError, ValueError) as error:  # an unknown id or task field, a bad value, a missing data file
+        keys = "env.kwargs and env.eval_kwargs" if held_out and env_cfg.eval_kwargs else "env.kwargs"
+        raise ValueError(f"config env.id = {env_cfg.id!r} with {keys} {kwargs}: {error}") from error
+
+
+def make_env(config, tokenizer, num_envs: int, device: torch.device, problem_seed: int | None = None, task=None, model=None):
+    """The TokenVectorEnv of config.env (any config with `env` and `run` sections) with `num_envs` rows,
+    over ``task`` (default: build_task(config)); ``model`` adds its stop tokens."""
+    from rlvr_env import TokenVectorEnv
+
+    env_cfg = config.env
+    if env_cfg.use_chat_template and not getattr(tokenizer, "chat_template", None):
+        warnings.warn("env.use_chat_template is true but the tokenizer has no chat template: prompts are plain text "
+                      "(a base model's format; set env.use_chat_template = false to say so)", stacklevel=2)
+    return TokenVectorEnv(
+        task if task is not None else build_task(config),
+        tokenizer,
+        num_envs=num_envs,
+        max_new_tokens=env_cfg.max_new_tokens,
+        device=device,
+        max_prompt_tokens=env_cfg.max_prompt_tokens,
+        use_chat_template=env_cfg.use_chat_template,
+        system_prompt=env_cfg.system_prompt,
+        problem_seed=config.run.seed if problem_seed is None else problem_seed,
+        stop_token_ids=None if model is None else stop_token_ids(model, tokenizer),
+    )
+
+
+def make_rollout_backend(config):
+    """The rollout backend named by config.rollout.backend, sampling as config.rollout says.
+
+    Both draw from torch's global RNG (HFRollout its samples, VLLMRollout its per-row seeds), which
+    checkpoints save, so resumed runs sample the same tokens.
+    """
+    from algos import rollout
+    from algos.models import resolve_model_path
+
+    cfg = config.rollout
+    sampling = {"temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k}
+    if cfg.backend == "hf":
+        return rollout.HFRollout(**sampling)
+    if cfg.backend == "vllm":
+        return rollout.VLLMRollout(
+            resolve_model_path(config.model.path),
+            **sampling,
+            dtype=cfg.vllm_dtype or config.model.autocast or config.model.dtype,
+            gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+            **cfg.vllm_engine_kwargs,
+        )
+    raise ValueError(f"config rollout.backend: unknown backend {cfg.backend!r} (choose 'hf' or 'vllm')")

@@ -1,0 +1,76 @@
+"""Held-out evaluation: greedy accuracy on problems training never samples (a procedural task's
+from env.eval_seed; a dataset's first env.eval_size, from env.eval_kwargs' file when set)."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from algos.environment import build_task, make_env, make_rollout_backend
+from algos.metrics import task_accuracy
+from algos.runtime import DTYPES, mixed_precision, resolve_device
+
+
+def eval_task(config):
+    """(task, problem indices) of evaluation: config.env.id built with env.kwargs updated by env.eval_kwargs;
+    a dataset's first env.eval_size problems, each once (all of them when it has fewer), or None for a
+    procedural task, whose problems are drawn from the seed env.eval_seed that training never uses."""
+    task = build_task(config, held_out=True)
+    return task, None if task.size is None else list(range(min(config.env.eval_size, task.size)))
+
+
+def warn_if_eval_reads_training_data(config, task) -> None:
+    """Training on a dataset task without env.eval_kwargs evaluates on problems it trains on: say so."""
+    from rlvr_env.data import DatasetTask
+
+    # A file's problems ignore the seed; a sized generator (reasoning-gym) still draws eval problems from eval_seed.
+    if isinstance(task, DatasetTask) and not config.env.eval_kwargs:
+        warnings.warn(
+            f"{config.env.id} is a fixed dataset and env.eval_kwargs is empty, so eval_accuracy scores problems "
+            f"of the training data; set env.eval_kwargs (e.g. {{data_path: test.jsonl}}) for a held-out score",
+            stacklevel=2,
+        )
+
+
+def procedural_eval_indices(config) -> list[int]:
+    """The env.eval_size problem indices of a procedural task's evaluation: those a TokenVectorEnv reset with
+    seed env.eval_seed draws for as many prompts, so batching the evaluation keeps its problems."""
+    from gymnasium.utils import seeding
+
+    from rlvr_env.token_vector_env import draw_problem_indices
+
+    return draw_problem_indices(seeding.np_random(config.env.eval_seed)[0], None, config.env.eval_size)
+
+
+@torch.no_grad()
+def evaluate(model, tokenizer, config, backend, device: torch.device, eval_set=None) -> float:
+    """Greedy accuracy on the held-out problems of ``eval_set`` (default: ``eval_task(config)``, built now),
+    generated env.eval_batch_size rows at a time."""
+    task, indices = eval_set or eval_task(config)
+    indices = procedural_eval_indices(config) if indices is None else indices
+    batch = config.env.eval_batch_size or len(indices)
+    was_training = model.training
+    model.eval()
+    solved = []
+    try:
+        for start in range(0, len(indices), batch):
+            chunk = indices[start : start + batch]
+            env = make_env(config, tokenizer, num_envs=len(chunk), device=device, problem_seed=config.env.eval_seed,
+                           task=task, model=model)
+            env.reset(seed=config.env.eval_seed, options={"group_size": 1, "problem_indices": chunk})
+            solved.append(task_accuracy(backend.generate(model, env, greedy=True)))
+    finally:
+        model.train(was_training)
+    return torch.cat(solved).mean().item()
+
+
+def evaluate_saved_model(config, path, eval_set=None) -> float:
+    """Greedy held-out accuracy of a saved model directory, in the dtype and precision of config.model;
+    ``eval_set`` as in ``evaluate``."""
+    from algos.models import load_policy
+
+    device = resolve_device(config.model.device)
+    model, tokenizer = load_policy(path, dtype=DTYPES[config.model.dtype], device=device)
+    with mixed_precision(config.model, device):
+        return evaluate(model, tokenizer, config, make_rollout_backend(config), device=device, eval_set=eval_set)

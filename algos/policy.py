@@ -1,0 +1,122 @@
+"""The policy as training sees it: its LM head, the log-probs of sampled completions, position ids
+of left-padded rows, and the token ids it stops at."""
+
+from __future__ import annotations
+
+import torch
+
+from algos.core.logprobs import DEFAULT_CHUNK_SIZE, LogitTransform, logprobs_from_hidden
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """[B, L] attention mask (left padding) -> [B, L] positions counting from each row's first real token."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def lm_head_of(model: torch.nn.Module, vocab_size: int | None = None) -> tuple[torch.Tensor, LogitTransform]:
+    """The LM head's [V, H] weight and the transform the model applies to its logits (read from its config).
+    ``vocab_size`` (the tokenizer's length) drops the rows past it: embedding tables are often padded
+    (Qwen2.5: 151,936 rows for 151,665 tokens), and the rollout samples from the tokenizer's ids only."""
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear) or head.bias is not None:
+        raise TypeError(f"completion_logprobs needs a bias-free linear LM head, got {type(head).__name__}")
+    config = model.config.get_text_config()
+    scale = 1.0 / config.logits_scaling if getattr(config, "logits_scaling", None) else getattr(config, "logit_scale", None)
+    transform = LogitTransform(scale=float(scale or 1.0), softcap=getattr(config, "final_logit_softcapping", None))
+    return head.weight[:vocab_size], transform
+
+
+@torch.no_grad()
+def check_lm_head(model: torch.nn.Module, vocab_size: int | None = None) -> None:
+    """Raise ValueError unless ``lm_head_of`` reproduces the model's own logits on a probe input; otherwise
+    completion_logprobs would train a distribution other than the one the rollout samples."""
+    weight, transform = lm_head_of(model, vocab_size)
+    probe = (torch.arange(1, 9, device=weight.device) % weight.shape[0])[None]
+    was_training = model.training
+    model.eval()  # no dropout: both passes must see the same network
+    try:
+        expected = model(input_ids=probe).logits[0, :, : weight.shape[0]].float()
+        got = transform(model.get_decoder()(input_ids=probe).last_hidden_state[0] @ weight.T).float()
+    finally:
+        model.train(was_training)
+    difference = (got - expected).abs().max().item()
+    if not difference <= 2e-2 * expected.abs().max().item() + 1e-4:
+        raise ValueError(
+            f"{type(model).__name__}'s logits differ from its LM head's output by up to {difference:.3g}: the model "
+            f"transforms its logits in a way completion_logprobs does not know (it knows logit_scale, logits_scaling "
+            f"and final_logit_softcapping), so training would use other log-probs than the rollout's"
+        )
+
+
+def completion_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    prompt_width: int,
+    temperature: float = 1.0,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    vocab_size: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """[B, P+T] ids and mask -> ([B, T] log-probs of the completion tokens, [B, T] entropy), fp32,
+    0 where the completion mask is 0.
+
+    Work a plain forward would waste is skipped, with the same result up to float rounding (~5e-7): identical prompts (a
+    GRPO group) run through the model once and their KV cache, graph included, serves every
+    row of the group; columns of padding no row uses are cut; the LM head projects only the
+    completion's tokens, in chunks, so [B, T, V] logits never exist. ``vocab_size``: see ``lm_head_of``.
+    """
+    from transformers import DynamicCache
+
+    weight, transform = lm_head_of(model, vocab_size)
+    if getattr(model, "is_gradient_checkpointing", False):
+        raise ValueError("completion_logprobs shares prompt KV caches, which gradient checkpointing drops: disable it")
+    completion_ids, completion_mask = input_ids[:, prompt_width:], attention_mask[:, prompt_width:]
+    valid = completion_mask.bool()
+    logp = torch.zeros(completion_ids.shape, dtype=torch.float32, device=input_ids.device)
+    entropy = torch.zeros_like(logp)
+    used = int(completion_mask.sum(-1).max()) if completion_ids.numel() else 0
+    if used == 0:
+        return logp, entropy
+    # Leading columns that are padding in every prompt change nothing.
+    first = int(attention_mask[:, :prompt_width].any(0).int().argmax())
+    prompts = torch.cat([input_ids[:, first:prompt_width], attention_mask[:, first:prompt_width]], 1)
+    unique, owner = torch.unique(prompts, dim=0, return_inverse=True)  # owner: Long[B], each row's prompt
+    width = prompt_width - first
+    decoder, cache = model.get_decoder(), DynamicCache(config=model.config)
+    prompt_hidden = decoder(
+        input_ids=unique[:, :width],
+        attention_mask=unique[:, width:],
+        position_ids=position_ids_from_mask(unique[:, width:]),
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state
+    # Position j predicts token j + 1: token 0 comes from the prompt's last state, token t from
+    # completion state t - 1, so the last used completion token is never fed.
+    hidden = prompt_hidden[owner, -1:]
+    if used > 1:
+        cache.batch_select_indices(owner)  # each row gets its prompt's keys and values (indexing keeps the graph)
+        mask = attention_mask[:, first : prompt_width + used - 1]
+        completion_hidden = decoder(
+            input_ids=completion_ids[:, : used - 1],
+            attention_mask=mask,
+            position_ids=position_ids_from_mask(mask)[:, width:],
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state
+        hidden = torch.cat([hidden, completion_hidden], 1)
+    valid_used = valid[:, :used]
+    taken, spread = logprobs_from_hidden(
+        hidden[valid_used], weight, completion_ids[:, :used][valid_used], temperature, chunk_size, transform
+    )
+    logp[valid] = taken
+    entropy[valid] = spread
+    return logp, entropy
+
+
+def stop_token_ids(model, tokenizer) -> list[int]:
+    """The tokenizer's EOS and the model's generation_config EOS ids (Qwen2.5: <|im_end|> and <|endoftext|>),
+    the ids model.generate and vllm stop at, so both rollout backends end rows where the env does."""
+    generation = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    listed = generation if isinstance(generation, (list, tuple)) else [generation]
+    ids = {tokenizer.eos_token_id, *listed} - {None}
+    return sorted(i for i in ids if 0 <= i < len(tokenizer))

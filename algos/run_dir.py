@@ -1,0 +1,96 @@
+"""A run's output directory: a fresh start, an overwrite, or a resume from its latest checkpoint.
+
+A checkpoint stores the config it was trained with (checkpoint-N/config.yaml). A resume continues
+that config: the config given for it may differ only in RESUME_OVERRIDES (how long the run goes,
+how it reports, where it computes); any other difference, or a key the stored config lacks
+(written before the key existed, so what the run did there is unknown), is refused by name.
+"""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+from algos import checkpoint as ckpt
+from algos.config import from_dict, load_file, save_config, to_dict
+
+# What a resumed run may change: how long it runs, how it reports, where it computes; not what it learns.
+RESUME_OVERRIDES = frozenset({
+    "run.steps", "run.save_every", "run.keep_last", "run.eval_every", "run.progress", "run.tensorboard", "run.plots",
+    "run.overwrite_output_dir", "run.full_determinism", "model.device", "env.eval_batch_size",
+    "rollout.vllm_gpu_memory_utilization", "rollout.vllm_engine_kwargs",
+})
+
+
+def _values_by_key(sections: dict[str, Any]) -> dict[str, Any]:
+    """{"section.field": value} of a config's nested dict (a mapping field such as env.kwargs stays one value)."""
+    return {f"{section}.{key}": value for section, fields in sections.items() for key, value in fields.items()}
+
+
+def open_run_dir(config: Any, resume: bool) -> Path | None:
+    """Prepare run.output_dir and write config.yaml into it; the checkpoint to resume from (None: start at step 0).
+
+    A fresh start refuses a directory that holds checkpoints unless run.overwrite_output_dir (pruning would
+    delete the new run's checkpoints in favour of the old, newer-numbered ones, and a later --resume would
+    continue the old run); a resume checks the config against the checkpoint's (check_resumable)."""
+    output_dir = Path(config.run.output_dir)
+    latest = ckpt.latest_checkpoint(output_dir)
+    if latest is not None and not resume:
+        _clear_for_a_fresh_start(config, output_dir, latest)
+        latest = None
+    if latest is not None:
+        check_resumable(config, latest)
+    elif resume:
+        warnings.warn(f"--resume: no checkpoint in {output_dir}, starting at step 0", stacklevel=2)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    save_config(config, output_dir / "config.yaml")
+    return latest
+
+
+def _clear_for_a_fresh_start(config: Any, output_dir: Path, latest: Path) -> None:
+    from algos.models import resolve_model_path
+
+    if not config.run.overwrite_output_dir:
+        raise ValueError(
+            f"run.output_dir {output_dir} holds {latest.name} of an earlier run: resume it (--resume), "
+            "choose another run.output_dir, or set run.overwrite_output_dir to delete its checkpoints"
+        )
+    if resolve_model_path(config.model.path).resolve().is_relative_to(output_dir.resolve()):
+        raise ValueError(f"model.path {config.model.path} is inside run.output_dir {output_dir}, whose checkpoints "
+                         "run.overwrite_output_dir would delete: choose another run.output_dir")
+    for checkpoint in ckpt.list_checkpoints(output_dir):
+        shutil.rmtree(checkpoint)
+
+
+def check_resumable(config: Any, checkpoint: Path) -> None:
+    """Raise ValueError unless ``config`` continues what ``checkpoint`` was trained with (it may change only
+    RESUME_OVERRIDES, and run.steps no lower than the steps trained); warn when nothing is left to train."""
+    saved = checkpoint / ckpt.CONFIG_FILE
+    if not saved.is_file():
+        raise ValueError(f"cannot resume {checkpoint}: it holds no {ckpt.CONFIG_FILE}, the config it was trained with")
+    raw = load_file(saved)
+    try:
+        trained_with = _values_by_key(to_dict(from_dict(type(config), raw)))
+    except ValueError as error:
+        raise ValueError(f"cannot resume {checkpoint}: {saved} is not a {type(config).__name__} ({error})") from None
+    given = _values_by_key(to_dict(config))
+    stored = _values_by_key({section: fields for section, fields in raw.items() if isinstance(fields, dict)})
+    if missing := sorted(key for key in given if key not in stored and key not in RESUME_OVERRIDES):
+        raise ValueError(
+            f"cannot resume {checkpoint}: {saved} has no {', '.join(missing)} (it was written before the key existed, "
+            f"so what the run did there is unknown): add the value the run used to {saved}"
+        )
+    if changed := sorted(key for key in given if trained_with[key] != given[key] and key not in RESUME_OVERRIDES):
+        listed = "; ".join(f"{key}: {trained_with[key]!r} -> {given[key]!r}" for key in changed[:8])
+        raise ValueError(
+            f"cannot resume {checkpoint} with a different config ({listed}). To continue the run as it was "
+            f"configured, pass --config {saved}. A resumed run may change only {', '.join(sorted(RESUME_OVERRIDES))}"
+        )
+    trained = ckpt.checkpoint_step(checkpoint)
+    if trained > config.run.steps:
+        raise ValueError(f"cannot resume {checkpoint} with run.steps = {config.run.steps}: it has trained {trained} steps")
+    if trained == config.run.steps:
+        warnings.warn(f"--resume: {checkpoint} already has run.steps = {trained} steps; nothing to train "
+                      "(raise run.steps to continue)", stacklevel=2)
