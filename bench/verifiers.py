@@ -17,7 +17,13 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from math_verify import parse, verify
+try:
+    from math_verify import parse, verify
+except ModuleNotFoundError as err:
+    if err.name != "math_verify":
+        raise
+    raise SystemExit("bench/verifiers.py compares against math-verify, which is not installed: "
+                     "pip install -e '.[bench]' (the dev extra includes it)") from None
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from rewards import math_verifier  # noqa: E402

@@ -1,4 +1,4 @@
-"""Find the final answer in a model response (SPEC.md 'extraction order').
+"""Find the final answer in a model response (for users: docs/rewards.md, "Extraction").
 
 Order: the last \\boxed{} / \\fbox{} (balanced braces), then the last
 <answer>...</answer>, then "the (final) answer is ...", "Final Answer:",

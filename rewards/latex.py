@@ -126,7 +126,9 @@ def _unwrap_style_commands(s: str) -> str:
 
 @lru_cache(maxsize=8192)  # pure; the gold of a group and short answers recur across a batch
 def normalize(answer: str) -> str:
-    """Canonical string form of an answer: the first, cheap equality test (SPEC.md 'string normal form')."""
+    """Canonical string form of an answer, the first and cheapest equality test: maths delimiters, sizing and
+    spacing commands, \\text{}-style wrappers and degree marks dropped; fraction spellings, thousands separators,
+    percent and unicode symbols written one way."""
     s = _UNICODE_RE.sub(lambda m: _UNICODE[m.group(0)], answer).strip()
     for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         while len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):

@@ -77,7 +77,8 @@ def format_reward(pattern: str = DEFAULT_FORMAT_PATTERN, score: float = 1.0) -> 
 
 
 def soft_overlong_penalty(length: int, max_length: int, cache_length: int) -> float:
-    """DAPO's R_len (SPEC.md): 0 up to max_length - cache_length, then linear down to -1 at max_length, -1 beyond."""
+    """DAPO's R_len (arXiv 2503.14476; docs/formulas.md#overlong-filtering-and-the-soft-overlong-penalty): 0 up to
+    max_length - cache_length, then linear down to -1 at max_length, -1 beyond."""
     if max_length <= 0 or cache_length <= 0 or cache_length > max_length:
         raise ValueError(
             f"need 0 < cache_length <= max_length, got max_length={max_length}, cache_length={cache_length}"

@@ -1,49 +1,43 @@
-"""The `rlvr` command: one entry point, one subcommand module per package.
-
-Each package contributes its subcommands through ``register(subparsers)``; the
-modules are imported lazily so `rlvr verify` never imports torch.
-"""
+"""`rlvr envs`: list the registered environment ids with their task config fields."""
 
 from __future__ import annotations
 
-import argparse
-import importlib
-import sys
-
-# subcommand -> module that provides register(subparsers) and owns it
-SUBCOMMAND_MODULES = {
-    "verify": "rewards.cli",
-    "score": "rewards.cli",
-    "envs": "rlvr_env.env_cli",
-    "train": "algos.cli",
-    "eval": "algos.cli",
-}
+import dataclasses
+import json
 
 
-def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlvr", description="RL with verifiable rewards for language models.")
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    modules = [SUBCOMMAND_MODULES[only]] if only else list(dict.fromkeys(SUBCOMMAND_MODULES.values()))
-    for name in modules:
-        importlib.import_module(name).register(subparsers)
-    return parser
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("envs", help="list registered environments and their task kwargs")
+    parser.add_argument("--json", action="store_true", help="one JSON object per id instead of a table")
+    parser.add_argument(
+        "--reasoning-gym", action="store_true", help="also register and list reasoning-gym datasets (rlvr/rg.<name>-v0)"
+    )
+    parser.set_defaults(func=list_envs)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    command = argv[0] if argv and argv[0] in SUBCOMMAND_MODULES else None
-    if command is None and argv and not argv[0].startswith("-"):
-        print(f"rlvr: unknown command {argv[0]!r}; choose from {', '.join(SUBCOMMAND_MODULES)}", file=sys.stderr)
-        return 2
-    if command is None:
-        # `rlvr` or `rlvr --help`: list every command without importing the heavy modules.
-        parser = argparse.ArgumentParser(prog="rlvr", description="RL with verifiable rewards for language models.")
-        parser.add_argument("command", choices=list(SUBCOMMAND_MODULES))
-        parser.parse_args(argv)
-        return 2
-    args = build_parser(only=command).parse_args(argv)
-    return int(args.func(args) or 0)
+def task_kwargs(task_cls, defaults: dict) -> dict:
+    """Every config field of the task with the value an env gets unless told otherwise."""
+    values = {}
+    for f in dataclasses.fields(task_cls.config_cls):
+        if f.name in defaults:
+            values[f.name] = defaults[f.name]
+        elif f.default is not dataclasses.MISSING:
+            values[f.name] = f.default
+        else:
+            values[f.name] = f.default_factory()
+    return values
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def list_envs(args) -> int:
+    import rlvr_env
+
+    if args.reasoning_gym:
+        rlvr_env.register_reasoning_gym()
+    for env_id, (task_cls, defaults) in sorted(rlvr_env.registered_tasks().items()):
+        kwargs = task_kwargs(task_cls, defaults)
+        if args.json:
+            print(json.dumps({"id": env_id, "task": task_cls.__name__, "kwargs": kwargs}, default=repr))
+        else:
+            shown = ", ".join(f"{name}={value!r}" for name, value in kwargs.items())
+            print(f"{env_id}  ({task_cls.__name__})  {shown}")
+    return 0

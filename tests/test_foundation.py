@@ -21,6 +21,6 @@ def test_char_tokenizer_round_trips_text():
 
 
 def test_rlvr_rejects_unknown_command():
-    proc = subprocess.run([sys.executable, "-m", "rlvr_env.cli", "frobnicate"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "rlvr_cli", "frobnicate"], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "unknown command 'frobnicate'" in proc.stderr

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from algos import cli
-from rlvr_env.cli import main
+from rlvr_cli import main
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
 

@@ -49,7 +49,7 @@ RESUME_RUN = {"run.steps": "4", "run.save_every": "1"}
 
 def _cli(model_dir, output_dir, *extra):
     args = [f"--{k}={v}" for k, v in overrides(model_dir, output_dir, **RESUME_RUN).items()]
-    return [sys.executable, "-m", "rlvr_env.cli", "train", "--algo", "grpo", *args, *extra]
+    return [sys.executable, "-m", "rlvr_cli", "train", "--algo", "grpo", *args, *extra]
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ import torch
 from algos import ppo
 from algos.config import load_config
 from algos.metrics import read_metrics
-from rlvr_env.cli import main as rlvr_main
+from rlvr_cli import main as rlvr_main
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
 TASK_KWARGS = {"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}="}
