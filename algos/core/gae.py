@@ -1,6 +1,6 @@
 """PPO's critic-side math: per-token rewards, GAE, value loss and diagnostics.
 
-Pure tensor functions (SPEC.md, "PPO-Clip"). ``mask`` is 1 on completion tokens
+Pure tensor functions (docs/formulas.md, "PPO-Clip on the token MDP"). ``mask`` is 1 on completion tokens
 that count and 0 elsewhere; positions where it is 0 never influence a result,
 whatever values, rewards or NaNs they hold.
 """
