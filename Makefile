@@ -14,7 +14,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 TORCH_VERSION ?= 2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup test test-fast test-vllm demo bench mutation clean
+.PHONY: setup lint test test-fast test-vllm demo bench mutation clean
 
 setup: $(STAMP)
 
@@ -33,7 +33,11 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
-test: $(STAMP) test-vllm
+# ruff's rules and line length: pyproject.toml [tool.ruff]
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+
+test: lint $(STAMP) test-vllm
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-vllm: $(VLLM_STAMP)

@@ -32,7 +32,7 @@ from algos.core import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES
 from algos.core.advantages import process_advantages, step_rewards_vary, zero_std_group_fraction
 from algos.core.aggregation import aggregate_loss
 from algos.core.kl import kl_estimate
-from algos.metrics import MetricsLogger, rollout_metrics, task_accuracy
+from algos.metrics import MetricsLogger, UpdateStats, rollout_metrics, task_accuracy
 from algos.policy import completion_logprobs
 from algos.rollout import RolloutBackend
 from algos.runtime import advance_schedule, build_optimizer, build_scheduler, guarded_optimizer_step
@@ -312,8 +312,7 @@ class GRPOTrainer:
         applied = 0
         for _ in range(g.num_iterations):
             # Policy statistics describe the last iteration, where the ratio has moved away from 1.
-            stat_sums: dict[str, float] = {}
-            ratio_min, ratio_max = math.inf, -math.inf
+            stats = UpdateStats()
             loss_total, entropy_sum, finite = 0.0, 0.0, True
             for rows in micro:
                 logp, entropy = self._logprobs(self.model, batch, rows)
@@ -325,7 +324,7 @@ class GRPOTrainer:
                 if ref_logp is not None:
                     kl = kl_estimate(logp, ref_logp[rows], g.kl_estimator, g.kl_clamp)
                     per_token = per_token + g.beta * kl * m
-                    stat_sums["kl"] = stat_sums.get("kl", 0.0) + (kl.detach() * m).sum().item()
+                    stats.add("kl", (kl.detach() * m).sum().item())
                 if loss_cfg.entropy_coef:
                     per_token = per_token - loss_cfg.entropy_coef * entropy * m
                 loss = aggregate_loss(per_token, m, loss_cfg.aggregation, **norms)
@@ -336,9 +335,7 @@ class GRPOTrainer:
                 loss_total += loss.item()
                 tokens = m.sum().item()
                 entropy_sum += (entropy.detach() * response_mask[rows]).sum().item()
-                for key in ("clip_frac_low", "clip_frac_high", "dual_clip_frac", "ratio_mean"):
-                    stat_sums[key] = stat_sums.get(key, 0.0) + out.stats[key] * tokens
-                ratio_min, ratio_max = min(ratio_min, out.stats["ratio_min"]), max(ratio_max, out.stats["ratio_max"])
+                stats.add_surrogate(out.stats, tokens)
             outcome = guarded_optimizer_step(self.model, self.optimizer, self.config.optim.max_grad_norm, finite, self.scaler)
             applied += outcome.applied
             totals["loss"] = loss_total if finite else math.nan
@@ -347,10 +344,9 @@ class GRPOTrainer:
         totals["skipped_update"] = float(applied == 0)
         totals["skipped_iterations"] = g.num_iterations - applied
         lr = advance_schedule(self.scheduler)[0]
-        n_tokens = norms["global_num_tokens"]
-        totals.update({k: v / n_tokens for k, v in stat_sums.items()})
+        totals.update(stats.means(norms["global_num_tokens"]))
         totals["entropy"] = entropy_sum / response_mask.sum().clamp(min=1).item()
-        totals.update({"ratio_min": ratio_min, "ratio_max": ratio_max, "lr": lr})
+        totals["lr"] = lr
         return totals
 
     # ------------------------------------------------------------ loop

@@ -169,3 +169,30 @@ def rollout_metrics(result, scores: torch.Tensor) -> dict[str, float]:
     for status in ("no_answer", "timeout", "error"):
         metrics[f"status/{status}"] = sum(s == status for s in statuses) / max(1, len(statuses))
     return metrics
+
+
+class UpdateStats:
+    """An update's statistics summed over its micro-batches, each weighted as the caller says (usually by its
+    loss tokens), plus the policy ratio's range; ``means`` divides the sums by a token count."""
+
+    SURROGATE_MEANS = ("clip_frac_low", "clip_frac_high", "dual_clip_frac", "ratio_mean")
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.ratio_min, self.ratio_max = math.inf, -math.inf
+
+    def add(self, key: str, value: float, weight: float = 1.0) -> None:
+        self.sums[key] = self.sums.get(key, 0.0) + value * weight
+
+    def add_surrogate(self, stats: dict[str, float], tokens: float) -> None:
+        """One micro-batch's PolicyLossOutput.stats over ``tokens`` loss tokens."""
+        for key in self.SURROGATE_MEANS:
+            self.add(key, stats[key], tokens)
+        self.ratio_min, self.ratio_max = min(self.ratio_min, stats["ratio_min"]), max(self.ratio_max, stats["ratio_max"])
+
+    def means(self, tokens: float) -> dict[str, float]:
+        """Each sum / ``tokens``, and ratio_min / ratio_max when a surrogate was added."""
+        means = {key: value / tokens for key, value in self.sums.items()}
+        if self.ratio_min <= self.ratio_max:
+            means.update(ratio_min=self.ratio_min, ratio_max=self.ratio_max)
+        return means

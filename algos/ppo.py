@@ -21,7 +21,6 @@ or a separate copy of the backbone (`"separate"`); see algos.value_model.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,9 +42,9 @@ from algos.core.gae import (
 )
 from algos.core.kl import kl_estimate
 from algos.core.logprobs import logprobs_from_hidden
-from algos.metrics import MetricsLogger, rollout_metrics
-from algos.rollout import RolloutBackend
+from algos.metrics import MetricsLogger, UpdateStats, rollout_metrics
 from algos.policy import completion_logprobs, lm_head_of
+from algos.rollout import RolloutBackend
 from algos.runtime import advance_schedule, build_optimizer, build_scheduler, guarded_optimizer_step
 from algos.trainer import run_training, setup_run
 from algos.value_model import VALUE_MODEL_KINDS, build_value_model, last_hidden_states, policy_backbone
@@ -324,13 +323,8 @@ class PPOTrainer:
         """ppo_epochs x num_minibatches optimizer steps; returns token-weighted means of the loss stats."""
         p, loss_cfg = self.config.ppo, self.config.loss
         surrogate = POLICY_LOSSES[loss_cfg.surrogate]
-        sums: dict[str, float] = {}
-        tokens_seen = 0.0
-        ratio_min, ratio_max = math.inf, -math.inf
+        stats, tokens_seen = UpdateStats(), 0.0
         skipped, grad_norms = 0, []
-
-        def add(key: str, value: float, weight: float) -> None:
-            sums[key] = sums.get(key, 0.0) + value * weight
 
         for _ in range(p.ppo_epochs):
             order = torch.randperm(batch.num_rows, device=self.run.device)  # global RNG: checkpointed, so resumable
@@ -349,8 +343,8 @@ class PPOTrainer:
                     value_loss = aggregate_loss(value_loss_tokens, m, "token-mean", global_num_tokens=minibatch_tokens)
                     loss = p.vf_coef * value_loss
                     n_tokens = m.sum().item()
-                    add("value_loss", value_loss.item() * minibatch_tokens, 1.0)  # this micro-batch's token sum
-                    add("value_clip_frac", value_clip_fraction(clipped, m).item(), n_tokens)
+                    stats.add("value_loss", value_loss.item() * minibatch_tokens)  # this micro-batch's token sum
+                    stats.add("value_clip_frac", value_clip_fraction(clipped, m).item(), n_tokens)
                     if train_policy:
                         out = surrogate(logp, batch.old_logp[rows], batch.advantages[rows], m,
                                         loss_cfg.eps_low, loss_cfg.eps_high, loss_cfg.dual_clip)
@@ -359,15 +353,14 @@ class PPOTrainer:
                             per_token = per_token - loss_cfg.entropy_coef * entropy * m
                         policy_loss = aggregate_loss(per_token, m, loss_cfg.aggregation, **norms)
                         loss = loss + policy_loss
-                        add("policy_loss", policy_loss.item() * minibatch_tokens, 1.0)
+                        stats.add("policy_loss", policy_loss.item() * minibatch_tokens)
                         with torch.no_grad():
                             # Drift from the rollout policy, KL(pi_old || pi): k1 = log(pi_old/pi), k3 >= 0.
-                            add("approx_kl_k1", (kl_estimate(batch.old_logp[rows], logp, "k1", p.kl_clamp) * m).sum().item(), 1.0)
-                            add("approx_kl_k3", (kl_estimate(batch.old_logp[rows], logp, "k3", p.kl_clamp) * m).sum().item(), 1.0)
-                            add("entropy", (entropy * m).sum().item(), 1.0)
-                        for key in ("clip_frac_low", "clip_frac_high", "dual_clip_frac", "ratio_mean"):
-                            add(key, out.stats[key], n_tokens)
-                        ratio_min, ratio_max = min(ratio_min, out.stats["ratio_min"]), max(ratio_max, out.stats["ratio_max"])
+                            for estimator in ("k1", "k3"):
+                                drift = kl_estimate(batch.old_logp[rows], logp, estimator, p.kl_clamp) * m
+                                stats.add(f"approx_kl_{estimator}", drift.sum().item())
+                            stats.add("entropy", (entropy * m).sum().item())
+                        stats.add_surrogate(out.stats, n_tokens)
                     tokens_seen += n_tokens
                     if not torch.isfinite(loss):
                         finite = False  # the whole minibatch update is skipped; no NaN reaches the weights
@@ -377,13 +370,8 @@ class PPOTrainer:
                 skipped += not outcome.applied
                 grad_norms.append(outcome.grad_norm)
         lr, critic_lr = advance_schedule(self.scheduler)
-        stats = {key: value / max(tokens_seen, 1.0) for key, value in sums.items()}
-        stats.update({"grad_norm": sum(grad_norms) / len(grad_norms), "skipped_updates": skipped,
-                      "lr": lr, "critic_lr": critic_lr,
-                      "critic_warmup": float(not train_policy)})
-        if train_policy:
-            stats.update({"ratio_min": ratio_min, "ratio_max": ratio_max})
-        return stats
+        return {**stats.means(max(tokens_seen, 1.0)), "grad_norm": sum(grad_norms) / len(grad_norms),
+                "skipped_updates": skipped, "lr": lr, "critic_lr": critic_lr, "critic_warmup": float(not train_policy)}
 
     # ------------------------------------------------------------ loop
 

@@ -7,26 +7,26 @@ from algos.core.registry import Registry
 def test_a_registered_function_is_returned_unchanged_and_found_by_name():
     registry = Registry("widget")
 
-    @registry.register("plain")
     def plain():
         return 1
 
-    assert registry["plain"] is plain and plain() == 1 and registry.names == ("plain",)
+    assert registry.register("plain", plain) is plain
+    assert registry["plain"] is plain and registry.names == ("plain",)
 
 
 def test_an_unknown_name_lists_the_known_ones():
     registry = Registry("widget")
-    registry.register("a")(lambda: 0)
-    registry.register("b")(lambda: 0)
+    registry.register("a", lambda: 0)
+    registry.register("b", lambda: 0)
     with pytest.raises(ValueError, match=r"unknown widget 'c': choose one of 'a', 'b'"):
         registry["c"]
 
 
 def test_a_name_registers_once():
     registry = Registry("widget")
-    registry.register("a")(lambda: 0)
+    registry.register("a", lambda: 0)
     with pytest.raises(ValueError, match="widget 'a' is already registered"):
-        registry.register("a")(lambda: 1)
+        registry.register("a", lambda: 1)
 
 
 def test_the_core_registries_hold_every_variant_the_configs_offer():

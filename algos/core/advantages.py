@@ -26,7 +26,6 @@ def _centred(scores: torch.Tensor, group_size: int) -> torch.Tensor:
     return (grouped - grouped.mean(dim=1, keepdim=True)).reshape(-1)
 
 
-@ADVANTAGE_ESTIMATORS.register("grpo")
 def group_advantages(scores: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
     """[B] scores -> [B] (R - group mean) / (group std + eps) (DeepSeekMath's GRPO).
 
@@ -39,16 +38,23 @@ def group_advantages(scores: torch.Tensor, group_size: int, eps: float = 1e-6) -
     return _centred(scores, group_size) / (std + eps)
 
 
-@ADVANTAGE_ESTIMATORS.register("batch-std")
+ADVANTAGE_ESTIMATORS.register("grpo", group_advantages)
+
+
 def batch_std_advantages(scores: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
     """[B] scores -> [B] (R - group mean) / (std of the whole batch + eps)."""
     return _centred(scores, group_size) / (scores.float().std() + eps)
 
 
-@ADVANTAGE_ESTIMATORS.register("dr-grpo")
+ADVANTAGE_ESTIMATORS.register("batch-std", batch_std_advantages)
+
+
 def mean_only_advantages(scores: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
     """[B] scores -> [B] R - group mean (Dr. GRPO, arXiv 2503.20783: no std division, so ``eps`` is unused)."""
     return _centred(scores, group_size)
+
+
+ADVANTAGE_ESTIMATORS.register("dr-grpo", mean_only_advantages)
 
 
 def zero_std_group_fraction(scores: torch.Tensor, group_size: int) -> float:

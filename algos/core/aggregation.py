@@ -15,10 +15,12 @@ from algos.core.registry import Registry
 LOSS_AGGREGATIONS = Registry("loss aggregation")
 
 
-@LOSS_AGGREGATIONS.register("token-mean")
 def token_mean(masked: torch.Tensor, mask: torch.Tensor, num_tokens, num_seqs, token_budget) -> torch.Tensor:
     """[B, T] masked loss -> [] sum(loss) / num_tokens (DAPO's token-level loss)."""
     return masked.sum() / (num_tokens if num_tokens is not None else mask.sum().clamp(min=1))
+
+
+LOSS_AGGREGATIONS.register("token-mean", token_mean)
 
 
 def _per_sequence_mean(per_seq: torch.Tensor, mask: torch.Tensor, num_seqs) -> torch.Tensor:
@@ -26,18 +28,22 @@ def _per_sequence_mean(per_seq: torch.Tensor, mask: torch.Tensor, num_seqs) -> t
     return per_seq.sum() / (num_seqs if num_seqs is not None else (mask.sum(-1) > 0).sum().clamp(min=1))
 
 
-@LOSS_AGGREGATIONS.register("seq-mean-token-mean")
 def seq_mean_token_mean(masked: torch.Tensor, mask: torch.Tensor, num_tokens, num_seqs, token_budget) -> torch.Tensor:
     """[B, T] masked loss -> [] sum_i mean_t(loss_i) / num_seqs (GRPO's 1/|o_i| per sequence)."""
     return _per_sequence_mean(masked.sum(-1) / mask.sum(-1).clamp(min=1), mask, num_seqs)
 
 
-@LOSS_AGGREGATIONS.register("seq-mean-token-sum-norm")
+LOSS_AGGREGATIONS.register("seq-mean-token-mean", seq_mean_token_mean)
+
+
 def seq_mean_token_sum_norm(masked: torch.Tensor, mask: torch.Tensor, num_tokens, num_seqs, token_budget) -> torch.Tensor:
     """[B, T] masked loss -> [] sum_i sum_t(loss_i) / token_budget / num_seqs (Dr. GRPO; token_budget should be a
     constant such as max_new_tokens, default T of this tensor)."""
     budget = token_budget if token_budget is not None else mask.shape[-1]
     return _per_sequence_mean(masked.sum(-1) / budget, mask, num_seqs)
+
+
+LOSS_AGGREGATIONS.register("seq-mean-token-sum-norm", seq_mean_token_sum_norm)
 
 
 def aggregate_loss(

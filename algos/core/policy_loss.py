@@ -27,7 +27,6 @@ def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.T
     return per_sequence.unsqueeze(-1).expand_as(logp)
 
 
-@POLICY_LOSSES.register("ppo-clip")
 def clipped_policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -47,7 +46,9 @@ def clipped_policy_loss(
     return clipped_surrogate(logp - old_logp, advantages, mask, eps_low, eps_high, dual_clip)
 
 
-@POLICY_LOSSES.register("gspo")
+POLICY_LOSSES.register("ppo-clip", clipped_policy_loss)
+
+
 def gspo_policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -60,6 +61,9 @@ def gspo_policy_loss(
     """As clipped_policy_loss, with GSPO's ratio (arXiv 2507.18071): each row's geometric-mean token ratio,
     for every token of the row."""
     return clipped_surrogate(sequence_log_ratio(logp, old_logp, mask.to(logp.dtype)), advantages, mask, eps_low, eps_high, dual_clip)
+
+
+POLICY_LOSSES.register("gspo", gspo_policy_loss)
 
 
 def clipped_surrogate(
