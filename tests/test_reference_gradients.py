@@ -180,8 +180,10 @@ def reference_batch(rounds, g, max_new_tokens: int):
             outcome = centred / (scores.std() + g.adv_eps)
         elif g.adv_estimator == "batch-std":
             outcome = centred / (all_scores.std() + g.adv_eps)
-        else:
+        elif g.adv_estimator == "dr-grpo":
             outcome = centred
+        else:
+            raise NotImplementedError(f"no reference for grpo.adv_estimator {g.adv_estimator!r}: write it from its paper here")
         process = process_advantages_of_group(group, g.adv_eps) if g.process_weight else None
         for i, row in enumerate(group):
             advantage = outcome[i] + (g.process_weight * process[i] if process else torch.zeros(row.length))
