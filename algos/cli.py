@@ -126,8 +126,8 @@ def _eval(args) -> int:
         f.name for module, _ in ALGORITHMS.values() for f in dataclasses.fields(importlib.import_module(module).Config)
     } - {f.name for f in dataclasses.fields(EvalConfig)}
     extra = {"env.id": args.env, "model.path": args.model, "env.eval_size": args.num_problems}
-    from algos.models import resolve_model_path
     from algos.evaluation import eval_task, evaluate_saved_model
+    from algos.models import resolve_model_path
 
     try:
         config = _load(EvalConfig, args, extra, unused_sections=training_sections)

@@ -15,7 +15,6 @@ import copy
 import dataclasses
 import json
 import math
-import tomllib
 import types
 import typing
 from collections.abc import Collection
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import tomllib
 import torch
 import yaml
 
@@ -53,7 +53,8 @@ class ModelConfig:
             try:
                 torch.device(self.device)
             except (RuntimeError, TypeError) as error:
-                raise ValueError(f"config model.device: must be 'auto' or a torch device such as 'cpu' or 'cuda:0', got {self.device!r} ({error})") from None
+                raise ValueError(f"config model.device: must be 'auto' or a torch device such as 'cpu' or 'cuda:0', "
+                                 f"got {self.device!r} ({error})") from None
 
 
 @dataclass
@@ -79,7 +80,9 @@ class EnvConfig:
 
 
 # vllm.LLM arguments rollout.vllm_engine_kwargs may not carry: VLLMRollout or their own config keys set them.
-VLLM_ARGUMENTS_SET_BY_ROLLOUT = frozenset({"model", "dtype", "seed", "gpu_memory_utilization", "logprobs_mode", "worker_extension_cls"})
+VLLM_ARGUMENTS_SET_BY_ROLLOUT = frozenset(
+    {"model", "dtype", "seed", "gpu_memory_utilization", "logprobs_mode", "worker_extension_cls"}
+)
 
 
 @dataclass

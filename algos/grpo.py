@@ -75,7 +75,8 @@ class GRPOSection:
         require(self.kl_estimator in KL_ESTIMATORS, "grpo.kl_estimator", f"must be one of {KL_ESTIMATORS.names}")
         # In the loss, k1's expected gradient is beta * E[grad log pi] = 0: the KL term would only add noise.
         require(self.kl_estimator != "k1" or self.beta == 0, "grpo.kl_estimator",
-                "k1 has zero expected gradient as a loss term: use k3 (DeepSeekMath, verl's low_var_kl) or k2 (its gradient is the KL's)")
+                "k1 has zero expected gradient as a loss term: use k3 (DeepSeekMath, verl's low_var_kl) "
+                "or k2 (its gradient is the KL's)")
         require(self.kl_clamp > 0, "grpo.kl_clamp", "must be > 0")
         require(self.adv_estimator in ADVANTAGE_ESTIMATORS, "grpo.adv_estimator", f"must be one of {ADVANTAGE_ESTIMATORS.names}")
         # eps > 0 keeps an all-equal group's advantages 0 / eps = 0 instead of 0 / 0 = NaN
@@ -358,7 +359,8 @@ class GRPOTrainer:
         batch, metrics = self.collect(step)
         if batch is None:
             metrics["skipped_update"], metrics["lr"] = 1.0, advance_schedule(self.scheduler)[0]
-            logger.write(f"step {step}: no group with reward variance after {metrics['generation_rounds']} rounds; update skipped")
+            rounds = metrics["generation_rounds"]
+            logger.write(f"step {step}: no group with reward variance after {rounds} rounds; update skipped")
         else:
             metrics.update(self.update(batch))
             if metrics["skipped_update"]:

@@ -10,6 +10,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import torch
 from tqdm.auto import tqdm
 
 METRICS_FILE = "metrics.jsonl"

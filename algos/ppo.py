@@ -211,7 +211,6 @@ class PPOTrainer:
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
         """[n, P+T] ids/mask -> ([n, T] log pi, [n, T] entropy, [n, T] values V(s_t)); log pi and entropy
         are None when ``train_policy`` is False (critic warm-up)."""
-        p = self.config.ppo
         temperature = self.config.rollout.temperature
         if self.critic.shares_policy_backbone:
             # One backbone pass serves both heads; during warm-up it runs without a graph so only the head learns.
@@ -226,7 +225,8 @@ class PPOTrainer:
         values = self.critic(ids, mask)[:, prompt_width - 1 : -1]
         if not train_policy:
             return None, None, values
-        logp, entropy = completion_logprobs(self.policy, ids, mask, prompt_width, temperature, self.config.loss.logprob_chunk_size, len(self.tokenizer))
+        logp, entropy = completion_logprobs(self.policy, ids, mask, prompt_width, temperature,
+                                            self.config.loss.logprob_chunk_size, len(self.tokenizer))
         return logp, entropy, values
 
     def _reference_logprobs(self, ids: torch.Tensor, mask: torch.Tensor, prompt_width: int) -> torch.Tensor:
@@ -339,7 +339,8 @@ class PPOTrainer:
                     logp, entropy, values = self._logprobs_and_values(
                         batch.input_ids[rows], batch.attention_mask[rows], batch.prompt_width, train_policy
                     )
-                    value_loss_tokens, clipped = clipped_value_loss(values, batch.old_values[rows], batch.returns[rows], p.value_clip)
+                    value_loss_tokens, clipped = clipped_value_loss(values, batch.old_values[rows], batch.returns[rows],
+                                                                    p.value_clip)
                     value_loss = aggregate_loss(value_loss_tokens, m, "token-mean", global_num_tokens=minibatch_tokens)
                     loss = p.vf_coef * value_loss
                     n_tokens = m.sum().item()
@@ -366,7 +367,8 @@ class PPOTrainer:
                         finite = False  # the whole minibatch update is skipped; no NaN reaches the weights
                         continue
                     self.scaler.scale(loss).backward()
-                outcome = guarded_optimizer_step(self.modules, self.optimizer, self.config.optim.max_grad_norm, finite, self.scaler)
+                outcome = guarded_optimizer_step(self.modules, self.optimizer, self.config.optim.max_grad_norm, finite,
+                                                 self.scaler)
                 skipped += not outcome.applied
                 grad_norms.append(outcome.grad_norm)
         lr, critic_lr = advance_schedule(self.scheduler)

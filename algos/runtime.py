@@ -7,8 +7,9 @@ import contextlib
 import math
 import random
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch

@@ -37,9 +37,14 @@ def draw_actions(tokenizer, batch: int, steps: int, eos_probability: float, seed
     return actions
 
 
+def arithmetic_env(tokenizer, batch: int, steps: int, device: str) -> rlvr_env.TokenVectorEnv:
+    return rlvr_env.TokenVectorEnv(rlvr_env.make_task("Arithmetic"), tokenizer, num_envs=batch, max_new_tokens=steps,
+                                   device=device)
+
+
 def run_vector(tokenizer, actions: np.ndarray, device: str) -> tuple[float, int]:
     steps, batch = actions.shape
-    env = rlvr_env.TokenVectorEnv(rlvr_env.make_task("Arithmetic"), tokenizer, num_envs=batch, max_new_tokens=steps, device=device)
+    env = arithmetic_env(tokenizer, batch, steps, device)
     env.reset(seed=0)
     moves = torch.as_tensor(actions, device=device)
     start, taken = time.perf_counter(), 0
@@ -55,7 +60,7 @@ def run_vector(tokenizer, actions: np.ndarray, device: str) -> tuple[float, int]
 def time_scoring(tokenizer, actions: np.ndarray, device: str) -> float:
     """Seconds to decode and score the batch's finished completions alone, in one batch."""
     steps, batch = actions.shape
-    env = rlvr_env.TokenVectorEnv(rlvr_env.make_task("Arithmetic"), tokenizer, num_envs=batch, max_new_tokens=steps, device=device)
+    env = arithmetic_env(tokenizer, batch, steps, device)
     env.reset(seed=0)
     for step in range(steps):
         if env.all_done:
@@ -72,7 +77,7 @@ def time_scoring(tokenizer, actions: np.ndarray, device: str) -> float:
 
 def time_bare_steps(tokenizer, batch: int, steps: int, device: str) -> float:
     """Seconds of ``steps - 1`` steps in which no row ends: the tensor work alone, no decoding or scoring."""
-    env = rlvr_env.TokenVectorEnv(rlvr_env.make_task("Arithmetic"), tokenizer, num_envs=batch, max_new_tokens=steps, device=device)
+    env = arithmetic_env(tokenizer, batch, steps, device)
     env.reset(seed=0)
     digit = torch.full((batch,), tokenizer.convert_tokens_to_ids("7"), device=device)
     start = time.perf_counter()
@@ -109,7 +114,7 @@ def time_decode_step(model_path: str, batch: int, device: str, steps: int = 8) -
     from algos.models import load_policy
 
     model, tokenizer = load_policy(model_path, device=device)
-    env = rlvr_env.TokenVectorEnv(rlvr_env.make_task("Arithmetic"), tokenizer, num_envs=batch, max_new_tokens=steps, device=device)
+    env = arithmetic_env(tokenizer, batch, steps, device)
     env.reset(seed=0)
     mask = env.prompt_mask
     out = model(input_ids=env.prompt_ids, attention_mask=mask, use_cache=True)
@@ -159,9 +164,10 @@ def main() -> None:
     print(f"TokenVectorEnv           {vector_rate:10.1f} batch steps/s  ({vector_rate * args.batch:10.0f} row-steps/s)")
     print(f"SyncVectorEnv(TokenEnv)  {sync_rate:10.1f} batch steps/s  ({sync_rate * args.batch:10.0f} row-steps/s)")
     print(f"ratio                    {vector_rate / sync_rate:10.1f}x  (target >= 20x at B=64)")
-    print(f"scoring alone            {scoring * 1e3:10.2f} ms per rollout = {scoring / vector_seconds:.0%} of TokenVectorEnv's time;"
-          f" ratio bound with free stepping {sync_seconds / scoring:.1f}x")
-    print(f"bare tensor steps        {bare * 1e3:10.2f} ms per rollout ({bare / (args.max_new_tokens - 1) * 1e6:.1f} us/step, no row ending);"
+    print(f"scoring alone            {scoring * 1e3:10.2f} ms per rollout = {scoring / vector_seconds:.0%} of "
+          f"TokenVectorEnv's time; ratio bound with free stepping {sync_seconds / scoring:.1f}x")
+    per_step_us = bare / (args.max_new_tokens - 1) * 1e6
+    print(f"bare tensor steps        {bare * 1e3:10.2f} ms per rollout ({per_step_us:.1f} us/step, no row ending);"
           f" ratio bound with free decoding and bookkeeping {sync_seconds / (scoring + bare):.1f}x")
     if args.model:
         decode = time_decode_step(args.model, args.batch, args.device)

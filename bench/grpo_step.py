@@ -72,8 +72,8 @@ def run_raw(args) -> dict:
     import torch
 
     from algos.environment import make_env
-    from algos.policy import position_ids_from_mask
     from algos.models import load_policy
+    from algos.policy import position_ids_from_mask
 
     config = grpo_config(args, tempfile.mkdtemp())
     model, tokenizer = load_policy(args.model, dtype=args.dtype)

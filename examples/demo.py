@@ -19,9 +19,9 @@ from pathlib import Path
 from algos import grpo
 from algos.checkpoint import latest_checkpoint
 from algos.config import load_config
+from algos.evaluation import evaluate_saved_model
 from algos.grpo import GRPOConfig
 from algos.models import default_model_path
-from algos.evaluation import evaluate_saved_model
 
 DEFAULT_CONFIG = Path(__file__).with_name("demo.toml")
 

@@ -6,8 +6,9 @@ import io
 import math
 import os
 import pickle
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Sequence
+from typing import Any
 
 from .mathcheck import CHECK_TIMEOUT_S, DEFAULT_TIMEOUT_S, math_verifier
 from .result import ERROR, TIMEOUT, Verifier, VerifyResult

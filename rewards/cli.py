@@ -7,8 +7,8 @@ import json
 import math
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 # A day is already far past any check; the bound keeps a typo (1e12) from reading as "wait forever".
 MAX_TIMEOUT_S = 86_400.0

@@ -8,10 +8,10 @@ undecided (None), inside the time-limited worker with sympy's scalar test.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
-from typing import Callable, Optional
 
-Verdict = Optional[bool]  # None: cannot decide here (needs the symbolic worker)
+Verdict = bool | None  # None: cannot decide here (needs the symbolic worker)
 ScalarEqual = Callable[[tuple, tuple], Verdict]
 
 MAX_RESULT_BITS = 4096  # size guard: exact arithmetic refuses numbers larger than this

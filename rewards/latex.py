@@ -45,7 +45,9 @@ _DROP_RE = re.compile(
 )
 _DEGREES_RE = re.compile(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree|\s*degrees?\b")
 _FRAC_SPELLINGS_RE = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
-_STYLE_CMDS = ("text", "textbf", "textit", "textrm", "textnormal", "mathrm", "mathbf", "mathit", "mbox", "operatorname", "boxed", "fbox")
+_STYLE_CMDS = (
+    "text", "textbf", "textit", "textrm", "textnormal", "mathrm", "mathbf", "mathit", "mbox", "operatorname", "boxed", "fbox"
+)
 _STYLE_RE = re.compile(r"\\(" + "|".join(_STYLE_CMDS) + r")\s*\{")
 _UNITS = (
     "cm|mm|km|m|kg|mg|g|s|sec|seconds?|minutes?|min|hours?|hrs?|h|days?|weeks?|years?|ml|mL|l|L|"

@@ -25,7 +25,8 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 IN_WORKER_ENV = "RLVR_REWARDS_WORKER"  # set inside workers: the parent enforces the limit there
 STARTUP_TIMEOUT_S = 60.0  # importing sympy on a loaded machine; never counted in a check's limit

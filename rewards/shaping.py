@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from .result import ERROR, NO_ANSWER, OK, TIMEOUT, Verifier, VerifyResult
 

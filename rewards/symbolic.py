@@ -11,8 +11,18 @@ from fractions import Fraction
 import sympy
 
 from .compare import (
-    MAX_FACTORIAL, MAX_RESULT_BITS, MIN_GOLD_ROUNDING_PLACES, TooLarge, Verdict, canonical, check_binom_size,
-    decimal_places, exact_value, is_scalar, rationals_match, sample_points,
+    MAX_FACTORIAL,
+    MAX_RESULT_BITS,
+    MIN_GOLD_ROUNDING_PLACES,
+    TooLarge,
+    Verdict,
+    canonical,
+    check_binom_size,
+    decimal_places,
+    exact_value,
+    is_scalar,
+    rationals_match,
+    sample_points,
 )
 
 _CONSTANTS = {"pi": sympy.pi, "e": sympy.E, "i": sympy.I, "inf": sympy.oo}

@@ -10,11 +10,11 @@ from rlvr_env.completion_env import CompletionEnv
 from rlvr_env.curriculum import Curriculum, CurriculumWrapper
 from rlvr_env.registry import make_task, register_reasoning_gym, register_task, registered_tasks
 from rlvr_env.task import Problem, Task, TaskConfig
-from rlvr_env.token_env import TokenEnv
 from rlvr_env.tasks.arithmetic import ArithmeticTask
 from rlvr_env.tasks.competition_math import MATHTask
 from rlvr_env.tasks.countdown import CountdownTask
 from rlvr_env.tasks.gsm8k import GSM8KTask
+from rlvr_env.token_env import TokenEnv
 
 register_task("Arithmetic", ArithmeticTask)
 register_task("Countdown", CountdownTask)

@@ -41,7 +41,9 @@ def read_records(path: Path) -> list[tuple[int, dict[str, Any]]]:
                 line = raw_line.decode("utf-8")
             except UnicodeDecodeError as error:
                 bad_byte = raw_line[error.start]
-                raise DataFileError(f"{path}:{line_number}: not UTF-8 (byte {bad_byte:#04x} at column {error.start + 1})") from None
+                raise DataFileError(
+                    f"{path}:{line_number}: not UTF-8 (byte {bad_byte:#04x} at column {error.start + 1})"
+                ) from None
             if not line.strip():
                 continue
             try:

@@ -26,7 +26,8 @@ def test_a_checkpoint_lands_in_a_new_nested_directory_with_its_tokenizer_and_eve
     monkeypatch.setattr(checkpoint.os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or fsync(fd))
     path = save_checkpoint(tmp_path / "a" / "b", 3, model=model, optimizer=optimizer, tokenizer=build_char_tokenizer())
     assert path == tmp_path / "a" / "b" / "checkpoint-3" and checkpoint_step(path) == 3
-    assert AutoTokenizer.from_pretrained(path / "model").convert_tokens_to_ids("7") == build_char_tokenizer().convert_tokens_to_ids("7")
+    saved_tokenizer = AutoTokenizer.from_pretrained(path / "model")
+    assert saved_tokenizer.convert_tokens_to_ids("7") == build_char_tokenizer().convert_tokens_to_ids("7")
     written = path.parent / f".checkpoint-3.tmp-{os.getpid()}"  # each file was synced under the temporary name
     assert {str(written / f.relative_to(path)) for f in path.rglob("*") if f.is_file()} <= set(synced)
     assert str(tmp_path / "a" / "b") in synced  # and the directory after the rename

@@ -26,14 +26,16 @@ def vector_env(tokenizer, num_envs=4, **kwargs):
 def test_token_ids_outside_the_tokenizer_are_named(tokenizer):
     env = vector_env(tokenizer)
     env.reset(seed=0)
-    with pytest.raises(ValueError, match=rf"rows \[1, 3\] are \[{len(tokenizer)}, -2\], not token ids in \[0, {len(tokenizer)}\)"):
+    vocab = len(tokenizer)
+    with pytest.raises(ValueError, match=rf"rows \[1, 3\] are \[{vocab}, -2\], not token ids in \[0, {vocab}\)"):
         env.step(torch.tensor([5, len(tokenizer), 5, -2]))
 
 
 @pytest.mark.parametrize(
     "options, message",
     [
-        ({"problem_indices": [0, -1, 2, 3]}, r"'problem_indices': -1 is not a problem index of ArithmeticTask \(an integer >= 0\)"),
+        ({"problem_indices": [0, -1, 2, 3]},
+         r"'problem_indices': -1 is not a problem index of ArithmeticTask \(an integer >= 0\)"),
         ({"problem_indices": [0, 1.7, 2, 3]}, r"'problem_indices': 1.7 is not a problem index"),
         ({"task": "digits=3"}, r"reset option 'task' must be a mapping of ArithmeticConfig fields"),
         ({"group_size": 3}, r"group_size must be a positive divisor of num_envs=4"),

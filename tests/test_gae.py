@@ -159,7 +159,8 @@ def test_gae_defaults_are_gamma_1_and_lambda_095():
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     # and they are not gamma = lambda = 1: A_0 = delta_0 + 0.95 delta_1 + 0.95^2 delta_2
     deltas = [0.4 - 0.2, 0.6 - 0.4, 1.0 - 0.6]
-    assert gae_advantages(rewards, values, mask)[0][0, 0].item() == pytest.approx(deltas[0] + 0.95 * deltas[1] + 0.95**2 * deltas[2])
+    expected = deltas[0] + 0.95 * deltas[1] + 0.95**2 * deltas[2]
+    assert gae_advantages(rewards, values, mask)[0][0, 0].item() == pytest.approx(expected)
 
 
 def test_masked_whiten_adds_eps_to_the_variance_and_two_tokens_divide_by_one():

@@ -186,10 +186,10 @@ def test_ctrl_c_says_where_the_run_stands(tiny_dir, monkeypatch, capsys):
 def test_evaluation_in_batches_scores_the_same_problems_as_one_batch(tiny_dir):
     """eval_size rows were generated at once: a full GSM8K test set (1,319 rows) in one KV cache."""
     from algos.config import EvalConfig, load_config
-    from algos.rollout import HFRollout
     from algos.environment import make_env
     from algos.evaluation import evaluate, procedural_eval_indices
     from algos.models import load_policy
+    from algos.rollout import HFRollout
 
     config = load_config(EvalConfig, overrides=["--model.path", str(tiny_dir / "model"), "--env.kwargs", "{digits: 1}",
                                                 "--env.max_new_tokens", "3", "--env.eval_size", "7"])

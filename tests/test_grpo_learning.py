@@ -8,8 +8,8 @@ import torch
 from algos import grpo
 from algos.checkpoint import latest_checkpoint
 from algos.config import load_config
-from algos.grpo import DAPO_PRESET, GRPOConfig
 from algos.evaluation import evaluate_saved_model
+from algos.grpo import DAPO_PRESET, GRPOConfig
 from rlvr_env import make_task
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 

@@ -14,9 +14,9 @@ import torch
 from safetensors.torch import load_file
 
 from algos.checkpoint import latest_checkpoint, list_checkpoints
-from algos.core.advantages import group_advantages, process_advantages
 from algos.config import load_config
 from algos.core import POLICY_LOSSES
+from algos.core.advantages import group_advantages, process_advantages
 from algos.grpo import DAPO_PRESET, GRPOConfig, GRPOTrainer, train
 from algos.metrics import read_metrics
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model

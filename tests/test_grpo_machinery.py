@@ -284,9 +284,9 @@ def test_rows_stop_at_the_models_generation_config_eos_ids_too():
     """Qwen2.5-Instruct stops at <|im_end|> (its tokenizer's EOS) and <|endoftext|> (generation_config):
     model.generate and vllm stop at both, so the env must too, or the backends disagree on where rows end."""
     from algos.config import EvalConfig
-    from algos.rollout import HFRollout
     from algos.environment import make_env
     from algos.policy import stop_token_ids
+    from algos.rollout import HFRollout
 
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, hidden_size=16, num_layers=1, num_heads=2).eval()
@@ -381,8 +381,8 @@ def test_every_way_the_trainers_write_weights_advances_the_version_vllm_copies_b
 
 def test_a_chat_template_asked_for_but_missing_is_said_not_silently_dropped():
     from algos.config import load_config
-    from algos.grpo import GRPOConfig
     from algos.environment import make_env
+    from algos.grpo import GRPOConfig
 
     tokenizer = build_char_tokenizer()
     tokenizer.chat_template = None  # as a base model's

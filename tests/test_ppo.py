@@ -268,8 +268,7 @@ def test_reward_models_are_cut_to_their_own_context_and_must_score_one_label(tin
 def test_a_bad_task_or_eval_task_is_refused_before_the_run_directory_is_touched(tiny_model_dir, tmp_path, algo):
     """PPO built its task after open_run_dir: with overwrite_output_dir a typo in env.kwargs deleted the run's
     checkpoints before the error; an env.eval_kwargs typo did so in both trainers."""
-    from algos.grpo import GRPOConfig
-    from algos.grpo import GRPOTrainer
+    from algos.grpo import GRPOConfig, GRPOTrainer
 
     trainer_cls, config_cls = (ppo.PPOTrainer, ppo.PPOConfig) if algo == "ppo" else (GRPOTrainer, GRPOConfig)
     (tmp_path / "checkpoint-3").mkdir()

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from reference_helpers import save_tiny_model
 
 from algos import grpo, ppo
 from algos.config import load_config
 from algos.grpo import GRPOConfig
 from algos.metrics import read_metrics
-from reference_helpers import save_tiny_model
 
 TASK = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
 COMMON = {

@@ -210,8 +210,8 @@ def test_the_trainers_vllm_engine_leaves_the_gpu_to_the_trainer_and_samples_in_i
     """vllm's own defaults took 92% of the GPU the trainer shares and sampled bf16 beside an fp32 trainer."""
     from algos import rollout
     from algos.config import load_config
-    from algos.grpo import GRPOConfig
     from algos.environment import make_rollout_backend
+    from algos.grpo import GRPOConfig
 
     built = []
     monkeypatch.setattr(rollout, "VLLMRollout", lambda path, **kwargs: built.append(kwargs))

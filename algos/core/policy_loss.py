@@ -60,7 +60,8 @@ def gspo_policy_loss(
 ) -> PolicyLossOutput:
     """As clipped_policy_loss, with GSPO's ratio (arXiv 2507.18071): each row's geometric-mean token ratio,
     for every token of the row."""
-    return clipped_surrogate(sequence_log_ratio(logp, old_logp, mask.to(logp.dtype)), advantages, mask, eps_low, eps_high, dual_clip)
+    log_ratio = sequence_log_ratio(logp, old_logp, mask.to(logp.dtype))
+    return clipped_surrogate(log_ratio, advantages, mask, eps_low, eps_high, dual_clip)
 
 
 POLICY_LOSSES.register("gspo", gspo_policy_loss)

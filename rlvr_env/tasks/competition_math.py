@@ -83,7 +83,8 @@ class MATHTask(DatasetTask, Task):
                 answer = boxed[0] if boxed else None
                 if not answer:
                     raise DataFileError(
-                        f"{path}:{line}: field 'solution' has no final \\boxed{{...}} answer and field 'answer' is missing or empty"
+                        f"{path}:{line}: field 'solution' has no final \\boxed{{...}} answer "
+                        "and field 'answer' is missing or empty"
                     )
             prompt = config.prompt_template.format(problem=text)
             problems.append(Problem(prompt, answer, {"index": len(problems), "line": line, "level": level, "type": kind}))
