@@ -4,7 +4,7 @@ Autoreset is DISABLED: one batch is one rollout. The agent resets, steps until
 ``all_done``, reads ``results()``, and resets again. Rows finish independently
 (a stop token -> terminated, ``max_new_tokens`` -> truncated); the rows that
 finish on a step are decoded and scored together through ``rewards.score_batch``
-(through ``task.verify`` row by row when the task overrides it, as the other views score).
+with the task's verifier, the hook every view scores through.
 
 Stepping is a handful of in-place tensor ops on preallocated buffers and one
 host sync (whether any row ended); rows are decoded and scored only when they
@@ -140,10 +140,7 @@ class TokenVectorEnv(VectorEnv):
         group_size = int(group_size)
         num_prompts = self.num_envs // group_size
         apply_task_option(self.task, task_changes)
-        # A task that overrides verify() is scored through it, as CompletionEnv and TokenEnv score it;
-        # otherwise through its verifier, built once per batch (tasks build it from their config).
-        overrides_verify = getattr(self.task.verify, "__func__", None) is not Task.verify
-        self._verifier = None if overrides_verify else self.task.verifier
+        self._verifier = self.task.verifier  # once per batch: tasks build it from their config
         if indices is None:
             indices = draw_problem_indices(self.np_random, self.task.size, num_prompts)
         elif len(indices) != num_prompts:
@@ -304,12 +301,9 @@ class TokenVectorEnv(VectorEnv):
         if self._is_step_end is not None:
             self._credit_steps(rows, texts, final=True)
         row_list = rows.tolist()
-        if self._verifier is None:
-            results = [self.task.verify(text, self.problems[r]) for r, text in zip(row_list, texts)]
-        else:
-            results = rewards.score_batch(
-                texts, [self.problems[r].answer for r in row_list], verifier=self._verifier, workers=self.score_workers
-            )
+        results = rewards.score_batch(
+            texts, [self.problems[r].answer for r in row_list], verifier=self._verifier, workers=self.score_workers
+        )
         scores = torch.tensor([r.score for r in results], dtype=torch.float32, device=self.device)
         self.scores.index_copy_(0, rows, scores)
         self._reward_steps[self._steps - 1].index_add_(0, rows, scores)
