@@ -176,3 +176,32 @@ def test_every_view_scores_a_task_that_overrides_its_verifier(tokenizer):
 
     assert completion_rewards == token_rewards == result.scores.tolist() == [0.0, 1.0]
     assert result.reward_components["correct"].tolist() == [0.0, 1.0] and result.completions == completions
+
+
+def test_results_carry_their_prompts_and_which_rows_solved(tokenizer):
+    task = rlvr_env.make_task("Arithmetic", digits=1)
+    env = rlvr_env.TokenVectorEnv(task, tokenizer, num_envs=3, max_new_tokens=32)
+    env.reset(seed=0, options={"group_size": 3})
+    prompt_ids, prompt_mask = env.prompt_ids.clone(), env.prompt_mask.clone()
+    answer = env.problems[0].answer
+    texts = [f"\\boxed{{{answer}}}", f"I get {answer}", f"\\boxed{{{int(answer) + 1}}}"]  # full, correct unboxed, format only
+    tokens = torch.full((3, 32), env.pad_id)
+    for row, text in enumerate(texts):
+        tokens[row, : len(text) + 1] = torch.tensor(ids(tokenizer, text) + [tokenizer.eos_token_id])
+    result = env.finish_with(tokens)
+    env.reset(seed=1)
+
+    assert result.scores.tolist() == pytest.approx([1.0, 0.9, 0.1])
+    expected = [task.is_success(task.verifier(text, answer=answer)) for text in texts]
+    assert result.solved.dtype == torch.bool and result.solved.tolist() == expected == [True, True, False]
+    assert torch.equal(result.prompt_ids, prompt_ids) and torch.equal(result.prompt_mask, prompt_mask)  # kept past the next reset
+    assert result.prompt_ids.dtype == result.prompt_mask.dtype == torch.long
+
+
+def test_solved_is_the_correct_component_else_the_score_at_full_credit():
+    from rlvr_env.task import solved
+
+    assert solved(1.1, {"correct": 0.65}) is False and solved(0.9, {"correct": 1.0}) is True and solved(1.0, {}) is True
+    scores = torch.tensor([1.0, 0.99, 0.5])
+    assert solved(scores, {}).tolist() == [True, False, False]
+    assert solved(scores, {"correct": torch.tensor([0.0, 1.0, 1.0])}).tolist() == [False, True, True]
