@@ -278,9 +278,10 @@ class TokenVectorEnv(VectorEnv):
         return self._obs, reward_rows[step], terminated, truncated_rows[step], {"ended": ended}
 
     def finish_with(self, response_ids) -> RolloutResult:
-        """Long[B, T] the rest of every row's tokens -> results(), with the env left as step() given them column by
-        column would leave it: a row ends at its first stop token or is truncated at max_new_tokens, and ids after
-        its end are ignored (pad them). T must reach every row's end; the rows are decoded and scored in one batch."""
+        """Long[B, T] the rest of every row's tokens -> results(), the env left as step() given them column by column would.
+
+        A row ends at its first stop token or is truncated at max_new_tokens; ids after its end are ignored (pad them),
+        and T must reach every row's end. The rows are decoded and scored in one batch."""
         if self.all_done:
             raise RuntimeError("every row has finished: read results() and call reset()")
         response_ids = torch.as_tensor(response_ids, dtype=torch.long, device=self.device)
@@ -330,8 +331,8 @@ class TokenVectorEnv(VectorEnv):
     def _check_token_ids(self, ids: torch.Tensor, name: str) -> None:
         """Raise ValueError naming the rows of ``ids`` (Long[B] or Long[B, T]) that hold anything but a token id."""
         vocab = self.single_action_space.n
-        # An id past the tokenizer (a model's embedding table can be larger) would index out of range
-        # below: an IndexError on CPU, a device-side assert on CUDA.
+        # An id past the tokenizer (a model's embedding table can be larger) would index the stop and step-end
+        # tables out of range: an IndexError on CPU, a device-side assert on CUDA.
         if ids.numel() and (ids.max().item() >= vocab or ids.min().item() < 0):
             bad_entries = ((ids < 0) | (ids >= vocab)).reshape(self.num_envs, -1)
             bad = bad_entries.any(1).nonzero().flatten().tolist()[:8]
@@ -339,12 +340,14 @@ class TokenVectorEnv(VectorEnv):
             raise ValueError(f"{name} of rows {bad} are {first_bad}, not token ids in [0, {vocab})")
 
     def _response_texts(self, rows: torch.Tensor, lengths: list[int]) -> list[str]:
-        """The decoded responses of ``rows`` (Long[N]), each its first ``lengths`` tokens; the text excludes a final stop token."""
+        """The decoded responses of ``rows`` (Long[N]), each its first ``lengths`` tokens, without a final stop token."""
         start = self.prompt_width
         responses = self.input_ids.index_select(0, rows)[:, start : start + max(lengths, default=0)].tolist()
         stop_ids = self._stop_id_set
         cut = [ids[:length] for ids, length in zip(responses, lengths)]
-        return self.tokenizer.batch_decode([ids[:-1] if ids[-1] in stop_ids else ids for ids in cut], skip_special_tokens=True)
+        return self.tokenizer.batch_decode(
+            [ids[:-1] if ids[-1] in stop_ids else ids for ids in cut], skip_special_tokens=True
+        )
 
     def _credit_step_ends(self, rows: torch.Tensor, steps: torch.Tensor) -> None:
         """Credit the reasoning step that each of ``rows`` (Long[N]) ended with its token of ``steps`` (Long[N];
@@ -366,7 +369,7 @@ class TokenVectorEnv(VectorEnv):
                 self._reward_steps[step, row] += value
 
     def _finish(self, rows: torch.Tensor, last_steps: torch.Tensor) -> None:
-        """Decode and score ``rows`` (Long[N]), each ended on its step of ``last_steps`` (Long[N]): its score is that step's reward."""
+        """Decode and score ``rows`` (Long[N]), ended on ``last_steps`` (Long[N]); a row's score is that step's reward."""
         row_list, step_list = rows.tolist(), last_steps.tolist()
         texts = self._response_texts(rows, [step + 1 for step in step_list])
         if self._is_step_end is not None:
