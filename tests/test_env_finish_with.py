@@ -9,6 +9,7 @@ import rlvr_env
 from rlvr_env.testing import build_char_tokenizer
 
 MAX_NEW_TOKENS = 64
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +49,8 @@ def planned_tokens(env, tokenizer, texts) -> torch.Tensor:
     return tokens
 
 
-def fresh_env(task, tokenizer, num_envs=12):
-    env = rlvr_env.TokenVectorEnv(task, tokenizer, num_envs=num_envs, max_new_tokens=MAX_NEW_TOKENS)
+def fresh_env(task, tokenizer, num_envs=12, device="cpu"):
+    env = rlvr_env.TokenVectorEnv(task, tokenizer, num_envs=num_envs, max_new_tokens=MAX_NEW_TOKENS, device=device)
     env.reset(seed=0, options={"group_size": 6})
     return env
 
@@ -68,10 +69,11 @@ def assert_same(env, expected_env, result, expected):
     assert env.all_done and env._steps == expected_env._steps
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("stepped_first", [0, 3])
-def test_matches_stepping_token_by_token_with_process_rewards_and_truncation(task, tokenizer, stepped_first):
-    stepped, finished = fresh_env(task, tokenizer), fresh_env(task, tokenizer)
-    tokens = planned_tokens(stepped, tokenizer, scripted_texts(stepped.problems))
+def test_matches_stepping_token_by_token_with_process_rewards_and_truncation(task, tokenizer, stepped_first, device):
+    stepped, finished = fresh_env(task, tokenizer, device=device), fresh_env(task, tokenizer, device=device)
+    tokens = planned_tokens(stepped, tokenizer, scripted_texts(stepped.problems)).to(device)
     column = 0
     while not stepped.all_done:
         stepped.step(tokens[:, column])
