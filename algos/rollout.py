@@ -1,14 +1,15 @@
 """Rollout backends: something that fills a reset TokenVectorEnv with sampled tokens.
 
-The env stays the single source of rewards: every backend ends by stepping the env
-until ``env.all_done`` and returns its ``RolloutResult`` (as a :class:`Rollout`,
-which adds the log-probs of the sampled tokens).
+The env stays the single source of rewards: every backend fills the env until
+``env.all_done`` and returns its ``RolloutResult`` (as a :class:`Rollout`, which adds
+the log-probs of the sampled tokens).
 
 - :class:`HFRollout`: a transformers causal LM with its KV cache, each prompt prefilled
   once for its group, then one token per env step for the rows still generating, on the
   model's device.
-- :class:`VLLMRollout`: vllm generates the token ids for all rows, which are then
-  replayed into the env; weights are copied from the training model before each batch.
+- :class:`VLLMRollout`: vllm generates the token ids for all rows, which the env takes
+  whole (``env.finish_with``); weights are copied from the training model before each batch.
+- :class:`ScriptedRollout`: completions written in advance, taken whole the same way.
 """
 
 from __future__ import annotations
@@ -204,19 +205,19 @@ class HFRollout:
 
 
 class ScriptedRollout:
-    """Replays scripted completions into a TokenVectorEnv: the env's verifiers score them, as they score sampled ones.
+    """Hands scripted completions to a TokenVectorEnv: the env's verifiers score them, as they score sampled ones.
 
     ``script(problem, row, round_index) -> str`` is the completion of env row ``row`` (its group is row // G), which
     answers ``problem``, in the ``round_index``-th call of ``generate`` (0-based, counted by this backend). Each text is
     tokenized without special tokens and followed by the stop token; a text longer than env.max_new_tokens is cut
     there (the row is truncated). A trainer's update can so be run on a batch chosen in advance (tests pin the
     gradient it accumulates this way), or on completions recorded elsewhere. ``rounds`` keeps each call's
-    (prompt_ids, prompt_mask, Rollout); ``logprobs`` are None: no distribution sampled the tokens.
+    Rollout (its prompts included); ``logprobs`` are None: no distribution sampled the tokens.
     """
 
     def __init__(self, script) -> None:
         self.script = script
-        self.rounds: list[tuple[torch.Tensor, torch.Tensor, Rollout]] = []
+        self.rounds: list[Rollout] = []
 
     def generate(self, model, env: TokenVectorEnv, **sampling) -> Rollout:
         _check_env_ready(env)
@@ -224,13 +225,12 @@ class ScriptedRollout:
         texts = [self.script(problem, row, round_index) for row, problem in enumerate(env.problems)]
         eos = env.tokenizer.eos_token_id
         stop = eos if eos in env.stop_ids.tolist() else env.stop_ids[0].item()
-        plans = [env.tokenizer.encode(text, add_special_tokens=False) + [stop] for text in texts]
-        for step in range(env.max_new_tokens):
-            if env.all_done:
-                break
-            env.step(torch.tensor([plan[step] if step < len(plan) else stop for plan in plans], device=env.device))
-        rollout = _as_rollout(env.results(), None)
-        self.rounds.append((env.prompt_ids.clone(), env.prompt_mask.clone(), rollout))
+        tokens = torch.full((env.num_envs, env.max_new_tokens), stop, dtype=torch.long)
+        for row, text in enumerate(texts):
+            ids = env.tokenizer.encode(text, add_special_tokens=False)[: env.max_new_tokens]
+            tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        rollout = _as_rollout(env.finish_with(tokens), None)
+        self.rounds.append(rollout)
         return rollout
 
 
@@ -251,7 +251,7 @@ def _weights_version(model) -> tuple[int, ...]:
 
 
 class VLLMRollout:
-    """vllm generates every row's token ids; they are replayed into the env, which scores them.
+    """vllm generates every row's token ids; the env takes them whole and scores them.
 
     ``model_path``: a local transformers directory vllm loads first (e.g. ``load_policy``'s
     resolved path); ``generate(model, env)`` then copies ``model``'s current weights into vllm
@@ -351,9 +351,5 @@ class VLLMRollout:
             tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
             for t, (token, entry) in enumerate(zip(ids, completion.logprobs or [])):
                 logprobs[row, t] = entry[token].logprob
-        tokens, logprobs = tokens.to(env.device), logprobs.to(env.device)
-        steps = 0
-        while not env.all_done:  # replay: the env decides where each row ends and scores it
-            env.step(tokens[:, steps])
-            steps += 1
-        return _as_rollout(env.results(), logprobs[:, :steps])
+        result = env.finish_with(tokens)  # the env decides where each row ends and scores it
+        return _as_rollout(result, logprobs[:, : result.response_ids.shape[1]].to(env.device))

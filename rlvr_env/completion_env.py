@@ -113,7 +113,7 @@ class CompletionEnv(gym.Env):
         if not isinstance(action, str):
             raise TypeError(f"action must be the completion text (str), got {type(action).__name__}")
         truncated = len(action) > self.max_completion_chars
-        result = self.task.verify(action[: self.max_completion_chars], self.problem)
+        result = self.task.verifier(action[: self.max_completion_chars], answer=self.problem.answer)
         info = outcome_info(self.task, self.problem, result)
         self.problem = None  # one step per episode
         return self._prompt, float(result.score), True, truncated, info

@@ -2,8 +2,8 @@
 
 A task turns ``(index, seed)`` into a :class:`Problem` deterministically, so item
 ``i`` can be fetched without generating items ``0..i-1``, and scores a completion
-through a picklable verifier from :mod:`rewards` (batch scoring may run it in
-worker processes).
+through its picklable verifier from :mod:`rewards`, the one scoring hook every view
+calls (batch scoring may run it in worker processes).
 """
 
 from __future__ import annotations
@@ -87,6 +87,13 @@ def validate_flags(**flags: Any) -> None:
             raise ValueError(f"{name} must be true or false, got {value!r}")
 
 
+def solved(score, components):
+    """Whether a result counts as solved: its "correct" component when the verifier reports one (scores may
+    include format credit), else its score, at full credit (partial credit, e.g. reasoning-gym's 0.65, is not
+    solved). Takes floats (-> bool) or a batch's Float[B] scores and components (-> Bool[B])."""
+    return components.get("correct", score) >= 1.0
+
+
 class Task:
     """Base class of every task. Subclasses set ``config_cls`` and implement
     ``problem``, ``verifier`` and ``gold_completion``."""
@@ -113,16 +120,13 @@ class Task:
 
     @property
     def verifier(self):
-        """A picklable ``(completion, *, answer, **info) -> VerifyResult`` for this task's problems;
-        ``details["components"]`` holds each part's score."""
+        """A picklable ``(completion, *, answer, **info) -> VerifyResult`` for this task's problems, called with
+        ``answer=problem.answer``; ``details["components"]`` holds each part's score. Every view scores through it."""
         raise NotImplementedError
 
     def gold_completion(self, problem: Problem) -> str:
         """A completion that must score 1.0 (the gold self-test)."""
         raise NotImplementedError
-
-    def verify(self, completion: str, problem: Problem) -> VerifyResult:
-        return self.verifier(completion, answer=problem.answer)
 
     @property
     def process_step_end(self) -> str | None:
@@ -137,10 +141,8 @@ class Task:
         raise NotImplementedError(f"{type(self).__name__} sets process_step_end but not process_reward")
 
     def is_success(self, result: VerifyResult) -> bool:
-        """Whether a result counts as solved (curriculum, accuracy): the "correct"
-        component when the verifier reports one, else a full score."""
-        components = result.details.get("components", {})
-        return float(components.get("correct", result.score)) >= 1.0
+        """Whether a result counts as solved (curriculum, CompletionEnv's info): see :func:`solved`."""
+        return bool(solved(result.score, result.details.get("components", {})))
 
     def curriculum_levels(self) -> list[dict[str, Any]]:
         """Config changes from easiest to hardest, for CurriculumWrapper; empty if none."""

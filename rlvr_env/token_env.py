@@ -130,7 +130,7 @@ class TokenEnv(gym.Env):
             )
         if not ended:
             return self._observation(), reward, False, False, {}
-        result = self.task.verify(completion, self.problem)
+        result = self.task.verifier(completion, answer=self.problem.answer)
         info = {"completion": completion, **outcome_info(self.task, self.problem, result)}
         self.problem = None
         return self._observation(), reward + float(result.score), terminated, truncated, info

@@ -4,12 +4,14 @@ Autoreset is DISABLED: one batch is one rollout. The agent resets, steps until
 ``all_done``, reads ``results()``, and resets again. Rows finish independently
 (a stop token -> terminated, ``max_new_tokens`` -> truncated); the rows that
 finish on a step are decoded and scored together through ``rewards.score_batch``
-(through ``task.verify`` row by row when the task overrides it, as the other views score).
+with the task's verifier, the hook every view scores through.
 
 Stepping is a handful of in-place tensor ops on preallocated buffers and one
 host sync (whether any row ended); rows are decoded and scored only when they
 finish, and the task's process rewards (if any) only at steps that end a
-reasoning step.
+reasoning step. A generator that produces whole completions at once (vllm, a
+script) hands them to ``finish_with``, which leaves the env as stepping them
+token by token would, with every row decoded and scored in one batch.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from gymnasium.vector.utils import batch_space
 import rewards
 from rlvr_env.completion_env import PROCEDURAL_INDEX_RANGE, apply_task_option, checked_problem_index
 from rlvr_env.prompting import encode_prompts, render_prompt, uses_chat_template
-from rlvr_env.task import Problem, Task
+from rlvr_env.task import Problem, Task, solved
 from rlvr_env.token_env import credit_newest_step, step_end_flags, stop_ids_of
 
 
@@ -40,8 +42,10 @@ def draw_problem_indices(np_random: np.random.Generator, task_size: int | None, 
 
 @dataclass
 class RolloutResult:
-    """A finished batch. T = steps taken (the longest response), B = num_envs."""
+    """A finished batch. T = steps taken (the longest response), B = num_envs, P = the batch's prompt width."""
 
+    prompt_ids: torch.Tensor  # Long[B, P], left padded: the prompt each row was generated from
+    prompt_mask: torch.Tensor  # Long[B, P], 1 on the prompt's own tokens
     response_ids: torch.Tensor  # Long[B, T], pad after a row's end
     response_mask: torch.Tensor  # Long[B, T], 1 on generated tokens incl. the stop token
     scores: torch.Tensor  # Float[B]
@@ -53,6 +57,11 @@ class RolloutResult:
     problems: list[Problem]
     process_rewards: torch.Tensor  # Float[B, T], the task's per-step rewards (all 0 when it gives none)
     process_step_mask: torch.Tensor  # Bool[B, T], True on each token that ended a reasoning step, rewarded or not
+
+    @property
+    def solved(self) -> torch.Tensor:
+        """Bool[B]: rows that solved their problem, by the rule Task.is_success applies (rlvr_env.task.solved)."""
+        return solved(self.scores, self.reward_components)
 
 
 class TokenVectorEnv(VectorEnv):
@@ -140,10 +149,7 @@ class TokenVectorEnv(VectorEnv):
         group_size = int(group_size)
         num_prompts = self.num_envs // group_size
         apply_task_option(self.task, task_changes)
-        # A task that overrides verify() is scored through it, as CompletionEnv and TokenEnv score it;
-        # otherwise through its verifier, built once per batch (tasks build it from their config).
-        overrides_verify = getattr(self.task.verify, "__func__", None) is not Task.verify
-        self._verifier = None if overrides_verify else self.task.verifier
+        self._verifier = self.task.verifier  # once per batch: tasks build it from their config
         if indices is None:
             indices = draw_problem_indices(self.np_random, self.task.size, num_prompts)
         elif len(indices) != num_prompts:
@@ -243,13 +249,7 @@ class TokenVectorEnv(VectorEnv):
         actions = torch.as_tensor(actions, dtype=torch.long, device=self.device)
         if actions.shape != self._alive.shape:
             actions = actions.reshape(self.num_envs)
-        # An id past the tokenizer (a model's embedding table can be larger) would index out of range
-        # below: an IndexError on CPU, a device-side assert on CUDA.
-        if actions.max().item() >= self.single_action_space.n or actions.min().item() < 0:
-            bad = ((actions < 0) | (actions >= self.single_action_space.n)).nonzero().flatten().tolist()
-            raise ValueError(
-                f"actions of rows {bad[:8]} are {actions[bad[:8]].tolist()}, not token ids in [0, {self.single_action_space.n})"
-            )
+        self._check_token_ids(actions, "actions")
         step, alive = self._steps, self._alive
         terminated_rows, truncated_rows, ended_rows, reward_rows = self._step_rows
         tokens, mask = self._id_columns[step], self._mask_columns[step]
@@ -270,26 +270,96 @@ class TokenVectorEnv(VectorEnv):
         self._steps += 1
         # The host syncs of a step (one without process rewards): which rows need text work?
         if ended.any():
-            self._finish(ended.nonzero().flatten())
+            rows = ended.nonzero().flatten()
+            self._finish(rows, torch.full_like(rows, step))
         if boundary is not None and boundary.any():
-            self._credit_steps(boundary.nonzero().flatten())
+            rows = boundary.nonzero().flatten()
+            self._credit_step_ends(rows, torch.full_like(rows, step))
         return self._obs, reward_rows[step], terminated, truncated_rows[step], {"ended": ended}
 
-    def _generated_texts(self, rows: torch.Tensor) -> list[str]:
-        """The decoded responses of ``rows`` (Long[N]), which were all still going on this step, so
-        each has exactly one token per step; the text excludes a final stop token."""
+    def finish_with(self, response_ids) -> RolloutResult:
+        """Long[B, T] the rest of every row's tokens -> results(), the env left as step() given them column by column would.
+
+        A row ends at its first stop token or is truncated at max_new_tokens; ids after its end are ignored (pad them),
+        and T must reach every row's end. The rows are decoded and scored in one batch."""
+        if self.all_done:
+            raise RuntimeError("every row has finished: read results() and call reset()")
+        response_ids = torch.as_tensor(response_ids, dtype=torch.long, device=self.device)
+        if response_ids.ndim != 2 or response_ids.shape[0] != self.num_envs:
+            raise ValueError(f"response_ids must be Long[num_envs={self.num_envs}, T], got shape {tuple(response_ids.shape)}")
+        start, alive = self._steps, self._alive
+        budget = self.max_new_tokens - start
+        ids = response_ids[:, :budget]
+        self._check_token_ids(ids, "response_ids")
+        is_stop = self._is_stop[ids]
+        has_stop = is_stop.any(1)
+        unended = alive & ~has_stop
+        if ids.shape[1] < budget and unended.any():
+            rows = unended.nonzero().flatten().tolist()
+            raise ValueError(
+                f"rows {rows[:8]} have no stop token in their {ids.shape[1]} response_ids and would go on "
+                f"past them (max_new_tokens={self.max_new_tokens}, {start} taken)"
+            )
+        # Each row's last column: its first stop token, else the last one it may take; -1 for rows already done.
+        last = torch.where(has_stop, is_stop.int().argmax(1), budget - 1).masked_fill_(~alive, -1)
+        width = int(last.max().item()) + 1
+        columns = torch.arange(width, device=self.device)
+        written = columns <= last[:, None]  # Bool[B, width]: tokens the rows take
+        ended = columns == last[:, None]
+        tokens = torch.where(written, ids[:, :width], self._pad)
+        generated = slice(self.prompt_width + start, self.prompt_width + start + width)
+        self.input_ids[:, generated] = tokens
+        self.attention_mask[:, generated] = written.long()
+        self.num_generated.add_(written.sum(1))
+        self._ended_steps[start : start + width] = ended.T
+        stopped = (columns >= last[:, None]) & (alive & has_stop)[:, None]
+        self._terminated_steps[start + 1 : start + width + 1] = self._terminated_steps[start] | stopped.T
+        if start + width == self.max_new_tokens:
+            self._truncated_steps[-1] = unended
+        alive.zero_()
+        self._steps = start + width
+        if self._is_step_end is not None:
+            boundary = self._is_step_end[tokens] & written & ~ended
+            rows, step_columns = boundary.nonzero().unbind(1)  # row-major: each row's step ends in order
+            self._credit_step_ends(rows, start + step_columns)
+        # Scored in the order their rows end, as stepping would meet them.
+        rows = ended.any(1).nonzero().flatten()
+        rows = rows[torch.argsort(last[rows], stable=True)]
+        self._finish(rows, start + last[rows])
+        return self.results()
+
+    def _check_token_ids(self, ids: torch.Tensor, name: str) -> None:
+        """Raise ValueError naming the rows of ``ids`` (Long[B] or Long[B, T]) that hold anything but a token id."""
+        vocab = self.single_action_space.n
+        # An id past the tokenizer (a model's embedding table can be larger) would index the stop and step-end
+        # tables out of range: an IndexError on CPU, a device-side assert on CUDA.
+        if ids.numel() and (ids.max().item() >= vocab or ids.min().item() < 0):
+            bad_entries = ((ids < 0) | (ids >= vocab)).reshape(self.num_envs, -1)
+            bad = bad_entries.any(1).nonzero().flatten().tolist()[:8]
+            first_bad = [ids.reshape(self.num_envs, -1)[row][bad_entries[row]][0].item() for row in bad]
+            raise ValueError(f"{name} of rows {bad} are {first_bad}, not token ids in [0, {vocab})")
+
+    def _response_texts(self, rows: torch.Tensor, lengths: list[int]) -> list[str]:
+        """The decoded responses of ``rows`` (Long[N]), each its first ``lengths`` tokens, without a final stop token."""
         start = self.prompt_width
-        responses = self.input_ids.index_select(0, rows)[:, start : start + self._steps].tolist()
+        responses = self.input_ids.index_select(0, rows)[:, start : start + max(lengths, default=0)].tolist()
         stop_ids = self._stop_id_set
+        cut = [ids[:length] for ids, length in zip(responses, lengths)]
         return self.tokenizer.batch_decode(
-            [ids[:-1] if ids[-1] in stop_ids else ids for ids in responses], skip_special_tokens=True
+            [ids[:-1] if ids[-1] in stop_ids else ids for ids in cut], skip_special_tokens=True
         )
 
-    def _credit_steps(self, rows: torch.Tensor, texts: list[str] | None = None, final: bool = False) -> None:
-        """Add the task's process reward for each row's newest finished reasoning step to this step's reward."""
-        texts = texts if texts is not None else self._generated_texts(rows)
-        step = self._steps - 1
-        for row, text in zip(rows.tolist(), texts):
+    def _credit_step_ends(self, rows: torch.Tensor, steps: torch.Tensor) -> None:
+        """Credit the reasoning step that each of ``rows`` (Long[N]) ended with its token of ``steps`` (Long[N];
+        a row listed more than once in order of its steps)."""
+        step_list = steps.tolist()
+        texts = self._response_texts(rows, [step + 1 for step in step_list])
+        self._credit_steps(rows.tolist(), step_list, texts, final=False)
+
+    def _credit_steps(self, rows: list[int], steps: list[int], texts: list[str], final: bool) -> None:
+        """Add the task's process reward for each row's newest finished reasoning step (its text so far in
+        ``texts``) to the reward of its step in ``steps``."""
+        for row, step, text in zip(rows, steps, texts):
             credited = self._credited_chars[row]
             value, self._credited_chars[row] = credit_newest_step(self.task, self.problems[row], text, credited, final)
             if self._credited_chars[row] != credited:  # a step ended here; a 0-reward step still counts (process advantages)
@@ -298,21 +368,18 @@ class TokenVectorEnv(VectorEnv):
                 self._process_rewards[row, step] = value
                 self._reward_steps[step, row] += value
 
-    def _finish(self, rows: torch.Tensor) -> None:
-        """Decode and score the rows (Long[N]) that ended on this step; their score is this step's reward."""
-        texts = self._generated_texts(rows)
+    def _finish(self, rows: torch.Tensor, last_steps: torch.Tensor) -> None:
+        """Decode and score ``rows`` (Long[N]), ended on ``last_steps`` (Long[N]); a row's score is that step's reward."""
+        row_list, step_list = rows.tolist(), last_steps.tolist()
+        texts = self._response_texts(rows, [step + 1 for step in step_list])
         if self._is_step_end is not None:
-            self._credit_steps(rows, texts, final=True)
-        row_list = rows.tolist()
-        if self._verifier is None:
-            results = [self.task.verify(text, self.problems[r]) for r, text in zip(row_list, texts)]
-        else:
-            results = rewards.score_batch(
-                texts, [self.problems[r].answer for r in row_list], verifier=self._verifier, workers=self.score_workers
-            )
+            self._credit_steps(row_list, step_list, texts, final=True)
+        results = rewards.score_batch(
+            texts, [self.problems[r].answer for r in row_list], verifier=self._verifier, workers=self.score_workers
+        )
         scores = torch.tensor([r.score for r in results], dtype=torch.float32, device=self.device)
         self.scores.index_copy_(0, rows, scores)
-        self._reward_steps[self._steps - 1].index_add_(0, rows, scores)
+        self._reward_steps.index_put_((last_steps, rows), scores, accumulate=True)
         for row, text, result in zip(row_list, texts, results):
             self._completions[row], self._statuses[row] = text, result.status
             for name, value in result.details.get("components", {}).items():
@@ -324,6 +391,8 @@ class TokenVectorEnv(VectorEnv):
             raise RuntimeError("results() needs a finished batch: step until all_done")
         end = self.prompt_width + self._steps
         return RolloutResult(
+            prompt_ids=self.prompt_ids,
+            prompt_mask=self.prompt_mask,
             response_ids=self.input_ids[:, self.prompt_width : end],
             response_mask=self.attention_mask[:, self.prompt_width : end],
             scores=self.scores,

@@ -49,14 +49,14 @@ class Row:
         return self.response.numel()
 
 
-def rows_of_round(prompt_ids, prompt_mask, rollout) -> list[Row]:
+def rows_of_round(rollout) -> list[Row]:
     """A recorded ScriptedRollout round -> its rows with the padding taken off."""
     rows = []
-    for i in range(prompt_ids.shape[0]):
+    for i in range(rollout.prompt_ids.shape[0]):
         valid = rollout.response_mask[i].bool()
         correct = rollout.reward_components.get("correct", rollout.scores)[i].item()
         rows.append(Row(
-            prompt=prompt_ids[i][prompt_mask[i].bool()],
+            prompt=rollout.prompt_ids[i][rollout.prompt_mask[i].bool()],
             response=rollout.response_ids[i][valid],
             score=rollout.scores[i].item(),
             correct=correct,

@@ -92,16 +92,16 @@ def test_math_gold_reads_the_solution_as_a_prediction_is_read(tmp_path):
     task = rlvr_env.make_task("MATH", data_path=write_jsonl(tmp_path / "math.jsonl", rows))
     problem = task.problem(0, 0)
     assert [problem.answer, task.problem(1, 0).answer] == ["2, 3", "5"]
-    assert task.verify(solution, problem).score == 1.0  # a completion in the reference's own style
-    assert task.verify("\\boxed{3, 2}", problem).score == 1.0
-    assert task.verify("\\boxed{3}", problem).score == 0.0  # half the solutions
-    assert task.verify(task.gold_completion(problem), problem).score == 1.0
+    assert task.verifier(solution, answer=problem.answer).score == 1.0  # a completion in the reference's own style
+    assert task.verifier("\\boxed{3, 2}", answer=problem.answer).score == 1.0
+    assert task.verifier("\\boxed{3}", answer=problem.answer).score == 0.0  # half the solutions
+    assert task.verifier(task.gold_completion(problem), answer=problem.answer).score == 1.0
     # "or" between a reference's boxes lists its answers: only the full list scores, a hedge does not
     either = rlvr_env.make_task("MATH", data_path=write_jsonl(tmp_path / "or.jsonl", [
         {"problem": "Solve x^2 = 9.", "solution": "So $x = \\boxed{3}$ or $x = \\boxed{-3}$."}]))
     roots = either.problem(0, 0)
     assert roots.answer == "3, -3"
-    assert [either.verify(c, roots).score for c in ("\\boxed{-3, 3}", "either \\boxed{3} or \\boxed{-3}", "\\boxed{-3}")] == [1.0, 0.0, 0.0]
+    assert [either.verifier(c, answer=roots.answer).score for c in ("\\boxed{-3, 3}", "either \\boxed{3} or \\boxed{-3}", "\\boxed{-3}")] == [1.0, 0.0, 0.0]
 
 
 def test_rewritten_parquet_with_the_same_mtime_is_read_again(tmp_path):

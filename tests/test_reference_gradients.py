@@ -152,9 +152,9 @@ def reference_batch(rounds, g, max_new_tokens: int):
     """The rows a GRPO/DAPO step trains on, in order, with their loss masks and advantages, and how many
     generation rounds it must have drawn."""
     groups, rounds_needed = [], 0
-    for prompt_ids, prompt_mask, rollout in rounds:
+    for rollout in rounds:
         rounds_needed += 1
-        rows = rows_of_round(prompt_ids, prompt_mask, rollout)
+        rows = rows_of_round(rollout)
         for start in range(0, len(rows), g.group_size):
             group = rows[start : start + g.group_size]
             scores = [row.score + (g.overlong_penalty_factor * soft_overlong_penalty(row.length, max_new_tokens, g.overlong_cache)
@@ -313,7 +313,7 @@ def test_dapo_collect_keeps_informative_trained_groups_and_stops_when_full(model
     batch, stats = trainer.collect(step=1)
     assert (stats["generation_rounds"], stats["kept_groups"]) == (2, 3)
     assert stats["zero_std_group_frac"] == pytest.approx(2 / 6)  # round 0's group 1, round 1's group 1
-    sampled = [rows_of_round(*r) for r in trainer.backend.rounds]
+    sampled = [rows_of_round(r) for r in trainer.backend.rounds]
     expected = sampled[0][0:4] + sampled[1][0:4] + sampled[1][8:12]
     assert batch_rows(batch) == [(row.prompt.tolist(), row.response.tolist()) for row in expected]
     # Loss masks: the truncated rows ("long") get none; every other generated token counts.
@@ -335,7 +335,7 @@ def test_collect_trims_the_last_rounds_extra_groups(model_dir, tmp_path):
     trainer = make_trainer(model_dir, tmp_path, SCENARIOS["dynamic_sampling"])
     batch, stats = trainer.collect(step=1)
     assert (stats["generation_rounds"], stats["kept_groups"]) == (2, 3)
-    sampled = [rows_of_round(*r) for r in trainer.backend.rounds]
+    sampled = [rows_of_round(r) for r in trainer.backend.rounds]
     expected = sampled[0][0:4] + sampled[0][8:12] + sampled[1][0:4]
     assert batch_rows(batch) == [(row.prompt.tolist(), row.response.tolist()) for row in expected]
     s = 0.5 / math.sqrt(1 / 3)  # [1, 0, 1, 0]: mean 0.5, unbiased std sqrt(1/3)

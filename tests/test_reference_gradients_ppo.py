@@ -134,7 +134,7 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
         rounds_before, steps_before, perms_before = len(trainer.backend.rounds), len(spy.steps), len(permutations)
         metrics = trainer.train_step(step, logger)
         (round_,) = trainer.backend.rounds[rounds_before:]
-        rows = rows_of_round(*round_)
+        rows = rows_of_round(round_)
         records = spy.steps[steps_before:]
         train_policy = step > p.critic_warmup_steps
         temperature = config.rollout.temperature

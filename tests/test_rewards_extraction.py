@@ -128,6 +128,6 @@ def test_reasoning_gym_prefers_its_answer_tag_over_an_earlier_box():
     problem = task.problem(0, seed=0)
     gold = problem.answer["answer"]
     completion = f"Let me try: first guess \\boxed{{0}}, no, that is wrong; recompute.\n<answer>{gold}</answer>"
-    result = task.verify(completion, problem)
+    result = task.verifier(completion, answer=problem.answer)
     assert (result.score, result.details["statuses"]["correct"]) == (1.0, "ok")
-    assert task.verify("So the answer is \\boxed{0}.", problem).score == 0.0  # no tag: the box still counts
+    assert task.verifier("So the answer is \\boxed{0}.", answer=problem.answer).score == 0.0  # no tag: the box still counts

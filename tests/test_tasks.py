@@ -32,7 +32,7 @@ def test_gold_completion_scores_one(key):
     task = make(key)
     for index in range(min(task.size or 20, 20)):
         problem = task.problem(index, seed=3)
-        result = task.verify(task.gold_completion(problem), problem)
+        result = task.verifier(task.gold_completion(problem), answer=problem.answer)
         assert result.score == pytest.approx(1.0), (problem, result)
         assert result.status == "ok" and task.is_success(result)
 
@@ -52,16 +52,16 @@ def test_arithmetic_reward_components_and_lenient_answer():
     task = rlvr_env.make_task("Arithmetic")
     problem = task.problem(0, 0)
     answer = problem.answer
-    lenient = task.verify(f"I add them and get {answer}", problem)
+    lenient = task.verifier(f"I add them and get {answer}", answer=problem.answer)
     assert lenient.details["components"] == {"correct": 1.0, "format": 0.0}
     assert lenient.score == pytest.approx(0.9)
-    boxed_wrong = task.verify("\\boxed{0}", problem)
+    boxed_wrong = task.verifier("\\boxed{0}", answer=problem.answer)
     assert boxed_wrong.details["components"] == {"correct": 0.0, "format": 1.0}
     assert not task.is_success(boxed_wrong)
     # the last number decides, not any number the completion happens to mention
-    assert task.verify(f"{answer} is not it, it is 12345", problem).details["components"]["correct"] == 0.0
+    assert task.verifier(f"{answer} is not it, it is 12345", answer=problem.answer).details["components"]["correct"] == 0.0
     strict = rlvr_env.make_task("Arithmetic", fallback_last_number=False, format_weight=0.0, correct_weight=1.0)
-    result = strict.verify(f"Working it out step by step...\nso we get {answer}", problem)
+    result = strict.verifier(f"Working it out step by step...\nso we get {answer}", answer=problem.answer)
     assert result.score == 0.0 and result.status == "no_answer"
 
 
@@ -82,10 +82,10 @@ def test_arithmetic_answer_must_be_a_number_not_the_expression(completion, corre
     task = rlvr_env.make_task("Arithmetic", digits=2)
     problem = task.problem(0, 0)
     text = completion.format(e=problem.metadata["expression"], a=problem.answer, double=2 * int(problem.answer))
-    assert task.verify(text, problem).details["components"]["correct"] == correct
+    assert task.verifier(text, answer=problem.answer).details["components"]["correct"] == correct
     # without the rule an unevaluated expression counts, as it does for MATH-style answers
     lax = rlvr_env.make_task("Arithmetic", digits=2, literal_answer=False)
-    assert lax.verify(text, problem).details["components"]["correct"] == 1.0
+    assert lax.verifier(text, answer=problem.answer).details["components"]["correct"] == 1.0
 
 
 def test_arithmetic_difficulty_knobs_and_prompt():
@@ -165,8 +165,8 @@ def test_gsm8k_reads_final_answers_and_grades_last_number():
     task = rlvr_env.make_task("GSM8K", data_path=str(GSM8K))
     assert len(task) == 3 and [task.problem(i, 0).answer for i in range(3)] == ["72", "10", "5000"]
     assert task.problem(0, 0).prompt.startswith("Natalia sold clips")
-    assert task.verify("so she made 5,000 widgets", task.problem(2, 0)).score == 1.0
-    assert task.verify("\\boxed{2500 + 2500}", task.problem(2, 0)).score == 0.0  # a sum, not the number
+    assert task.verifier("so she made 5,000 widgets", answer=task.problem(2, 0).answer).score == 1.0
+    assert task.verifier("\\boxed{2500 + 2500}", answer=task.problem(2, 0).answer).score == 0.0  # a sum, not the number
     with pytest.raises(IndexError, match="out of range"):
         task.problem(3, 0)
 
@@ -182,8 +182,8 @@ def test_gsm8k_path_from_environment_variable(monkeypatch):
 def test_math_filters_and_answers():
     task = rlvr_env.make_task("MATH", data_path=str(MATH))
     assert [task.problem(i, 0).answer for i in range(len(task))] == ["\\frac{3}{4}", "4", "2, 3", "5\\sqrt{2}", "10"]
-    assert task.verify("so it is \\boxed{0.75}", task.problem(0, 0)).score == 1.0
-    assert task.verify("so it is \\boxed{\\frac{6}{8}}", task.problem(0, 0)).score == 1.0  # MATH answers may be expressions
+    assert task.verifier("so it is \\boxed{0.75}", answer=task.problem(0, 0).answer).score == 1.0
+    assert task.verifier("so it is \\boxed{\\frac{6}{8}}", answer=task.problem(0, 0).answer).score == 1.0  # MATH answers may be expressions
     algebra = rlvr_env.make_task("MATH", data_path=str(MATH), types=["Algebra"])
     assert [p.metadata["line"] for p in (algebra.problem(i, 0) for i in range(len(algebra)))] == [2, 3]
     easy = rlvr_env.make_task("MATH", data_path=str(MATH), levels=[1, 2])
@@ -248,7 +248,7 @@ def test_reasoning_gym_adapter_scores_with_its_own_score_answer():
         for index in range(5):
             problem = task.problem(index, seed=5)
             assert problem.answer == own[index]
-            assert task.verify(task.gold_completion(problem), problem).score == own.score_answer(own[index]["answer"], own[index]) == 1.0
-            assert task.verify("Thinking...\nno tags here", problem).status == "no_answer"
+            assert task.verifier(task.gold_completion(problem), answer=problem.answer).score == own.score_answer(own[index]["answer"], own[index]) == 1.0
+            assert task.verifier("Thinking...\nno tags here", answer=problem.answer).status == "no_answer"
     with pytest.raises(ValueError, match="dataset_config"):
         rlvr_env.make_task("rg.leg_counting", dataset_config={"no_such_option": 3})

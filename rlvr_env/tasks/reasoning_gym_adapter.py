@@ -40,7 +40,8 @@ class ReasoningGymVerifier:
     ``rewards.extract_answer`` finds (``\\boxed{}``, "the answer is", ...).
 
     Tags first, as in reasoning-gym's own ``extract_answer``: a ``\\boxed{0}`` tried in the working must not
-    beat the final ``<answer>``. The maths tasks keep SPEC.md's ``\\boxed{}``-first order.
+    beat the final ``<answer>``. The maths tasks (Arithmetic, GSM8K, MATH), whose prompts ask for a ``\\boxed{}``,
+    keep ``rewards.extract_answer``'s order, where the last box comes before any ``<answer>`` tag.
     """
 
     dataset: str
