@@ -8,7 +8,6 @@ import warnings
 import torch
 
 from algos.environment import build_task, make_env, make_rollout_backend
-from algos.metrics import task_accuracy
 from algos.runtime import DTYPES, mixed_precision, resolve_device
 
 
@@ -59,7 +58,7 @@ def evaluate(model, tokenizer, config, backend, device: torch.device, eval_set=N
             env = make_env(config, tokenizer, num_envs=len(chunk), device=device, problem_seed=config.env.eval_seed,
                            task=task, model=model)
             env.reset(seed=config.env.eval_seed, options={"group_size": 1, "problem_indices": chunk})
-            solved.append(task_accuracy(backend.generate(model, env, greedy=True)))
+            solved.append(backend.generate(model, env, greedy=True).solved.float())
     finally:
         model.train(was_training)
     return torch.cat(solved).mean().item()

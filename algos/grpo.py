@@ -32,7 +32,7 @@ from algos.core import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES
 from algos.core.advantages import process_advantages, step_rewards_vary, zero_std_group_fraction
 from algos.core.aggregation import aggregate_loss
 from algos.core.kl import kl_estimate
-from algos.metrics import MetricsLogger, UpdateStats, rollout_metrics, task_accuracy
+from algos.metrics import MetricsLogger, UpdateStats, rollout_metrics
 from algos.policy import completion_logprobs
 from algos.rollout import RolloutBackend
 from algos.runtime import advance_schedule, build_optimizer, build_scheduler, guarded_optimizer_step
@@ -175,7 +175,7 @@ def informative_groups(result, loss_mask: torch.Tensor, g: GRPOSection) -> torch
     """[B // G] bool: DAPO keeps a group when its accuracy (or, as configured, its task score; either before the
     length penalty) varies and some row of it is trained on (overlong filtering may mask them all). With process
     supervision, step rewards that differ within the group are a signal too."""
-    metric = task_accuracy(result) if g.dynamic_sampling_metric == "acc" else result.scores.float()
+    metric = result.solved.float() if g.dynamic_sampling_metric == "acc" else result.scores.float()
     metric = metric.reshape(-1, g.group_size)
     varies = metric.amax(1) > metric.amin(1)
     if g.process_weight:
@@ -242,7 +242,7 @@ class GRPOTrainer:
         self.env.reset(seed=self._round_seed(step, round_index), options={"group_size": g.group_size})
         result = self.backend.generate(self.model, self.env)
         scores, loss_mask = shape_rewards(result, g, self.config.env.max_new_tokens)
-        rows = SampledRows(self.env.prompt_ids, self.env.prompt_mask, result.response_ids, result.response_mask,
+        rows = SampledRows(result.prompt_ids, result.prompt_mask, result.response_ids, result.response_mask,
                            scores, loss_mask, result.process_rewards, result.process_step_mask)
         return result, rows
 

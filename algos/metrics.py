@@ -145,21 +145,13 @@ def plot_metrics(output_dir: str | Path, keys: tuple[str, ...] = PLOT_KEYS) -> P
     return path
 
 
-def task_accuracy(result) -> torch.Tensor:
-    """RolloutResult -> [B] 1.0 where the answer was right: the task's "correct" component when it
-    reports one (scores may include format credit), else the score; either counts at >= 1, as in
-    Task.is_success (partial credit, e.g. reasoning-gym's 0.65, is not a solved problem)."""
-    correct = result.reward_components.get("correct", result.scores)
-    return (correct >= 1.0).float()
-
-
 def rollout_metrics(result, scores: torch.Tensor) -> dict[str, float]:
     """The per-step rollout metrics (docs/agents.md lists them) from one RolloutResult and its (shaped) [B] scores."""
     lengths = result.response_mask.sum(-1).float()
     metrics = {
         "reward_mean": scores.mean().item(),
         "reward_std": scores.std().item() if scores.numel() > 1 else 0.0,
-        "accuracy": task_accuracy(result).mean().item(),
+        "accuracy": result.solved.float().mean().item(),  # rlvr_env.task.solved: partial credit is not solved
         "completion_len_mean": lengths.mean().item(),
         "completion_len_max": lengths.max().item(),
         "truncation_rate": result.truncated.float().mean().item(),

@@ -271,9 +271,9 @@ class PPOTrainer:
             rollout = self.backend.generate(self.policy, self.env)
             scores = self._scores(rollout)
             metrics = rollout_metrics(rollout, scores)
-            input_ids = torch.cat([self.env.prompt_ids, rollout.response_ids], dim=1)
-            attention_mask = torch.cat([self.env.prompt_mask, rollout.response_mask], dim=1)
-            prompt_width = self.env.prompt_width
+            input_ids = torch.cat([rollout.prompt_ids, rollout.response_ids], dim=1)
+            attention_mask = torch.cat([rollout.prompt_mask, rollout.response_mask], dim=1)
+            prompt_width = rollout.prompt_ids.shape[1]
             mask = rollout.response_mask.float()
             old_logp, old_values, kl = self._rollout_forward(input_ids, attention_mask, prompt_width, mask)
             if kl is not None:

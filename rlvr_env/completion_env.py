@@ -103,7 +103,8 @@ class CompletionEnv(gym.Env):
         messages = self.task.messages(self.problem)
         prompt = render_prompt(messages, self.tokenizer, self.use_chat_template)
         if len(prompt) > self.observation_space.max_length:
-            raise ValueError(f"prompt of problem {index} has {len(prompt)} characters > max_prompt_chars={self.observation_space.max_length}")
+            limit = self.observation_space.max_length
+            raise ValueError(f"prompt of problem {index} has {len(prompt)} characters > max_prompt_chars={limit}")
         self._prompt = prompt
         return prompt, {"problem_index": int(index), "messages": messages}
 

@@ -144,7 +144,8 @@ class TokenVectorEnv(VectorEnv):
         task_changes = options.pop("task", None)
         if options:
             raise ValueError(f"unknown reset option {sorted(options)[0]!r}; known: group_size, problem_indices, task")
-        if not isinstance(group_size, numbers.Integral) or isinstance(group_size, bool) or group_size < 1 or self.num_envs % group_size:
+        whole_number = isinstance(group_size, numbers.Integral) and not isinstance(group_size, bool)
+        if not whole_number or group_size < 1 or self.num_envs % group_size:
             raise ValueError(f"group_size must be a positive divisor of num_envs={self.num_envs}, got {group_size!r}")
         group_size = int(group_size)
         num_prompts = self.num_envs // group_size
@@ -164,7 +165,9 @@ class TokenVectorEnv(VectorEnv):
         width = max(len(ids) for ids in encoded)
         if self.max_prompt_tokens is not None and width > self.max_prompt_tokens:
             longest = max(range(num_prompts), key=lambda k: len(encoded[k]))
-            raise ValueError(f"prompt of problem {indices[longest]} has {width} tokens > max_prompt_tokens={self.max_prompt_tokens}")
+            raise ValueError(
+                f"prompt of problem {indices[longest]} has {width} tokens > max_prompt_tokens={self.max_prompt_tokens}"
+            )
         prompt_ids = torch.full((num_prompts, width), self.pad_id, dtype=torch.long)
         for k, ids in enumerate(encoded):
             prompt_ids[k, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
@@ -191,7 +194,8 @@ class TokenVectorEnv(VectorEnv):
         self._reward_steps = torch.zeros((steps, batch), dtype=torch.float32, device=device)
         self._process_rewards = torch.zeros((batch, steps), dtype=torch.float32, device=device)
         self._process_step_mask = torch.zeros((batch, steps), dtype=torch.bool, device=device)
-        self._step_rows = [buffer.unbind(0) for buffer in (self._terminated_steps, self._truncated_steps, self._ended_steps, self._reward_steps)]
+        buffers = (self._terminated_steps, self._truncated_steps, self._ended_steps, self._reward_steps)
+        self._step_rows = [buffer.unbind(0) for buffer in buffers]
         self._step_boundary = torch.zeros(batch, dtype=torch.bool, device=device)
         self._credited_chars = [0] * batch
         self.scores = torch.zeros(batch, dtype=torch.float32, device=device)

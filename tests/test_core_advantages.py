@@ -28,6 +28,15 @@ def test_batch_scaling_uses_the_batch_std():
     adv = batch_std_advantages(scores, group_size=2, eps=0.0)
     std = scores.std().item()  # unbiased std of [1, 0, 3, 3]
     torch.testing.assert_close(adv, torch.tensor([0.5, -0.5, 0.0, 0.0]) / std)
+    # the default eps is 1e-6, as for the group std
+    torch.testing.assert_close(batch_std_advantages(scores, group_size=2), torch.tensor([0.5, -0.5, 0.0, 0.0]) / (std + 1e-6))
+
+
+def test_one_row_groups_have_no_mean_only_signal():
+    # G = 1 is a whole number of groups: each row is its group's mean, so Dr. GRPO's advantage is 0 and every group
+    # has zero spread (the std-normalised estimators refuse G = 1 instead).
+    torch.testing.assert_close(mean_only_advantages(torch.tensor([3.0, 5.0]), 1), torch.zeros(2))
+    assert zero_std_group_fraction(torch.tensor([3.0, 5.0]), 1) == 1.0
 
 
 def test_dr_grpo_is_mean_only():

@@ -89,3 +89,17 @@ def test_gspo_ratio_of_a_one_token_row_is_that_tokens_ratio():
     out = gspo_policy_loss(_logp([1.5, 3.0]), torch.zeros(1, 2), torch.tensor([1.0]), torch.tensor([[1, 0]]))
     assert out.stats["ratio_max"] == pytest.approx(1.5)
     torch.testing.assert_close(out.per_token_loss, torch.tensor([[-1.2, 0.0]]))
+
+
+def test_gspo_clips_at_the_default_range_and_applies_the_dual_clip():
+    # ratios 0.25 and 1 (geometric mean 0.5), A = -1: clipped at 1 - 0.2 by default, loss max(0.5, 0.8) = 0.8 per token
+    mask, negative = torch.ones(1, 2), torch.tensor([-1.0])
+    low = gspo_policy_loss(_logp([0.25, 1.0]), torch.zeros(1, 2), negative, mask)
+    torch.testing.assert_close(low.per_token_loss, torch.tensor([[0.8, 0.8]]))
+    # ratios 2 and 8 (geometric mean 4), A = -1: loss max(4, 1.2) = 4, which dual clip 3 bounds at 3
+    high = _logp([2.0, 8.0])
+    unbounded = gspo_policy_loss(high, torch.zeros(1, 2), negative, mask)
+    torch.testing.assert_close(unbounded.per_token_loss, torch.tensor([[4.0, 4.0]]))
+    bounded = gspo_policy_loss(high, torch.zeros(1, 2), negative, mask, dual_clip=3.0)
+    torch.testing.assert_close(bounded.per_token_loss, torch.tensor([[3.0, 3.0]]))
+    assert bounded.stats["dual_clip_frac"] == 1.0

@@ -26,10 +26,10 @@ def test_invalid_utf8_names_the_file_and_line(tmp_path):
 
 def test_upper_case_parquet_suffix_is_read_as_parquet(tmp_path):
     pyarrow = pytest.importorskip("pyarrow")
-    import pyarrow.parquet
+    parquet = pytest.importorskip("pyarrow.parquet")
 
     path = tmp_path / "train.PARQUET"
-    pyarrow.parquet.write_table(pyarrow.table({key: [value] for key, value in GSM8K_ROW.items()}), path)
+    parquet.write_table(pyarrow.table({key: [value] for key, value in GSM8K_ROW.items()}), path)
     assert rlvr_env.make_task("GSM8K", data_path=str(path)).problem(0, 0).answer == "4"
 
 
@@ -74,11 +74,11 @@ def test_math_null_answer_without_a_boxed_solution_names_line_and_fields(tmp_pat
 
 def test_math_parquet_with_a_partly_null_answer_column(tmp_path):
     pyarrow = pytest.importorskip("pyarrow")
-    import pyarrow.parquet
+    parquet = pytest.importorskip("pyarrow.parquet")
 
     path = tmp_path / "math.parquet"
     columns = {"problem": ["p1", "p2"], "solution": ["\\boxed{1}", "\\boxed{2}"], "answer": ["7", None]}
-    pyarrow.parquet.write_table(pyarrow.table(columns), path)
+    parquet.write_table(pyarrow.table(columns), path)
     task = rlvr_env.make_task("MATH", data_path=str(path))
     assert [task.problem(i, 0).answer for i in range(2)] == ["7", "2"]
 
@@ -101,18 +101,19 @@ def test_math_gold_reads_the_solution_as_a_prediction_is_read(tmp_path):
         {"problem": "Solve x^2 = 9.", "solution": "So $x = \\boxed{3}$ or $x = \\boxed{-3}$."}]))
     roots = either.problem(0, 0)
     assert roots.answer == "3, -3"
-    assert [either.verifier(c, answer=roots.answer).score for c in ("\\boxed{-3, 3}", "either \\boxed{3} or \\boxed{-3}", "\\boxed{-3}")] == [1.0, 0.0, 0.0]
+    completions = ("\\boxed{-3, 3}", "either \\boxed{3} or \\boxed{-3}", "\\boxed{-3}")
+    assert [either.verifier(c, answer=roots.answer).score for c in completions] == [1.0, 0.0, 0.0]
 
 
 def test_rewritten_parquet_with_the_same_mtime_is_read_again(tmp_path):
     pyarrow = pytest.importorskip("pyarrow")
-    import pyarrow.parquet
+    parquet = pytest.importorskip("pyarrow.parquet")
 
     path = tmp_path / "train.parquet"
-    pyarrow.parquet.write_table(pyarrow.table({"question": ["q1"], "answer": ["#### 1"]}), path)
+    parquet.write_table(pyarrow.table({"question": ["q1"], "answer": ["#### 1"]}), path)
     assert rlvr_env.make_task("GSM8K", data_path=str(path)).problem(0, 0).answer == "1"
     stat = os.stat(path)
-    pyarrow.parquet.write_table(pyarrow.table({"question": ["q2"], "answer": ["#### 2"]}), path)
+    parquet.write_table(pyarrow.table({"question": ["q2"], "answer": ["#### 2"]}), path)
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # a cache keyed on path and mtime would serve row "1"
     assert rlvr_env.make_task("GSM8K", data_path=str(path)).problem(0, 0).answer == "2"
 

@@ -255,15 +255,14 @@ def test_a_gpu_device_on_a_host_without_one_is_a_config_error(monkeypatch):
 
 def test_accuracy_counts_full_credit_only_as_task_is_success_does():
     """A reasoning-gym scorer's partial credit (0.65) was counted as a solved problem by the trainer's
-    accuracy (threshold 0.5) while Task.is_success (curriculum, CompletionEnv) said unsolved."""
-    from types import SimpleNamespace
+    accuracy (threshold 0.5) while Task.is_success (curriculum, CompletionEnv) said unsolved. The trainer's
+    accuracy is now RolloutResult.solved, which is rlvr_env.task.solved, which Task.is_success calls too."""
+    from rlvr_env.task import solved
 
-    from algos.metrics import task_accuracy
-
-    graded = SimpleNamespace(reward_components={"correct": torch.tensor([1.0, 0.65, 0.0])}, scores=torch.tensor([1.1, 0.75, 0.1]))
-    assert task_accuracy(graded).tolist() == [1.0, 0.0, 0.0]
-    plain = SimpleNamespace(reward_components={}, scores=torch.tensor([1.0, 0.9, 0.0]))
-    assert task_accuracy(plain).tolist() == [1.0, 0.0, 0.0]
+    graded = solved(torch.tensor([1.1, 0.75, 0.1]), {"correct": torch.tensor([1.0, 0.65, 0.0])})
+    assert graded.float().tolist() == [1.0, 0.0, 0.0]
+    plain = solved(torch.tensor([1.0, 0.9, 0.0]), {})
+    assert plain.float().tolist() == [1.0, 0.0, 0.0]
 
 
 def test_adamw_on_half_precision_weights_warns_and_names_the_fix():

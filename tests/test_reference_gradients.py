@@ -13,12 +13,6 @@ import math
 
 import pytest
 import torch
-
-from algos.config import load_config
-from algos.grpo import DAPO_PRESET, GRPOConfig
-from algos.grpo import GRPOTrainer
-from algos.metrics import MetricsLogger
-from algos.rollout import ScriptedRollout
 from reference_helpers import (
     OptimizerSpy,
     Row,
@@ -32,6 +26,11 @@ from reference_helpers import (
     save_tiny_model,
     token_logprobs,
 )
+
+from algos.config import load_config
+from algos.grpo import DAPO_PRESET, GRPOConfig, GRPOTrainer
+from algos.metrics import MetricsLogger
+from algos.rollout import ScriptedRollout
 
 TASK = '{"num_numbers": 3, "step_reward": 0.1, "prompt_template": "{numbers}>{target}:"}'
 MAX_NEW_TOKENS = 24
@@ -100,12 +99,13 @@ SCENARIOS = {
     "gspo": {"loss.surrogate": "gspo", "grpo.num_iterations": "2", "loss.eps_low": "0.05", "loss.eps_high": "0.05",
              "grpo.beta": "0"},
     # Process supervision beside the outcome advantage, batch-std scaling, dual clip.
-    "process": {"grpo.process_weight": "0.5", "grpo.adv_estimator": "batch-std", "loss.dual_clip": "1.5", "grpo.num_iterations": "2",
-                "grpo.beta": "0", "optim.lr": "0.05", "grpo.adv_eps": "0.1"},
+    "process": {"grpo.process_weight": "0.5", "grpo.adv_estimator": "batch-std", "loss.dual_clip": "1.5",
+                "grpo.num_iterations": "2", "grpo.beta": "0", "optim.lr": "0.05", "grpo.adv_eps": "0.1"},
     # Dynamic sampling keeps a group whose step rewards are all equal when its accuracy varies (round 0's group 2).
     "process_dynamic": {"grpo.process_weight": "0.5", "grpo.dynamic_sampling": "true", "grpo.beta": "0"},
     # The normalisers at their edge: one loss token in the batch (token-mean), one row with loss tokens (per sequence).
-    "one_loss_token": {"script": ONE_LOSS_TOKEN, "grpo.overlong_filter": "true", "loss.aggregation": "token-mean", "grpo.beta": "0"},
+    "one_loss_token": {"script": ONE_LOSS_TOKEN, "grpo.overlong_filter": "true", "loss.aggregation": "token-mean",
+                       "grpo.beta": "0"},
     "one_loss_row": {"script": ONE_LOSS_TOKEN, "grpo.overlong_filter": "true", "grpo.beta": "0"},
 }
 
@@ -209,7 +209,8 @@ def reference_objective(model, old_model, ref_model, kept, g, lc, temperature: f
             with torch.no_grad():
                 ref = token_logprobs(ref_model, row, temperature)[0]
             log_ref_ratio = ref - logp
-            kl = {"k1": -log_ref_ratio, "k2": 0.5 * log_ref_ratio**2, "k3": log_ref_ratio.exp() - log_ref_ratio - 1}[g.kl_estimator]
+            kl = {"k1": -log_ref_ratio, "k2": 0.5 * log_ref_ratio**2,
+                  "k3": log_ref_ratio.exp() - log_ref_ratio - 1}[g.kl_estimator]
             kl = kl.clamp(-g.kl_clamp, g.kl_clamp)  # as verl: one far off-policy token cannot dominate
             loss = loss + g.beta * kl
             stats["kl"] += (kl.detach() * mask).sum().item()

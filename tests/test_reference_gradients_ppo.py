@@ -11,11 +11,6 @@ import copy
 
 import pytest
 import torch
-
-from algos.config import load_config
-from algos.metrics import MetricsLogger
-from algos.ppo import PPOConfig, PPOTrainer
-from algos.rollout import ScriptedRollout
 from reference_helpers import (
     OptimizerSpy,
     assert_gradients_equal,
@@ -27,7 +22,12 @@ from reference_helpers import (
     save_tiny_model,
     token_logprobs,
 )
-from test_reference_gradients import BASE, MAX_NEW_TOKENS, script
+from test_reference_gradients import BASE, script
+
+from algos.config import load_config
+from algos.metrics import MetricsLogger
+from algos.ppo import PPOConfig, PPOTrainer
+from algos.rollout import ScriptedRollout
 
 PPO_BASE = {key: value for key, value in BASE.items() if not key.startswith("grpo.")}
 PPO_BASE.update({

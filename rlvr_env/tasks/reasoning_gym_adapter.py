@@ -16,7 +16,6 @@ from rewards.extract import tagged_answer
 from rewards.result import ERROR, NO_ANSWER, OK, VerifyResult
 from rlvr_env.task import Problem, Task, TaskConfig
 
-
 # Combines other datasets and has no default config, so it gets no id of its own.
 UNREGISTERED = frozenset({"composite"})
 
@@ -86,7 +85,9 @@ class ReasoningGymConfig(TaskConfig):
         try:
             config_json = _config_key(self.dataset_config)
         except (TypeError, ValueError) as error:
-            raise ValueError(f"dataset_config must hold only JSON values (dicts, lists, strings, numbers, bools, None): {error}") from None
+            raise ValueError(
+                f"dataset_config must hold only JSON values (dicts, lists, strings, numbers, bools, None): {error}"
+            ) from None
         try:
             _dataset(self.dataset, 0, self.size, config_json)
         except (TypeError, ValueError, AssertionError) as error:
@@ -113,7 +114,9 @@ class ReasoningGymTask(Task):
 
     def gold_completion(self, problem: Problem) -> str:
         if problem.answer["answer"] is None:  # e.g. rush_hour, graph_color: many solutions, checked by score_answer
-            raise NotImplementedError(f"reasoning-gym {self.config.dataset!r} gives no reference answer to build a gold completion from")
+            raise NotImplementedError(
+                f"reasoning-gym {self.config.dataset!r} gives no reference answer to build a gold completion from"
+            )
         return f"<answer>{problem.answer['answer']}</answer>"
 
 
