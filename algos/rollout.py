@@ -21,6 +21,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from algos.policy import position_ids_from_mask
 from rlvr_env.token_vector_env import RolloutResult, TokenVectorEnv
 
 
@@ -159,8 +160,7 @@ class HFRollout:
         batch, group_size = env.num_envs, env.group_size
         first_rows = torch.arange(0, batch, group_size, device=env.device)  # one row per prompt
         prompt_mask = env.prompt_mask[first_rows]
-        # Left padding: positions count real tokens only, as model.generate does.
-        positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+        positions = position_ids_from_mask(prompt_mask)  # left padding: as model.generate counts them
         cache = DynamicCache(config=model.config)
         logits = model(
             input_ids=env.prompt_ids[first_rows],
