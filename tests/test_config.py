@@ -1,3 +1,4 @@
+import re
 from dataclasses import dataclass, field
 
 import pytest
@@ -120,3 +121,66 @@ def test_overrides_inside_a_mapping_field_are_typed_and_merge():
     # a mapping given whole on the command line, then one key of it
     config = load_config(GRPOConfig, overrides=["--env.kwargs", "{digits: 2, terms: 3}", "--env.kwargs.digits", "4"])
     assert config.env.kwargs == {"digits": 4, "terms": 3}
+
+
+# (key, the edge value accepted, a value just past it, the exact error): every checked key of the algorithm sections,
+# so a check that moves its bound, names another key or loses its reason is caught.
+GRPO_EDGES = [
+    ("grpo.prompts_per_step", "1", "0", "must be >= 1"),
+    ("grpo.group_size", "2", "1", "must be >= 2 (advantages compare samples of a group)"),
+    ("grpo.num_iterations", "1", "0", "must be >= 1"),
+    ("grpo.beta", "0", "-0.01", "must be >= 0"),
+    ("grpo.kl_estimator", "k2", "k4", "must be one of ('k1', 'k2', 'k3')"),
+    ("grpo.kl_clamp", "1e-6", "0", "must be > 0"),
+    ("grpo.adv_estimator", "dr-grpo", "rank", "must be one of ('grpo', 'batch-std', 'dr-grpo')"),
+    ("grpo.adv_eps", "1e-12", "0", "must be > 0"),
+    ("grpo.process_weight", "0", "-0.01", "must be >= 0"),
+    ("grpo.dynamic_sampling_metric", "score", "reward", "must be 'acc' or 'score', got 'reward'"),
+    ("grpo.overlong_penalty_factor", "0", "-0.01", "must be >= 0"),
+    ("grpo.max_sampling_rounds", "1", "0", "must be in 1..101"),
+    ("grpo.max_sampling_rounds", "101", "102", "must be in 1..101"),
+    ("grpo.overlong_cache", "1", "0", "must be >= 1"),
+    ("loss.surrogate", "gspo", "clip", "must be one of ('ppo-clip', 'gspo')"),
+    ("loss.eps_low", "0.999", "1", "must be in (0, 1)"),
+    ("loss.eps_low", "0.001", "0", "must be in (0, 1)"),
+    ("loss.eps_high", "1e-6", "0", "must be > 0"),
+    ("loss.dual_clip", "1.001", "1", "must be > 1 or null"),
+    ("loss.aggregation", "seq-mean-token-sum-norm", "sum",
+     "must be one of ('token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum-norm')"),
+    ("loss.entropy_coef", "0", "-0.01", "must be >= 0 (a bonus; negative would penalise entropy)"),
+    ("loss.micro_batch_size", "1", "0", "must be >= 1"),
+    ("loss.logprob_chunk_size", "1", "0", "must be >= 1"),
+]
+PPO_EDGES = [
+    *[(f"ppo.{name}", "1", "0", "must be >= 1") for name in (
+        "samples_per_prompt", "ppo_epochs", "num_minibatches", "reward_model_batch_size", "kl_horizon")],
+    ("ppo.prompts_per_step", "1", "0", "must be >= 1", {"ppo.num_minibatches": "1"}),
+    ("ppo.num_minibatches", "16", "17", "must be <= rows per step (16)"),
+    ("ppo.gamma", "1", "1.01", "must be in (0, 1]"),
+    ("ppo.gamma", "0.01", "0", "must be in (0, 1]"),
+    ("ppo.lam", "0", "-0.01", "must be in [0, 1]"),
+    ("ppo.lam", "1", "1.01", "must be in [0, 1]"),
+    ("ppo.value_model", "separate", "shared", "must be one of ('head', 'separate')"),
+    ("ppo.value_clip", "1e-6", "0", "must be > 0 or null"),
+    ("ppo.vf_coef", "1e-6", "0", "must be > 0"),
+    ("ppo.critic_lr", "1e-9", "0", "must be > 0 or null"),
+    ("ppo.critic_warmup_steps", "0", "-1", "must be >= 0"),
+    ("ppo.kl_coef", "0", "-0.01", "must be >= 0"),
+    ("ppo.kl_estimator", "k3", "k4", "must be one of ('k1', 'k2', 'k3')"),
+    ("ppo.kl_clamp", "1e-6", "0", "must be > 0"),
+    ("ppo.kl_target", "1e-6", "0", "must be > 0 or null"),
+    ("ppo.reward_source", "env", "judge", "must be one of ('env', 'model')"),
+]
+
+
+@pytest.mark.parametrize("key, accepted, refused, message, others", [(*edge, {})[:5] for edge in GRPO_EDGES + PPO_EDGES])
+def test_each_algorithm_key_accepts_its_edge_and_names_itself_past_it(key, accepted, refused, message, others):
+    """``others``: keys the edge needs besides (one prompt per step leaves room for one minibatch only)."""
+    from algos.ppo import PPOConfig
+
+    config_cls = PPOConfig if key.startswith("ppo.") else GRPOConfig
+    section, name = key.split(".")
+    value = getattr(getattr(load_config(config_cls, overrides={**others, key: accepted}), section), name)
+    assert value == (float(accepted) if re.fullmatch(r"[\d.e-]+", accepted) else accepted)
+    with pytest.raises(ValueError, match=rf"^config {re.escape(key)}: {re.escape(message)}$"):
+        load_config(config_cls, overrides={**others, key: refused})
