@@ -354,14 +354,18 @@ def test_a_step_without_signal_or_loss_tokens_skips_the_update_and_still_advance
         trainer = make_trainer(model_dir, tmp_path / name, scenario)
         before = copy.deepcopy(trainer.model.state_dict())
         logger = MetricsLogger(tmp_path / name, 3, tensorboard=False, progress=False)
+        written = []
+        logger.write = written.append
         for step in (1, 2):
             metrics = trainer.train_step(step, logger)
             assert metrics["skipped_update"] == 1.0
             assert metrics["lr"] == pytest.approx(trainer.config.optim.lr * step / 3)  # warm-up: (s + 1) / (2 + 1)
         if name == "no_signal":
             assert (metrics["kept_groups"], metrics["generation_rounds"]) == (0, 2)
+            assert written[-1] == "step 2: no group with reward variance after 2 rounds; update skipped"
         else:
             assert metrics["kept_groups"] == 3
+            assert written[-1] == "step 2: no loss tokens, or a non-finite loss or gradient; update skipped, weights unchanged"
         assert all(torch.equal(value, trainer.model.state_dict()[key]) for key, value in before.items())
 
 
