@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import warnings
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -340,10 +341,13 @@ def test_a_skipped_iteration_does_not_report_the_applied_ones_as_skipped(tiny_mo
         return out
 
     monkeypatch.setitem(POLICY_LOSSES, "ppo-clip", second_iteration_overflows)
+    monkeypatch.setattr(trainer, "collect", lambda step: (batch, {}))
     before = [p.detach().clone() for p in trainer.model.parameters()]
-    stats = trainer.update(batch)
+    written = []
+    stats = trainer.train_step(1, SimpleNamespace(write=written.append))
     assert stats["skipped_update"] == 0.0 and stats["skipped_iterations"] == 1
     assert any(not torch.equal(a, b) for a, b in zip(trainer.model.parameters(), before))
+    assert written == ["step 1: 1 of 2 iterations skipped (non-finite loss or gradient); the others were applied"]
 
 
 def test_entropy_is_logged_over_every_generated_token_not_only_the_loss_tokens(tiny_model_dir, tmp_path):
