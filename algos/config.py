@@ -391,23 +391,27 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     raise ValueError(f"config key {key!r}: unsupported type {tp!r}")
 
 
-def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
-    """Nested dict -> dataclass instance; unknown keys and wrong types raise ValueError naming the key."""
+def from_dict(cls: type, data: dict[str, Any], prefix: str = "", defaults: Any = None) -> Any:
+    """Nested dict -> dataclass instance; unknown keys and wrong types raise ValueError naming the key. Fields the dict
+    leaves out keep ``defaults``' values when given (a section's defaults as its config sets them: PPOConfig's `loss`
+    aggregates by token-mean), else the class defaults."""
     if not isinstance(data, dict):
         raise ValueError(f"config section {prefix.rstrip('.') or '<root>'!r} must be a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
-    names = _field_names(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:
-        if key not in names:
-            raise ValueError(f"unknown config key {prefix + key!r} (known: {', '.join(sorted(names))})")
+        if key not in fields:
+            raise ValueError(f"unknown config key {prefix + key!r} (known: {', '.join(sorted(fields))})")
     kwargs = {}
     for name, value in data.items():
         tp = hints[name]
         if dataclasses.is_dataclass(tp):
-            kwargs[name] = from_dict(tp, value, prefix + name + ".")
+            factory = fields[name].default_factory
+            section_defaults = factory() if factory is not dataclasses.MISSING else None
+            kwargs[name] = from_dict(tp, value, prefix + name + ".", section_defaults)
         else:
             kwargs[name] = _coerce(value, tp, prefix + name)
-    return cls(**kwargs)
+    return dataclasses.replace(defaults, **kwargs) if defaults is not None else cls(**kwargs)
 
 
 def to_dict(config: Any) -> dict[str, Any]:

@@ -184,3 +184,16 @@ def test_each_algorithm_key_accepts_its_edge_and_names_itself_past_it(key, accep
     assert value == (float(accepted) if re.fullmatch(r"[\d.e-]+", accepted) else accepted)
     with pytest.raises(ValueError, match=rf"^config {re.escape(key)}: {re.escape(message)}$"):
         load_config(config_cls, overrides={**others, key: refused})
+
+
+def test_a_section_given_in_part_keeps_its_algorithms_defaults_for_the_rest(tmp_path):
+    """PPOConfig's `loss` section aggregates by token-mean with 16-row micro-batches; setting one loss key (from the
+    command line or a file) must not bring back the class defaults (GRPO's per-sequence mean) for the others."""
+    from algos.ppo import PPOConfig
+
+    config = load_config(PPOConfig, overrides={"loss.entropy_coef": "0.01"})
+    assert (config.loss.entropy_coef, config.loss.aggregation, config.loss.micro_batch_size) == (0.01, "token-mean", 16)
+    path = tmp_path / "ppo.toml"
+    path.write_text("[loss]\nmicro_batch_size = 4\n")
+    assert load_config(PPOConfig, path).loss.aggregation == "token-mean"
+    assert load_config(GRPOConfig, overrides={"loss.entropy_coef": "0.01"}).loss.aggregation == "seq-mean-token-mean"

@@ -64,7 +64,8 @@ MODULES: dict[str, list[str]] = {
                       *GRPO_REFERENCE, *RESUME],
     "algos/ppo.py": ["tests/test_ppo.py", "tests/test_config.py", *PPO_REFERENCE, *RESUME],
     "algos/config.py": ["tests/test_config.py", "tests/test_grpo_cli.py"],
-    "algos/run_dir.py": ["tests/test_run_dir.py", "tests/test_grpo_loop.py", "tests/test_ppo.py", "tests/test_grpo_cli.py", *RESUME],
+    "algos/run_dir.py": ["tests/test_run_dir.py", "tests/test_grpo_loop.py", "tests/test_ppo.py", "tests/test_grpo_cli.py",
+                         *RESUME],
     "algos/checkpoint.py": ["tests/test_checkpoint.py", "tests/test_grpo_machinery.py", *CORE_USERS, *RESUME],
     "rewards/shaping.py": ["tests/test_rewards_shaping.py", "tests/test_grpo_loop.py", *GRPO_REFERENCE],
 }
