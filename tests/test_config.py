@@ -140,6 +140,7 @@ GRPO_EDGES = [
     ("grpo.max_sampling_rounds", "1", "0", "must be in 1..101"),
     ("grpo.max_sampling_rounds", "101", "102", "must be in 1..101"),
     ("grpo.overlong_cache", "1", "0", "must be >= 1"),
+    ("grpo.overlong_cache", "64", "65", "must be <= env.max_new_tokens (64)", {"grpo.soft_overlong": "true"}),
     ("loss.surrogate", "gspo", "clip", "must be one of ('ppo-clip', 'gspo')"),
     ("loss.eps_low", "0.999", "1", "must be in (0, 1)"),
     ("loss.eps_low", "0.001", "0", "must be in (0, 1)"),

@@ -365,7 +365,8 @@ def test_entropy_is_logged_over_every_generated_token_not_only_the_loss_tokens(t
 
 
 def test_k1_is_refused_as_the_kl_loss_term():
-    with pytest.raises(ValueError, match="grpo.kl_estimator: k1 has zero expected gradient"):
+    with pytest.raises(ValueError, match=re.escape("grpo.kl_estimator: k1 has zero expected gradient as a loss term: use k3 "
+                                                   "(DeepSeekMath, verl's low_var_kl) or k2 (its gradient is the KL's)")):
         load_config(GRPOConfig, overrides=["--grpo.kl_estimator", "k1"])
     assert load_config(GRPOConfig, overrides=["--grpo.kl_estimator", "k1", "--grpo.beta", "0"]).grpo.beta == 0  # no KL term
 
