@@ -36,7 +36,7 @@ from algos.metrics import MetricsLogger, UpdateStats, rollout_metrics
 from algos.policy import completion_logprobs
 from algos.rollout import RolloutBackend
 from algos.runtime import advance_schedule, build_optimizer, build_scheduler, guarded_optimizer_step
-from algos.trainer import run_training, setup_run
+from algos.trainer import round_seed, run_training, setup_run
 
 
 @dataclass
@@ -85,7 +85,7 @@ class GRPOSection:
         require(self.dynamic_sampling_metric in ("acc", "score"), "grpo.dynamic_sampling_metric",
                 f"must be 'acc' or 'score', got {self.dynamic_sampling_metric!r}")
         require(self.overlong_penalty_factor >= 0, "grpo.overlong_penalty_factor", "must be >= 0")
-        # GRPOTrainer._round_seed gives each step 101 prompt seeds; more rounds would repeat the next step's prompts
+        # trainer.round_seed gives each step 101 prompt seeds; more rounds would repeat the next step's prompts
         require(1 <= self.max_sampling_rounds <= 101, "grpo.max_sampling_rounds", "must be in 1..101")
         require(self.overlong_cache >= 1, "grpo.overlong_cache", "must be >= 1")
 
@@ -231,15 +231,10 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------ sampling
 
-    def _round_seed(self, step: int, round_index: int) -> int:
-        """The data position is a pure function of (seed, step, round), so a resumed run sees the same prompts
-        (distinct for every round: grpo.max_sampling_rounds <= 101)."""
-        return (self.config.run.seed * 1_000_003 + step) * 101 + round_index
-
     def sample_round(self, step: int, round_index: int) -> tuple[Any, SampledRows]:
         """Generate G completions for each of the round's prompts: (the rollout, its rows with rewards shaped)."""
         g = self.config.grpo
-        self.env.reset(seed=self._round_seed(step, round_index), options={"group_size": g.group_size})
+        self.env.reset(seed=round_seed(self.config.run.seed, step, round_index), options={"group_size": g.group_size})
         result = self.backend.generate(self.model, self.env)
         scores, loss_mask = shape_rewards(result, g, self.config.env.max_new_tokens)
         rows = SampledRows(result.prompt_ids, result.prompt_mask, result.response_ids, result.response_mask,

@@ -46,7 +46,7 @@ from algos.metrics import MetricsLogger, UpdateStats, rollout_metrics
 from algos.policy import completion_logprobs, lm_head_of
 from algos.rollout import RolloutBackend
 from algos.runtime import advance_schedule, build_optimizer, build_scheduler, guarded_optimizer_step
-from algos.trainer import run_training, setup_run
+from algos.trainer import round_seed, run_training, setup_run
 from algos.value_model import VALUE_MODEL_KINDS, build_value_model, last_hidden_states, policy_backbone
 
 REWARD_SOURCES = ("env", "model")
@@ -252,10 +252,6 @@ class PPOTrainer:
 
     # ------------------------------------------------------------ rollout and advantages
 
-    def _round_seed(self, step: int) -> int:
-        """Prompts are a pure function of (seed, step), so a resumed run sees the same data."""
-        return (self.config.run.seed * 1_000_003 + step) * 101
-
     def _scores(self, rollout) -> torch.Tensor:
         if self.reward_model is None:
             return rollout.scores.float().clone()
@@ -267,7 +263,7 @@ class PPOTrainer:
         # No graph for rollout-time quantities (a with-block, not a decorator: mutmut skips decorated functions).
         with torch.no_grad():
             p = self.config.ppo
-            self.env.reset(seed=self._round_seed(step), options={"group_size": p.samples_per_prompt})
+            self.env.reset(seed=round_seed(self.config.run.seed, step), options={"group_size": p.samples_per_prompt})
             rollout = self.backend.generate(self.policy, self.env)
             scores = self._scores(rollout)
             metrics = rollout_metrics(rollout, scores)

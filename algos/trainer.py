@@ -64,6 +64,12 @@ class RunSetup:
         )
 
 
+def round_seed(seed: int, step: int, round_index: int = 0) -> int:
+    """The env seed of a step's generation round: a pure function of (run.seed, step, round), so a resumed run
+    sees the same prompts; distinct for every round below 101 (GRPO's grpo.max_sampling_rounds <= 101)."""
+    return (seed * 1_000_003 + step) * 101 + round_index
+
+
 def setup_run(
     config: Any,
     *,
