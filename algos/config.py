@@ -40,14 +40,16 @@ class ModelConfig:
     dtype: str = "float32"  # training dtype; fp32 keeps CPU runs exact (bf16 halves memory)
     device: str = "auto"  # "auto" = cuda when available, else cpu
     # Mixed precision: forward/backward matmuls in this dtype under torch.autocast while the
-    # weights and optimizer stay in `dtype` (TRL's bf16=True). None = off. "bfloat16" halves a
-    # step's time on CPUs with AVX512-BF16/AMX (measured: docs/agents.md) and on GPUs.
-    autocast: str | None = None
+    # weights and optimizer stay in `dtype` (TRL's bf16=True). None = off. "auto" (algos/hardware.py)
+    # = bf16 where the device computes it natively (halves a step on AVX512-BF16/AMX CPUs and
+    # Ampere+ GPUs), fp16 with loss scaling on older GPUs, off elsewhere (an AVX2 CPU emulates bf16
+    # ~70x slower than fp32); config.yaml records what it resolved to.
+    autocast: str | None = "auto"
 
     def validate(self) -> None:
         require(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"unknown dtype {self.dtype!r}")
-        require(self.autocast in (None, "bfloat16", "float16"), "model.autocast",
-                 f"must be null, 'bfloat16' or 'float16', got {self.autocast!r}")
+        require(self.autocast in (None, "auto", "bfloat16", "float16"), "model.autocast",
+                 f"must be 'auto', null, 'bfloat16' or 'float16', got {self.autocast!r}")
         require(bool(self.path), "model.path", "must name a directory or 'default'")
         if self.device != "auto":
             try:

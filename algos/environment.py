@@ -8,6 +8,7 @@ import warnings
 import torch
 
 from algos.policy import stop_token_ids
+from algos.runtime import compute_dtype
 
 
 def build_task(config, held_out: bool = False):
@@ -63,7 +64,7 @@ def make_rollout_backend(config):
         return rollout.VLLMRollout(
             resolve_model_path(config.model.path),
             **sampling,
-            dtype=cfg.vllm_dtype or config.model.autocast or config.model.dtype,
+            dtype=cfg.vllm_dtype or compute_dtype(config.model),
             gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
             **cfg.vllm_engine_kwargs,
         )

@@ -8,6 +8,7 @@ import warnings
 import torch
 
 from algos.environment import build_task, make_env, make_rollout_backend
+from algos.hardware import resolve_precision
 from algos.runtime import DTYPES, mixed_precision, resolve_device
 
 
@@ -71,5 +72,6 @@ def evaluate_saved_model(config, path, eval_set=None) -> float:
 
     device = resolve_device(config.model.device)
     model, tokenizer = load_policy(path, dtype=DTYPES[config.model.dtype], device=device)
+    resolve_precision(config, device, model)
     with mixed_precision(config.model, device):
         return evaluate(model, tokenizer, config, make_rollout_backend(config), device=device, eval_set=eval_set)

@@ -2,7 +2,7 @@
 
 A checkpoint stores the config it was trained with (checkpoint-N/config.yaml). A resume continues
 that config: the config given for it may differ only in RESUME_OVERRIDES (how long the run goes,
-how it reports, where it computes); any other difference, or a key the stored config lacks
+how it reports, where and in what precision it computes); any other difference, or a key the stored config lacks
 (written before the key existed, so what the run did there is unknown), is refused by name.
 """
 
@@ -16,10 +16,11 @@ from typing import Any
 from algos import checkpoint as ckpt
 from algos.config import from_dict, load_file, save_config, to_dict
 
-# What a resumed run may change: how long it runs, how it reports, where it computes; not what it learns.
+# What a resumed run may change: how long it runs, how it reports, where and in what precision it computes (a
+# bf16 run resumed on an AVX2 machine goes on in fp32: model.autocast "auto"); not what it learns.
 RESUME_OVERRIDES = frozenset({
     "run.steps", "run.save_every", "run.keep_last", "run.eval_every", "run.progress", "run.tensorboard", "run.plots",
-    "run.overwrite_output_dir", "run.full_determinism", "model.device", "env.eval_batch_size",
+    "run.overwrite_output_dir", "run.full_determinism", "model.device", "model.autocast", "env.eval_batch_size",
     "rollout.vllm_gpu_memory_utilization", "rollout.vllm_engine_kwargs",
 })
 

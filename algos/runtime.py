@@ -34,6 +34,13 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
+def compute_dtype(model_cfg: ModelConfig) -> str:
+    """The dtype a run's matmuls compute in: model.autocast when set (resolved: never "auto"), else model.dtype."""
+    if model_cfg.autocast is not None and model_cfg.autocast not in DTYPES:  # "auto" is resolved once per run
+        raise ValueError(f"model.autocast {model_cfg.autocast!r} must be resolved first: algos.hardware.resolve_precision")
+    return model_cfg.autocast or model_cfg.dtype
+
+
 def mixed_precision(model_cfg: ModelConfig, device: torch.device) -> contextlib.AbstractContextManager:
     """torch.autocast to model.autocast's dtype around rollouts and updates, or a no-op when it is None.
 
@@ -43,7 +50,7 @@ def mixed_precision(model_cfg: ModelConfig, device: torch.device) -> contextlib.
     """
     if model_cfg.autocast is None:
         return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=DTYPES[model_cfg.autocast], cache_enabled=False)
+    return torch.autocast(device.type, dtype=DTYPES[compute_dtype(model_cfg)], cache_enabled=False)
 
 
 def seed_everything(seed: int, full_determinism: bool = False) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import time
 import warnings
 from collections.abc import Callable
@@ -22,6 +23,7 @@ import torch
 from algos import checkpoint as ckpt
 from algos.environment import build_task, make_env, make_rollout_backend
 from algos.evaluation import eval_task, evaluate, warn_if_eval_reads_training_data
+from algos.hardware import resolve_precision
 from algos.metrics import MetricsLogger
 from algos.policy import check_lm_head
 from algos.rollout import RolloutBackend
@@ -52,7 +54,9 @@ class RunSetup:
         if self.checkpoint is None:
             return 0, {}
         loaded = ckpt.load_checkpoint(self.checkpoint, model=self.model, optimizer=optimizer, scheduler=scheduler)
-        self.scaler.load_state_dict(loaded["state"]["grad_scaler"])
+        # A scaler's state exists only under fp16 autocast; a run resumed in another precision starts its own.
+        if self.scaler.is_enabled() and loaded["state"]["grad_scaler"]:
+            self.scaler.load_state_dict(loaded["state"]["grad_scaler"])
         return loaded["step"], loaded["state"]
 
     def save(self, step: int, optimizer: torch.optim.Optimizer, scheduler, state: dict[str, Any] | None = None) -> Path:
@@ -95,7 +99,9 @@ def setup_run(
     model, tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=device)
     check_lm_head(model, len(tokenizer))  # also refuses an LM head that is not a bias-free Linear
     record_resolved_names(config)
+    machine = resolve_precision(config, device, model)  # "auto" -> what this machine computes fast
     checkpoint = open_run_dir(config, resume)
+    (Path(config.run.output_dir) / "machine.json").write_text(json.dumps(machine, indent=2) + "\n")
     # From the initial weights, before any checkpoint is loaded: the KL anchor never moves.
     ref_model = copy.deepcopy(model).eval().requires_grad_(False) if keep_reference else None
     env = make_env(config, tokenizer, num_envs=rows_per_step, device=device, task=task, model=model)

@@ -12,6 +12,7 @@ Any further `--section.key value` pair overrides the config file (see algos/conf
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from pathlib import Path
@@ -31,6 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--algo", choices=("grpo", "dapo"), default="grpo")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="TOML/YAML run config")
     args, overrides = parser.parse_known_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the machine and the precision the run picks
     config = load_config(GRPOConfig, args.config, overrides=overrides, preset=grpo.PRESETS.get(args.algo))
 
     started = time.perf_counter()

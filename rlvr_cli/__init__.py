@@ -8,6 +8,7 @@ never imports torch.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 DESCRIPTION = "RL with verifiable rewards for language models."
@@ -62,4 +63,6 @@ def main(argv: list[str] | None = None) -> int:
         parser.parse_args(argv)
         return 2
     args = build_parser(command).parse_args(argv)
+    # The library logs to the "rlvr" logger (e.g. the machine and the precision a run chose); the CLI shows it.
+    logging.basicConfig(level=logging.INFO, format="rlvr: %(message)s", stream=sys.stderr)
     return int(args.func(args) or 0)

@@ -37,7 +37,8 @@ def tiny_model_dir(tmp_path_factory):
 
 def overrides(model_dir, output_dir, **extra):
     base = {
-        "model.path": str(model_dir), "env.kwargs": TASK, "env.max_new_tokens": "4", "env.use_chat_template": "false",
+        "model.path": str(model_dir), "model.autocast": "null",
+        "env.kwargs": TASK, "env.max_new_tokens": "4", "env.use_chat_template": "false",
         "env.eval_size": "8", "optim.lr": "1e-3", "run.output_dir": str(output_dir), "run.progress": "false",
         "run.tensorboard": "false", "run.plots": "false", "grpo.prompts_per_step": "4", "grpo.group_size": "4",
         "loss.micro_batch_size": "5", "grpo.num_iterations": "2", "grpo.beta": "0.04", "grpo.overlong_cache": "2",

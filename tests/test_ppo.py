@@ -42,6 +42,7 @@ def reward_model_dir(tmp_path_factory):
 def small_overrides(model_dir, output_dir, **extra):
     return {
         "model.path": str(model_dir),
+        "model.autocast": "null",  # fp32 on every machine
         "env.kwargs": json.dumps(TASK_KWARGS),
         "env.max_new_tokens": "5",
         "env.use_chat_template": "false",

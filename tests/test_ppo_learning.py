@@ -23,6 +23,7 @@ def learning_config(model_path, output_dir, **overrides):
     """The GRPO learning test's task and batch (64 prompts x 8 samples); PPO's own knobs on top."""
     base = {
         "model.path": str(model_path),
+        "model.autocast": "null",  # the thresholds were measured in fp32; bf16 has its own test
         "env.kwargs": json.dumps(TASK_KWARGS),
         "env.max_new_tokens": "6",
         "env.use_chat_template": "false",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import yaml
 from reference_helpers import save_tiny_model
 
 from algos import grpo, ppo
@@ -106,3 +107,22 @@ def test_a_killed_run_resumes_to_the_uninterrupted_runs_state(algo, model_dir, t
     assert straight.scaler.state_dict()["_growth_tracker"] > 0
     if algo == "ppo":
         assert straight.kl_controller.coef != 0.05
+
+
+@pytest.mark.parametrize(("trained_in", "resumed_in"), [("float16", "null"), ("null", "float16")])
+def test_a_run_resumes_in_another_precision(trained_in, resumed_in, model_dir, tmp_path):
+    """A bf16 or fp16 run resumed on a machine where "auto" picks another precision (an AVX2 CPU: fp32) goes on
+    there; fp16's loss-scaling state is kept where it applies and started afresh where it did not exist."""
+    trainer_cls, config_cls, extra = ALGORITHMS["grpo"]
+
+    def config(autocast, steps):
+        overrides = {**COMMON, **extra, "model.path": model_dir, "run.output_dir": str(tmp_path),
+                     "model.autocast": autocast, "run.steps": steps}
+        return load_config(config_cls, overrides=overrides)
+
+    trainer_cls(config(trained_in, "2")).train()
+    resumed = trainer_cls(config(resumed_in, "4"), resume=True)
+    assert resumed.start_step == 2 and resumed.scaler.is_enabled() == (resumed_in == "float16")
+    resumed.train()
+    saved = yaml.safe_load((tmp_path / "checkpoint-4" / "config.yaml").read_text())
+    assert saved["model"]["autocast"] == (None if resumed_in == "null" else resumed_in)

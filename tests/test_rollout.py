@@ -221,7 +221,10 @@ def test_the_trainers_vllm_engine_leaves_the_gpu_to_the_trainer_and_samples_in_i
         make_rollout_backend(load_config(GRPOConfig, overrides=["--rollout.backend", "vllm", *overrides]))
         return built.pop()
 
-    assert engine() == {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "dtype": "float32", "gpu_memory_utilization": 0.3}
+    fp32 = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "dtype": "float32", "gpu_memory_utilization": 0.3}
+    assert engine("--model.autocast", "null") == fp32
+    with pytest.raises(ValueError, match="model.autocast 'auto' must be resolved first"):
+        engine()  # setup_run resolves it to what this machine computes fast before building the backend
     assert engine("--model.autocast", "bfloat16")["dtype"] == "bfloat16"
     custom = engine("--rollout.vllm_dtype", "float16", "--rollout.vllm_gpu_memory_utilization", "0.5",
                     "--rollout.vllm_engine_kwargs", "{max_model_len: 1024, enforce_eager: true}")

@@ -1,0 +1,175 @@
+"""What the machine computes with, detected rather than assumed: its CPU's and GPU's bf16 support,
+threads and memory (describe_machine), and the precision a run's matmuls use (resolve_autocast).
+
+A CPU without AVX512-BF16 or AMX emulates bf16: there a bf16 matmul is tens of times slower than an
+fp32 one (64x576 @ 576x1536 on an AVX2 EPYC: 1.55 ms fp32, 106 ms bf16), so a precision tuned on one
+machine can stall another. model.autocast = "auto" picks from what torch reports and a matmul
+measured on the model's own shapes.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import platform
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+log = logging.getLogger("rlvr")
+
+# bf16 must beat fp32 by this factor on the probe to be chosen: a native unit is ~2x faster, an emulated one
+# 10-70x slower, so the margin keeps timing noise from flipping the choice on a machine between the two.
+BF16_SPEEDUP_NEEDED = 1.25
+
+
+@dataclass(frozen=True)
+class Precision:
+    requested: str | None  # model.autocast as configured ("auto", "bfloat16", "float16" or None)
+    autocast: str | None  # what the run uses: "bfloat16", "float16" or None (fp32 matmuls)
+    reason: str  # why, in words: the log line and machine.json
+
+
+def cpu_bf16_units() -> list[str]:
+    """The bf16 matmul units torch reports on this CPU: "AVX512-BF16", "AMX-BF16" (empty: bf16 is emulated)."""
+    capabilities = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+    return [name for key, name in (("avx512_bf16", "AVX512-BF16"), ("amx_bf16", "AMX-BF16")) if capabilities.get(key)]
+
+
+def probe_shape(model: torch.nn.Module | None) -> tuple[int, int, int]:
+    """(rows, hidden, intermediate): a 64-token slice through the model's MLP up-projection, its commonest matmul."""
+    config = getattr(model, "config", None)
+    hidden = getattr(config, "hidden_size", None) or 576
+    return 64, hidden, getattr(config, "intermediate_size", None) or 4 * hidden
+
+
+@functools.cache
+def cpu_matmul_ms(dtype: str, rows: int, inner: int, cols: int) -> float:
+    """Median milliseconds of one CPU (rows x inner) @ (inner x cols) matmul in ``dtype``, at torch's thread count."""
+    own = torch.Generator().manual_seed(0)  # the run's seeded global RNG must not move (a resume replays it)
+    a = torch.randn(rows, inner, generator=own).to(getattr(torch, dtype))
+    b = torch.randn(inner, cols, generator=own).to(getattr(torch, dtype))
+    a @ b  # the first call picks and JIT-compiles oneDNN's kernel
+    times = []
+    deadline = time.perf_counter() + 0.5  # an emulated bf16 matmul can take ~0.1 s: bound the probe, not the reps
+    while len(times) < 5 and (len(times) < 2 or time.perf_counter() < deadline):
+        started = time.perf_counter()
+        a @ b
+        times.append((time.perf_counter() - started) * 1e3)
+    return sorted(times)[len(times) // 2]
+
+
+def cpu_half_speed(dtype: str, model: torch.nn.Module | None) -> tuple[float, str]:
+    """(fp32 time / ``dtype`` time, the measurement in words) for a matmul of the model's own shape on this CPU."""
+    shape = probe_shape(model)
+    half, full = cpu_matmul_ms(dtype, *shape), cpu_matmul_ms("float32", *shape)
+    rows, inner, cols = shape
+    return full / half, f"{rows}x{inner} @ {inner}x{cols}: {half:.2f} ms {dtype} vs {full:.2f} ms float32"
+
+
+def resolve_autocast(requested: str | None, device: torch.device, model: torch.nn.Module | None = None) -> Precision:
+    """The autocast dtype a run uses on ``device`` for model.autocast = ``requested``.
+
+    "auto": bf16 where the device computes it natively (a CUDA GPU with bf16, i.e. Ampere or newer; a CPU
+    with AVX512-BF16 or AMX whose bf16 matmul measures faster than fp32), fp16 with loss scaling on a GPU
+    without bf16, fp32 elsewhere. An explicit half dtype is kept, with one warning where it is emulated.
+    """
+    if requested is None:
+        return Precision(None, None, "model.autocast = null: fp32 matmuls")
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+        native = torch.cuda.is_bf16_supported(including_emulation=False)
+        if requested == "auto":
+            if native:
+                return Precision(requested, "bfloat16", f"{name} computes bf16 natively")
+            return Precision(requested, "float16", f"{name} has no bf16 units (pre-Ampere): fp16 with loss scaling")
+        if requested == "bfloat16" and not native:
+            warn_emulated(f"model.autocast = 'bfloat16', but {name} has no bf16 units (pre-Ampere) and emulates it; "
+                          "use model.autocast = 'auto' (fp16 with loss scaling there)")
+        return Precision(requested, requested, f"model.autocast = {requested!r} as configured")
+    if device.type != "cpu":
+        if requested == "auto":
+            return Precision(requested, None, f"no bf16 detection for {device.type} devices: fp32 matmuls")
+        return Precision(requested, requested, f"model.autocast = {requested!r} as configured")
+
+    units = cpu_bf16_units()
+    if requested == "auto":
+        speedup, measured = cpu_half_speed("bfloat16", model)
+        if not units:
+            return Precision(requested, None, f"this CPU has neither AVX512-BF16 nor AMX, so bf16 is emulated "
+                                              f"({measured}): fp32 matmuls")
+        if speedup >= BF16_SPEEDUP_NEEDED:
+            return Precision(requested, "bfloat16", f"CPU {'/'.join(units)}: bf16 runs natively ({measured})")
+        return Precision(requested, None, f"torch reports {'/'.join(units)}, but bf16 measured no faster than fp32 "
+                                          f"({measured}; oneDNN may be capped, e.g. ONEDNN_MAX_CPU_ISA): fp32 matmuls")
+    speedup, measured = cpu_half_speed(requested, model)
+    if speedup < 1 / BF16_SPEEDUP_NEEDED:
+        warn_emulated(f"model.autocast = {requested!r} is {1 / speedup:.0f}x slower than fp32 on this CPU ({measured}; "
+                      f"bf16 units reported: {', '.join(units) or 'none'}): use model.autocast = 'auto' or null")
+    return Precision(requested, requested, f"model.autocast = {requested!r} as configured ({measured})")
+
+
+@functools.cache
+def warn_emulated(message: str) -> None:
+    """Warn once per message: an emulated half precision makes every step slow, one warning says so."""
+    warnings.warn(message, stacklevel=3)
+
+
+def total_memory_bytes() -> int | None:
+    """Physical memory, or the cgroup's limit when a container sets a lower one."""
+    try:
+        memory = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+    try:
+        with open("/sys/fs/cgroup/memory.max") as limit:
+            text = limit.read().strip()
+        if text.isdigit():
+            memory = min(memory, int(text))
+    except OSError:
+        pass
+    return memory
+
+
+def describe_machine(device: torch.device) -> dict[str, Any]:
+    """What a run's numbers depend on: CPU model and capability, bf16 units, threads, memory, and the GPU if used."""
+    capabilities = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+    memory = total_memory_bytes()
+    machine = {
+        "cpu": capabilities.get("cpu_name") or platform.processor() or platform.machine(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the widest vector ISA torch's kernels use
+        "cpu_bf16_units": cpu_bf16_units(),
+        "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "memory_gib": round(memory / 1024**3, 1) if memory else None,
+        "torch": torch.__version__,
+        "device": str(device),
+    }
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        machine.update(gpu=props.name, gpu_memory_gib=round(props.total_memory / 1024**3, 1),
+                       gpu_compute_capability=f"{props.major}.{props.minor}")
+    return machine
+
+
+def machine_line(machine: dict[str, Any], precision: Precision) -> str:
+    """One log line: where the run computes and in what precision, and why."""
+    where = machine.get("gpu") or (f"{machine['cpu']} ({machine['cpu_capability']}"
+                                   f"{', ' + '/'.join(machine['cpu_bf16_units']) if machine['cpu_bf16_units'] else ''})")
+    return (f"device {machine['device']}: {where}, {machine['torch_threads']} torch threads of {machine['cpu_cores']} "
+            f"cores, {machine['memory_gib']} GiB memory; autocast {precision.requested} -> {precision.autocast} "
+            f"({precision.reason})")
+
+
+def resolve_precision(config: Any, device: torch.device, model: torch.nn.Module | None = None) -> dict[str, Any]:
+    """Resolve config.model.autocast in place (so config.yaml records what ran), log the machine and the
+    choice, and return both for the run directory's machine.json."""
+    precision = resolve_autocast(config.model.autocast, device, model)
+    config.model.autocast = precision.autocast
+    machine = describe_machine(device)
+    log.info(machine_line(machine, precision))
+    return {"machine": machine, "precision": asdict(precision)}
