@@ -45,6 +45,10 @@ class ModelConfig:
     # Ampere+ GPUs), fp16 with loss scaling on older GPUs, off elsewhere (an AVX2 CPU emulates bf16
     # ~70x slower than fp32); config.yaml records what it resolved to.
     autocast: str | None = "auto"
+    # Recompute each decoder layer in backward instead of keeping its activations (transformers' gradient
+    # checkpointing, non-reentrant; TRL's gradient_checkpointing): a micro-batch's activation memory drops to
+    # one layer's, for ~1/3 more compute and rows run whole (no prompt shared by a group: docs/agents.md).
+    gradient_checkpointing: bool = False
 
     def validate(self) -> None:
         require(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"unknown dtype {self.dtype!r}")

@@ -3,6 +3,9 @@ of left-padded rows, and the token ids it stops at."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 
 from algos.core.logprobs import DEFAULT_CHUNK_SIZE, LogitTransform, logprobs_from_hidden
@@ -64,12 +67,10 @@ def completion_logprobs(
     GRPO group) run through the model once and their KV cache, graph included, serves every
     row of the group; columns of padding no row uses are cut; the LM head projects only the
     completion's tokens, in chunks, so [B, T, V] logits never exist. ``vocab_size``: see ``lm_head_of``.
+    A model with gradient checkpointing on (model.gradient_checkpointing) runs every row whole when a gradient is
+    wanted: a recomputed layer would append its keys to a shared cache a second time.
     """
-    from transformers import DynamicCache
-
     weight, transform = lm_head_of(model, vocab_size)
-    if getattr(model, "is_gradient_checkpointing", False):
-        raise ValueError("completion_logprobs shares prompt KV caches, which gradient checkpointing drops: disable it")
     completion_ids, completion_mask = input_ids[:, prompt_width:], attention_mask[:, prompt_width:]
     valid = completion_mask.bool()
     logp = torch.zeros(completion_ids.shape, dtype=torch.float32, device=input_ids.device)
@@ -79,9 +80,27 @@ def completion_logprobs(
         return logp, entropy
     # Leading columns that are padding in every prompt change nothing.
     first = int(attention_mask[:, :prompt_width].any(0).int().argmax())
-    prompts = torch.cat([input_ids[:, first:prompt_width], attention_mask[:, first:prompt_width]], 1)
+    if getattr(model, "is_gradient_checkpointing", False) and torch.is_grad_enabled():
+        hidden = _whole_rows_hidden(model, input_ids[:, first:], attention_mask[:, first:], prompt_width - first, used)
+    else:
+        hidden = _shared_prompt_hidden(model, input_ids[:, first:], attention_mask[:, first:], prompt_width - first, used)
+    valid_used = valid[:, :used]
+    taken, spread = logprobs_from_hidden(
+        hidden[valid_used], weight, completion_ids[:, :used][valid_used], temperature, chunk_size, transform
+    )
+    logp[valid] = taken
+    entropy[valid] = spread
+    return logp, entropy
+
+
+def _shared_prompt_hidden(model, input_ids, attention_mask, width: int, used: int) -> torch.Tensor:
+    """[B, W+T] ids and mask (prompt width W) -> [B, used] hidden states that predict the first ``used`` completion
+    tokens; each distinct prompt runs once, its KV cache shared by the rows that have it."""
+    from transformers import DynamicCache
+
+    completion_ids = input_ids[:, width:]
+    prompts = torch.cat([input_ids[:, :width], attention_mask[:, :width]], 1)
     unique, owner = torch.unique(prompts, dim=0, return_inverse=True)  # owner: Long[B], each row's prompt
-    width = prompt_width - first
     decoder, cache = model.get_decoder(), DynamicCache(config=model.config)
     prompt_hidden = decoder(
         input_ids=unique[:, :width],
@@ -95,7 +114,7 @@ def completion_logprobs(
     hidden = prompt_hidden[owner, -1:]
     if used > 1:
         cache.batch_select_indices(owner)  # each row gets its prompt's keys and values (indexing keeps the graph)
-        mask = attention_mask[:, first : prompt_width + used - 1]
+        mask = attention_mask[:, : width + used - 1]
         completion_hidden = decoder(
             input_ids=completion_ids[:, : used - 1],
             attention_mask=mask,
@@ -104,13 +123,32 @@ def completion_logprobs(
             use_cache=True,
         ).last_hidden_state
         hidden = torch.cat([hidden, completion_hidden], 1)
-    valid_used = valid[:, :used]
-    taken, spread = logprobs_from_hidden(
-        hidden[valid_used], weight, completion_ids[:, :used][valid_used], temperature, chunk_size, transform
-    )
-    logp[valid] = taken
-    entropy[valid] = spread
-    return logp, entropy
+    return hidden
+
+
+def _whole_rows_hidden(model, input_ids, attention_mask, width: int, used: int) -> torch.Tensor:
+    """As _shared_prompt_hidden, every row through the decoder whole, its layers recomputed in backward."""
+    ids, mask = input_ids[:, : width + used - 1], attention_mask[:, : width + used - 1]
+    with recomputed_layers(model):
+        hidden = model.get_decoder()(
+            input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), use_cache=False
+        ).last_hidden_state
+    return hidden[:, width - 1 :]
+
+
+@contextlib.contextmanager
+def recomputed_layers(model: torch.nn.Module) -> Iterator[None]:
+    """transformers recomputes a checkpointed layer only while that layer is in training mode. Set the layers' own
+    flag, not their children's: attention and dropout stay in eval mode (no dropout, as in every other forward)."""
+    layers = [m for m in model.modules() if getattr(m, "gradient_checkpointing", None) is True]
+    modes = [layer.training for layer in layers]
+    for layer in layers:
+        layer.training = True
+    try:
+        yield
+    finally:
+        for layer, mode in zip(layers, modes):
+            layer.training = mode
 
 
 def stop_token_ids(model, tokenizer) -> list[int]:

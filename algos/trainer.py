@@ -98,6 +98,10 @@ def setup_run(
     device = resolve_device(config.model.device)
     model, tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=device)
     check_lm_head(model, len(tokenizer))  # also refuses an LM head that is not a bias-free Linear
+    if config.model.gradient_checkpointing:
+        if not model.supports_gradient_checkpointing:
+            raise ValueError(f"config model.gradient_checkpointing: {type(model).__name__} does not support it")
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     record_resolved_names(config)
     machine = resolve_precision(config, device, model)  # "auto" -> what this machine computes fast
     checkpoint = open_run_dir(config, resume)

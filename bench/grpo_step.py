@@ -1,21 +1,29 @@
-"""Time and peak memory of one GRPO step, against raw baselines measured in the same run.
+"""Time and peak memory of one GRPO step, against baselines measured in the same run.
 
-Work (issue 4): P prompts x G samples of rlvr/Arithmetic-v0, N new tokens, beta 0.
+Work: P prompts x G samples of rlvr/Arithmetic-v0, N new tokens, beta 0, one optimizer step.
 Each contender runs in its own subprocess (so peak RSS is its own) and times its second
 step (the first warms up allocators and kernels):
 
   raw   model.generate of the P*G completions + one plain fwd/bwd/AdamW step on them with
-        full-vocabulary logits: the floor any GRPO step pays, and the reference for ratios
+        full-vocabulary logits: what a GRPO step costs without any care
   ours  algos.grpo.GRPOTrainer: rollout through TokenVectorEnv + scoring + update
   trl   TRL's GRPOTrainer (when trl is installed) on the same model, prompts and budget
 
-    python bench/grpo_step.py [--model tiny|default|PATH] [--prompts 8] [--group-size 8] [--new-tokens 64]
+All run in one precision (--precision; "auto" = what model.autocast "auto" picks on this
+machine) and the output names it, the machine and each contender's micro-batch: the ratios
+depend on all three. Memory is peak RSS (peak GPU memory on a GPU), and the part of it the
+step adds over the process after its imports ("working"). The floor is the step's matmul
+FLOPs (2 x params per generated token, 6 x params per trained token, a group's prompt once)
+over the matmul rate measured here on the model's own shapes in that precision.
+
+    python bench/grpo_step.py [--model tiny|default|PATH] [--precision auto|fp32|bf16] [--prompts 8] ...
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -23,12 +31,22 @@ import tempfile
 import time
 from pathlib import Path
 
+PRECISIONS = {"fp32": None, "bf16": "bfloat16"}  # --precision -> model.autocast
 
-def peak_memory() -> dict:
-    """Peak host RSS, and on a GPU peak allocated GPU memory (where the model, activations and optimizer live)."""
+
+def rss_gb() -> float:
+    """The process's resident memory now."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1024**3
+
+
+def peak_memory(baseline_gb: float) -> dict:
+    """Peak host RSS and the part the work added over ``baseline_gb`` (the process after its imports), and on a
+    GPU peak allocated GPU memory (where the model, activations and optimizer live)."""
     import torch
 
-    memory = {"peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2}  # ru_maxrss is KiB on Linux
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2  # ru_maxrss is KiB on Linux
+    memory = {"peak_rss_gb": peak, "working_gb": peak - baseline_gb}
     if torch.cuda.is_available():
         memory["peak_gpu_gb"] = torch.cuda.max_memory_allocated() / 1024**3
     return memory
@@ -62,7 +80,7 @@ def grpo_config(args, output_dir: str):
             "model.path": args.model, "model.dtype": args.dtype, "env.max_new_tokens": str(args.new_tokens),
             "run.output_dir": output_dir, "run.steps": "2", "run.progress": "false", "run.tensorboard": "false",
             "grpo.prompts_per_step": str(args.prompts), "grpo.group_size": str(args.group_size),
-            "grpo.beta": "0", "optim.lr": "1e-6",
+            "grpo.beta": "0", "optim.lr": "1e-6", "model.autocast": str(args.autocast or "null"),
             **({"loss.micro_batch_size": str(args.micro_batch)} if args.micro_batch else {}),
         },
     )
@@ -75,6 +93,7 @@ def run_raw(args) -> dict:
     from algos.models import load_policy
     from algos.policy import position_ids_from_mask
 
+    baseline = rss_gb()
     config = grpo_config(args, tempfile.mkdtemp())
     model, tokenizer = load_policy(args.model, dtype=args.dtype)
     env = make_env(config, tokenizer, num_envs=args.prompts * args.group_size, device=next(model.parameters()).device)
@@ -83,7 +102,7 @@ def run_raw(args) -> dict:
     for attempt in range(2):
         env.reset(seed=attempt, options={"group_size": args.group_size})
         started = now()
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(env.prompt_ids.device.type, dtype=torch.bfloat16, enabled=bool(args.autocast)):
             out = model.generate(
                 input_ids=env.prompt_ids, attention_mask=env.prompt_mask, max_new_tokens=args.new_tokens,
                 do_sample=True, pad_token_id=env.pad_id,
@@ -91,7 +110,8 @@ def run_raw(args) -> dict:
         generated = now()
         mask = (out != env.pad_id).long()
         mask[:, : env.prompt_width] = env.prompt_mask
-        logits = model(input_ids=out, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
+        with torch.autocast(out.device.type, dtype=torch.bfloat16, enabled=bool(args.autocast)):
+            logits = model(input_ids=out, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
         logp = torch.log_softmax(logits[:, env.prompt_width - 1 : -1].float(), -1)
         taken = logp.gather(-1, out[:, env.prompt_width :, None]).squeeze(-1)
         (-(taken * mask[:, env.prompt_width :]).sum() / mask[:, env.prompt_width :].sum()).backward()
@@ -99,23 +119,32 @@ def run_raw(args) -> dict:
         optimizer.zero_grad()
         times.append((generated - started, now() - generated))
     gen, train = times[-1]
-    return {"generate_s": gen, "train_s": train, "step_s": gen + train, **peak_memory()}
+    return {"generate_s": gen, "train_s": train, "step_s": gen + train, **peak_memory(baseline)}
 
 
 def run_ours(args) -> dict:
     from algos.grpo import GRPOTrainer
+    from algos.runtime import mixed_precision
 
+    baseline = rss_gb()
     trainer = GRPOTrainer(grpo_config(args, tempfile.mkdtemp()))
+    work = {"prompt_tokens": 0, "completion_tokens": 0}
     times = []
     for step in (1, 2):
         started = now()
-        batch, _ = trainer.collect(step)
-        collected = now()
-        if batch is not None:
-            trainer.update(batch)
+        with mixed_precision(trainer.config.model, trainer.run.device):  # as run_training does
+            batch, _ = trainer.collect(step)
+            collected = now()
+            if batch is not None:
+                trainer.update(batch)
         times.append((collected - started, now() - collected))
     gen, train = times[-1]
-    return {"generate_s": gen, "train_s": train, "step_s": gen + train, **peak_memory()}
+    # The work the floor counts: each group's prompt once, every completion token.
+    prompts = batch.attention_mask[:, : batch.prompt_width].sum(-1)[:: args.group_size]
+    work = {"prompt_tokens": int(prompts.sum()), "completion_tokens": int(batch.attention_mask[:, batch.prompt_width :].sum()),
+            "params": sum(p.numel() for p in trainer.model.parameters()),
+            "micro_batch": trainer.config.loss.micro_batch_size}
+    return {"generate_s": gen, "train_s": train, "step_s": gen + train, **work, **peak_memory(baseline)}
 
 
 def run_trl(args) -> dict:
@@ -128,6 +157,7 @@ def run_trl(args) -> dict:
     from algos.models import load_policy
     from rlvr_env import make_task
 
+    baseline = rss_gb()
     model, tokenizer = load_policy(args.model, dtype=args.dtype)
     task = make_task("rlvr/Arithmetic-v0")
     problems = [task.problem(i, 0) for i in range(args.prompts * 4)]
@@ -158,14 +188,44 @@ def run_trl(args) -> dict:
         num_generations=args.group_size, max_completion_length=args.new_tokens, max_steps=2, beta=0.0,
         learning_rate=1e-6, report_to="none", logging_steps=1, save_strategy="no",
         use_cpu=not torch.cuda.is_available(),  # on the device ours and raw use
-        bf16=args.dtype == "bfloat16",
+        bf16=args.autocast == "bfloat16",  # Trainer's bf16 is autocast over fp32 weights, as ours
     )
     trainer = TRLTrainer(
         model=model, reward_funcs=reward, args=config, train_dataset=dataset, processing_class=tokenizer,
         callbacks=[timer],
     )
     trainer.train()
-    return {"step_s": timer.times[-1], **peak_memory()}
+    return {"step_s": timer.times[-1], **peak_memory(baseline)}
+
+
+def matmul_floor_s(work: dict, model_dir: str, autocast: str | None) -> tuple[float, float]:
+    """(seconds the step's matmul FLOPs take at the rate measured here, that rate in GFLOP/s)."""
+    from transformers import AutoConfig
+
+    from algos.hardware import cpu_matmul_ms
+
+    config = AutoConfig.from_pretrained(model_dir)
+    rows, inner, cols = 512, config.hidden_size, config.intermediate_size  # a training micro-batch's MLP matmul
+    rate = 2 * rows * inner * cols / (cpu_matmul_ms(autocast or "float32", rows, inner, cols) / 1e3)
+    completions, prompts, params = work["completion_tokens"], work["prompt_tokens"], work["params"]
+    flops = 2 * params * (prompts + completions) + 6 * params * (prompts + completions)  # generate, then train
+    return flops / rate, rate / 1e9
+
+
+def resolve_precision(args, model_dir: str) -> tuple[str | None, str]:
+    """--precision as model.autocast, and why (for "auto", what algos.hardware picks on this machine)."""
+    import types
+
+    import torch
+    from transformers import AutoConfig
+
+    from algos.hardware import resolve_autocast
+
+    if args.precision != "auto":
+        return PRECISIONS[args.precision], f"--precision {args.precision}"
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    choice = resolve_autocast("auto", device, types.SimpleNamespace(config=AutoConfig.from_pretrained(model_dir)))
+    return choice.autocast, f"auto: {choice.reason}"
 
 
 CONTENDERS = {"raw": run_raw, "ours": run_ours, "trl": run_trl}
@@ -174,13 +234,16 @@ CONTENDERS = {"raw": run_raw, "ours": run_ours, "trl": run_trl}
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny", help="'tiny' (built locally), 'default' (SmolLM2) or a directory")
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--dtype", default="float32", help="weights and AdamW state (model.dtype)")
+    parser.add_argument("--precision", choices=["auto", *PRECISIONS], default="auto",
+                        help="matmuls of every contender: fp32, bf16 autocast, or what model.autocast 'auto' picks here")
+    parser.add_argument("--autocast", help=argparse.SUPPRESS)  # --precision resolved, passed to each contender
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--micro-batch", type=int, default=0, help="rows per forward/backward in ours (0 = its config default)")
     parser.add_argument("--trl-micro-batch", type=int, default=0,
-                        help="rows per forward/backward in TRL (0 = the whole batch, the setting issue 4 measured)")
+                        help="rows per forward/backward in TRL (0 = the whole batch, as TRL's examples run GRPO)")
     parser.add_argument("--only", choices=sorted(CONTENDERS), help=argparse.SUPPRESS)  # one contender, JSON out
     parser.add_argument("--skip-trl", action="store_true")
     args = parser.parse_args()
@@ -188,10 +251,19 @@ def main() -> None:
     if args.only:
         print(json.dumps(CONTENDERS[args.only](args)))
         return
+    import torch
+
+    from algos.hardware import describe_machine
+
     root = Path(tempfile.mkdtemp())
     model = tiny_model_dir(root) if args.model == "tiny" else args.model
+    if model == "default":
+        from algos.models import default_model_path
+
+        model = str(default_model_path())
+    autocast, why = resolve_precision(args, model)
     base = [sys.executable, __file__, "--model", model, "--dtype", args.dtype, "--prompts", str(args.prompts),
-            "--group-size", str(args.group_size), "--new-tokens", str(args.new_tokens),
+            "--group-size", str(args.group_size), "--new-tokens", str(args.new_tokens), "--autocast", str(autocast or ""),
             "--micro-batch", str(args.micro_batch), "--trl-micro-batch", str(args.trl_micro_batch)]
     results = {}
     for name in CONTENDERS:
@@ -202,13 +274,19 @@ def main() -> None:
             print(f"{name}: failed\n{proc.stderr[-1500:]}", file=sys.stderr)
             continue
         results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"one GRPO step: {args.prompts} prompts x {args.group_size} samples, {args.new_tokens} new tokens, "
-          f"model {args.model} ({args.dtype}), beta 0; micro-batch: ours {args.micro_batch or 'default'}, "
-          f"trl {args.trl_micro_batch or 'all rows'}")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    machine = describe_machine(device)
+    print(f"machine: {machine.get('gpu') or machine['cpu']}, CPU capability {machine['cpu_capability']}, bf16 units "
+          f"{'/'.join(machine['cpu_bf16_units']) or 'none'}, {machine['torch_threads']} threads, torch {machine['torch']}")
+    print(f"precision: weights {args.dtype}, matmuls {autocast or 'float32'} ({why})")
+    ours_micro = results.get("ours", {}).get("micro_batch", args.micro_batch or "default")
+    print(f"one GRPO step: {args.prompts} prompts x {args.group_size} samples, {args.new_tokens} new tokens, model "
+          f"{args.model}, beta 0; rows per forward/backward: raw all {args.prompts * args.group_size}, ours {ours_micro}, "
+          f"trl {args.trl_micro_batch or f'all {args.prompts * args.group_size}'}")
     raw = results.get("raw")
     memory = "peak_gpu_gb" if all("peak_gpu_gb" in r for r in results.values()) else "peak_rss_gb"  # what ratios compare
     for name, r in results.items():
-        line = f"  {name:5s} step {r['step_s']:7.2f} s  peak RSS {r['peak_rss_gb']:6.2f} GB"
+        line = f"  {name:5s} step {r['step_s']:7.2f} s  peak RSS {r['peak_rss_gb']:6.2f} GB (working {r['working_gb']:5.2f})"
         if "peak_gpu_gb" in r:
             line += f"  peak GPU {r['peak_gpu_gb']:6.2f} GB"
         if "generate_s" in r:
@@ -216,9 +294,16 @@ def main() -> None:
         if raw and name != "raw":
             line += f"  | x{r['step_s'] / raw['step_s']:.2f} time, x{r[memory] / raw[memory]:.2f} memory vs raw"
         print(line)
+    if "ours" in results and device.type == "cpu":
+        floor, rate = matmul_floor_s(results["ours"], model, autocast)
+        print(f"  floor: {floor:.2f} s of matmul FLOPs at {rate:.0f} GFLOP/s (measured here); "
+              + ", ".join(f"{name} x{r['step_s'] / floor:.2f}" for name, r in results.items()))
     if "ours" in results and "trl" in results:
         ours, trl = results["ours"], results["trl"]
-        print(f"  ours / trl: x{ours['step_s'] / trl['step_s']:.2f} time, x{ours[memory] / trl[memory]:.2f} memory ({memory})")
+        time_ratio, memory_ratio = ours["step_s"] / trl["step_s"], ours[memory] / trl[memory]
+        print(f"  ours / trl: x{time_ratio:.2f} time (target <= 0.4: {'met' if time_ratio <= 0.4 else 'NOT met'}), "
+              f"x{memory_ratio:.2f} {memory} (target <= 0.3: {'met' if memory_ratio <= 0.3 else 'NOT met'}), "
+              f"x{ours['working_gb'] / trl['working_gb']:.2f} working memory")
 
 
 if __name__ == "__main__":

@@ -200,6 +200,23 @@ def test_half_autocast_trains_fp32_weights_on_half_matmuls(half, tiny_model_dir,
     assert (scaler_state["scale"] == 65536.0) if half == "float16" else scaler_state == {}
 
 
+def test_gradient_checkpointing_trains_to_the_same_weights(tiny_model_dir, tmp_path):
+    """model.gradient_checkpointing changes where activations live, not what a step computes."""
+    trained = {}
+    for checkpointing in ("false", "true"):
+        run = tmp_path / checkpointing
+        config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, run, **{
+            "run.steps": "2", "model.gradient_checkpointing": checkpointing, "loss.entropy_coef": "0.01"}))
+        trainer = GRPOTrainer(config)
+        assert trainer.model.is_gradient_checkpointing == (checkpointing == "true")
+        trainer.train()
+        trained[checkpointing] = load_file(latest_checkpoint(run) / "model" / "model.safetensors")
+    initial = load_file(tiny_model_dir / "model.safetensors")
+    assert any(not torch.equal(initial[k], trained["true"][k]) for k in initial)
+    for key, weight in trained["false"].items():
+        torch.testing.assert_close(trained["true"][key], weight, atol=1e-5, rtol=1e-4)  # float rounding: ~0.3% of an Adam step
+
+
 def test_autocast_must_name_a_half_dtype(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="model.autocast"):
         load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"model.autocast": "float64"})).validate()

@@ -143,13 +143,21 @@ def test_completion_logprobs_match_full_logits_with_left_padding():
     torch.testing.assert_close(entropy, -(full.exp() * full).sum(-1))
 
 
-def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly():
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["shared-prompt-cache", "gradient-checkpointing"])
+def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly(checkpointing):
     """Groups of identical (left-padded) prompts with ragged completions: log-probs, entropy and
-    gradients equal a plain full forward's; positions after a completion's end are 0."""
+    gradients equal a plain full forward's; positions after a completion's end are 0. With gradient
+    checkpointing (model.gradient_checkpointing) rows run whole and each layer is recomputed in backward."""
     from algos.policy import completion_logprobs, position_ids_from_mask
 
     torch.manual_seed(0)
-    model = build_tiny_model(build_char_tokenizer(), hidden_size=32, num_layers=2, num_heads=4)
+    model = build_tiny_model(build_char_tokenizer(), hidden_size=32, num_layers=2, num_heads=4).eval()
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    layer_calls = []
+    for layer in model.get_decoder().layers:
+        # A pre-hook: torch stops a recomputation once it has what backward needs, before a layer's forward returns.
+        layer.register_forward_pre_hook(lambda module, args: layer_calls.append(module))
     prompt_width = 6
     prompts = torch.randint(4, 50, (2, prompt_width))
     prompt_mask = torch.ones_like(prompts)
@@ -163,7 +171,11 @@ def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly():
     valid = mask[:, prompt_width:].bool()
 
     logp, entropy = completion_logprobs(model, ids, mask, prompt_width, chunk_size=4)
+    forward_calls = len(layer_calls)
     (logp * valid).sum().backward()
+    # rows whole: one pass per layer, recomputed once in backward; shared prompts: a prompt pass and a completion pass
+    assert (forward_calls, len(layer_calls) - forward_calls) == ((2, 2) if checkpointing else (4, 0))
+    assert not any(m.training for m in model.modules())  # the layers' own flag was set for the call only: no dropout
     shared_grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
 
