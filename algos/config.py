@@ -176,6 +176,10 @@ class PolicyLossConfig:
     aggregation: str = "seq-mean-token-mean"
     entropy_coef: float = 0.0  # entropy bonus (0 = off; entropy is logged either way)
     micro_batch_size: int = 8  # rows per forward/backward (TRL's per-device default); gradients accumulate exactly
+    # A budget in GiB for the activations one forward keeps for backward (verl's dynamic batch size, in bytes):
+    # rows per micro-batch = the most that fit, at most micro_batch_size, measured on each step's rows
+    # (algos/memory.py). None = micro_batch_size rows. GRPO/DAPO only for now.
+    micro_batch_memory_gb: float | None = None
     logprob_chunk_size: int = 256  # tokens per LM-head chunk: 256 x 49k vocab x fp32 = 50 MB per V-wide tensor
 
     def validate(self) -> None:
@@ -186,6 +190,8 @@ class PolicyLossConfig:
         require(self.aggregation in LOSS_AGGREGATIONS, "loss.aggregation", f"must be one of {LOSS_AGGREGATIONS.names}")
         require(self.entropy_coef >= 0, "loss.entropy_coef", "must be >= 0 (a bonus; negative would penalise entropy)")
         require(self.micro_batch_size >= 1, "loss.micro_batch_size", "must be >= 1")
+        require(self.micro_batch_memory_gb is None or self.micro_batch_memory_gb > 0, "loss.micro_batch_memory_gb",
+                "must be > 0 (GiB) or null")
         require(self.logprob_chunk_size >= 1, "loss.logprob_chunk_size", "must be >= 1")
 
 

@@ -32,6 +32,7 @@ from algos.core import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES
 from algos.core.advantages import process_advantages, step_rewards_vary, zero_std_group_fraction
 from algos.core.aggregation import aggregate_loss
 from algos.core.kl import kl_estimate
+from algos.memory import activation_cost
 from algos.metrics import MetricsLogger, UpdateStats, rollout_metrics
 from algos.policy import completion_logprobs
 from algos.rollout import RolloutBackend
@@ -288,6 +289,10 @@ class GRPOTrainer:
             # AdamW's momentum and weight decay would still move the weights. No optimizer step.
             return {"skipped_update": 1.0, "lr": advance_schedule(self.scheduler)[0]}
         size = loss_cfg.micro_batch_size
+        if loss_cfg.micro_batch_memory_gb is not None:
+            cost = activation_cost(lambda rows: self._logprobs(self.model, batch, rows), batch.input_ids[:, : batch.prompt_width],
+                                   self.model.parameters())
+            size = cost.rows_within(loss_cfg.micro_batch_memory_gb * 1024**3, most=size)
         micro = [slice(i, min(i + size, batch.num_rows)) for i in range(0, batch.num_rows, size)]
         mask = batch.loss_mask.float()
         # Entropy is logged over every generated token, not only the loss's: overlong filtering masks the truncated
@@ -343,6 +348,7 @@ class GRPOTrainer:
         totals.update(stats.means(norms["global_num_tokens"]))
         totals["entropy"] = entropy_sum / response_mask.sum().clamp(min=1).item()
         totals["lr"] = lr
+        totals["micro_batch_rows"] = float(size)
         return totals
 
     # ------------------------------------------------------------ loop

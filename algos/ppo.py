@@ -112,6 +112,9 @@ class PPOConfig(TrainConfig):
         super().validate()
         require(self.ppo.critic_warmup_steps < self.run.steps, "ppo.critic_warmup_steps",
                  f"must be < run.steps ({self.run.steps}), or the policy never trains")
+        require(self.loss.micro_batch_memory_gb is None, "loss.micro_batch_memory_gb",
+                "PPO does not size micro-batches from a memory budget yet (its critic's activations are not measured): "
+                "set loss.micro_batch_size")
 
 
 Config = PPOConfig

@@ -1,0 +1,57 @@
+"""Rows per forward/backward from a memory budget (loss.micro_batch_memory_gb, like verl's dynamic batch size):
+the activations autograd keeps for backward, measured on the step's own rows with saved-tensor hooks, so one
+budget holds on any model, precision and completion length."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+def saved_bytes(forward: Callable[[], Any], weights: Iterable[torch.Tensor] = ()) -> int:
+    """Bytes of the distinct storages autograd saves for backward while ``forward`` runs, ``weights``' own left out
+    (they exist whatever the rows); the forward's graph is dropped on return."""
+    storages: dict[int, int] = {}
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        forward()
+    resident = {weight.untyped_storage().data_ptr() for weight in weights}
+    return sum(size for pointer, size in storages.items() if pointer not in resident)
+
+
+@dataclass(frozen=True)
+class ActivationCost:
+    """What a forward keeps for backward: ``fixed_bytes`` whatever its rows (e.g. autocast's half-precision weight
+    copies), plus ``row_bytes`` per row of the batch's width (its prompt included: the probe rows differ in it)."""
+
+    fixed_bytes: int
+    row_bytes: int
+
+    def rows_within(self, budget_bytes: float, most: int) -> int:
+        """The most rows, up to ``most``, whose activations fit ``budget_bytes``; at least 1 (a row cannot be split)."""
+        fit = (budget_bytes - self.fixed_bytes) // max(self.row_bytes, 1)
+        return int(min(most, max(1, fit)))
+
+
+def activation_cost(forward_rows: Callable[[torch.Tensor], Any], prompt_ids: torch.Tensor,
+                    weights: Iterable[torch.Tensor]) -> ActivationCost:
+    """Measure ``forward_rows(rows)`` (the loss's forward on those [k] row indices) on one row and on two rows with
+    different prompts (a GRPO group shares its prompt's activations: rows from two groups count it per row).
+    ``prompt_ids``: [N, P]."""
+    weights = list(weights)
+    other = (prompt_ids != prompt_ids[:1]).any(-1).nonzero().flatten()
+    second = int(other[0]) if len(other) else min(1, len(prompt_ids) - 1)
+    one = saved_bytes(lambda: forward_rows(torch.tensor([0])), weights)
+    if second == 0:  # a one-row batch
+        return ActivationCost(fixed_bytes=0, row_bytes=one)
+    two = saved_bytes(lambda: forward_rows(torch.tensor([0, second])), weights)
+    row = max(two - one, 1)
+    return ActivationCost(fixed_bytes=max(one - row, 0), row_bytes=row)

@@ -1,0 +1,115 @@
+"""Rows per micro-batch from a memory budget (algos/memory.py, loss.micro_batch_memory_gb): saved-tensor bytes
+by hand, the fit, the probe rows, and a bound that holds on a real model's batch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from algos.checkpoint import latest_checkpoint
+from algos.config import load_config
+from algos.grpo import GRPOConfig, GRPOTrainer
+from algos.memory import ActivationCost, activation_cost, saved_bytes
+from algos.metrics import read_metrics
+from algos.policy import completion_logprobs
+from algos.ppo import PPOConfig
+from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+
+
+def test_saved_bytes_counts_what_autograd_keeps_less_the_weights():
+    x = torch.randn(10, 4, requires_grad=True)
+    weight = torch.nn.Parameter(torch.randn(4))
+    assert saved_bytes(lambda: (x * weight).sum(), [weight]) == 10 * 4 * 4  # mul keeps x and weight; weight is resident
+    assert saved_bytes(lambda: (x * weight).sum()) == 10 * 4 * 4 + 4 * 4
+    assert saved_bytes(lambda: torch.exp(x).sum()) == 10 * 4 * 4  # exp keeps its output
+    assert saved_bytes(lambda: x.sum()) == 0  # a sum's gradient needs no tensor
+    with torch.no_grad():
+        assert saved_bytes(lambda: torch.exp(x).sum()) == 0  # nothing is kept without a graph
+
+
+@pytest.mark.parametrize(("budget", "most", "rows"), [
+    (300, 8, 4),  # (300 - 100) // 50
+    (300, 3, 3),  # at most loss.micro_batch_size
+    (120, 8, 1),  # less than a row fits: one row, which cannot be split
+    (50, 8, 1),  # less than the fixed part
+])
+def test_rows_within_a_budget(budget, most, rows):
+    assert ActivationCost(fixed_bytes=100, row_bytes=50).rows_within(budget, most) == rows
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.manual_seed(0)
+    return build_tiny_model(build_char_tokenizer(), hidden_size=32, num_layers=2, num_heads=4).eval()
+
+
+def grouped_batch(groups: int = 3, group_size: int = 4, prompt_width: int = 6, completion: int = 5):
+    torch.manual_seed(1)
+    prompts = torch.randint(4, 50, (groups, prompt_width)).repeat_interleave(group_size, 0)
+    ids = torch.cat([prompts, torch.randint(4, 50, (groups * group_size, completion))], 1)
+    return ids, torch.ones_like(ids), prompt_width
+
+
+def test_the_probe_takes_two_rows_with_different_prompts_and_bounds_a_real_micro_batch(model):
+    ids, mask, width = grouped_batch()
+    probed = []
+
+    def forward_rows(rows):
+        probed.append(rows.tolist())
+        return completion_logprobs(model, ids[rows], mask[rows], width)
+
+    cost = activation_cost(forward_rows, ids[:, :width], model.parameters())
+    assert probed == [[0], [0, 4]]  # row 4 starts the second group: each probe row pays for its own prompt
+    assert cost.row_bytes > 0
+    for rows in (1, 2, 5, 12):
+        kept = saved_bytes(lambda r=rows: forward_rows(torch.arange(r)), model.parameters())
+        # an upper bound (groups share their prompt's activations), and not a loose one
+        assert 0.5 * (cost.fixed_bytes + rows * cost.row_bytes) <= kept <= cost.fixed_bytes + rows * cost.row_bytes
+
+
+def test_a_one_row_batch_is_its_own_row_cost(model):
+    ids, mask, width = grouped_batch(groups=1, group_size=1)
+    cost = activation_cost(lambda rows: completion_logprobs(model, ids[rows], mask[rows], width), ids[:, :width],
+                           model.parameters())
+    assert cost.fixed_bytes == 0 and cost.row_bytes == saved_bytes(
+        lambda: completion_logprobs(model, ids, mask, width), model.parameters())
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def train_grpo(model_dir, output_dir, **extra):
+    overrides = {
+        "model.path": str(model_dir), "model.autocast": "null", "env.kwargs": '{"digits": 1, "terms": 2}',
+        "env.max_new_tokens": "4", "env.use_chat_template": "false", "env.eval_size": "4", "optim.lr": "1e-3",
+        "run.output_dir": str(output_dir), "run.steps": "2", "run.eval_every": "0", "run.progress": "false",
+        "run.tensorboard": "false", "run.plots": "false", "grpo.prompts_per_step": "3", "grpo.group_size": "4",
+        "loss.entropy_coef": "0.01", **extra,
+    }
+    GRPOTrainer(load_config(GRPOConfig, overrides=overrides)).train()
+    return read_metrics(output_dir), load_file(latest_checkpoint(output_dir) / "model" / "model.safetensors")
+
+
+def test_a_budget_picks_the_rows_and_the_step_computes_the_same(tiny_model_dir, tmp_path):
+    tight, tight_weights = train_grpo(tiny_model_dir, tmp_path / "tight", **{"loss.micro_batch_memory_gb": "1e-9"})
+    roomy, _ = train_grpo(tiny_model_dir, tmp_path / "roomy", **{"loss.micro_batch_memory_gb": "100"})
+    one_row, one_row_weights = train_grpo(tiny_model_dir, tmp_path / "one", **{"loss.micro_batch_size": "1"})
+    steps = [r for r in tight if "micro_batch_rows" in r]
+    assert [r["micro_batch_rows"] for r in steps] == [1.0, 1.0]  # nothing fits: one row at a time
+    assert [r["micro_batch_rows"] for r in roomy if "micro_batch_rows" in r] == [8.0, 8.0]  # loss.micro_batch_size
+    for key, weight in one_row_weights.items():  # gradient accumulation is exact: the same step as 1-row micro-batches
+        torch.testing.assert_close(tight_weights[key], weight, atol=1e-6, rtol=1e-5)
+
+
+def test_ppo_refuses_a_memory_budget_by_name():
+    with pytest.raises(ValueError, match="config loss.micro_batch_memory_gb: PPO does not size micro-batches"):
+        load_config(PPOConfig, overrides={"loss.micro_batch_memory_gb": "2"}).validate()
+    with pytest.raises(ValueError, match=r"config loss.micro_batch_memory_gb: must be > 0 \(GiB\) or null"):
+        load_config(GRPOConfig, overrides={"loss.micro_batch_memory_gb": "0"}).validate()
