@@ -22,6 +22,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from algos.policy import position_ids_from_mask
+from algos.runtime import release_free_memory
 from rlvr_env.token_vector_env import RolloutResult, TokenVectorEnv
 
 
@@ -153,6 +154,7 @@ class HFRollout:
             return self._generate(model, env, params, generator)
         finally:
             model.train(was_training)
+            release_free_memory()  # the KV cache, before the update allocates its activations
 
     def _generate(self, model, env: TokenVectorEnv, params: SamplingParams, generator) -> Rollout:
         from transformers import DynamicCache

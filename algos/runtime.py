@@ -4,6 +4,9 @@ NaN-guarded optimizer step. Nothing here knows about models' heads, tasks or alg
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
+import functools
 import math
 import random
 import warnings
@@ -51,6 +54,24 @@ def mixed_precision(model_cfg: ModelConfig, device: torch.device) -> contextlib.
     if model_cfg.autocast is None:
         return contextlib.nullcontext()
     return torch.autocast(device.type, dtype=DTYPES[compute_dtype(model_cfg)], cache_enabled=False)
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's malloc_trim, or None where the C library is not glibc (macOS, musl)."""
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+def release_free_memory() -> None:
+    """Give the C heap's free pages back to the OS. glibc keeps what CPU tensors free (a rollout's KV cache, an
+    update's activations and gradients) in the process: measured on SmolLM2-135M's GRPO step, ~0.9 GB of RSS carried
+    from one phase into the next, on top of the next phase's own peak."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def seed_everything(seed: int, full_determinism: bool = False) -> None:
@@ -157,4 +178,5 @@ def guarded_optimizer_step(
     if scaling:
         scaler.update()  # reads the overflow flags unscale_ recorded
     optimizer.zero_grad(set_to_none=True)
+    release_free_memory()  # the gradients just freed
     return StepOutcome(applied=applied, grad_norm=grad_norm)

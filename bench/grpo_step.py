@@ -81,6 +81,7 @@ def grpo_config(args, output_dir: str):
             "run.output_dir": output_dir, "run.steps": "2", "run.progress": "false", "run.tensorboard": "false",
             "grpo.prompts_per_step": str(args.prompts), "grpo.group_size": str(args.group_size),
             "grpo.beta": "0", "optim.lr": "1e-6", "model.autocast": str(args.autocast or "null"),
+            "model.gradient_checkpointing": str(args.gradient_checkpointing).lower(),
             **({"loss.micro_batch_size": str(args.micro_batch)} if args.micro_batch else {}),
         },
     )
@@ -189,6 +190,7 @@ def run_trl(args) -> dict:
         learning_rate=1e-6, report_to="none", logging_steps=1, save_strategy="no",
         use_cpu=not torch.cuda.is_available(),  # on the device ours and raw use
         bf16=args.autocast == "bfloat16",  # Trainer's bf16 is autocast over fp32 weights, as ours
+        gradient_checkpointing=args.gradient_checkpointing,
     )
     trainer = TRLTrainer(
         model=model, reward_funcs=reward, args=config, train_dataset=dataset, processing_class=tokenizer,
@@ -242,6 +244,7 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--micro-batch", type=int, default=0, help="rows per forward/backward in ours (0 = its config default)")
+    parser.add_argument("--gradient-checkpointing", action="store_true", help="ours and trl (model.gradient_checkpointing)")
     parser.add_argument("--trl-micro-batch", type=int, default=0,
                         help="rows per forward/backward in TRL (0 = the whole batch, as TRL's examples run GRPO)")
     parser.add_argument("--only", choices=sorted(CONTENDERS), help=argparse.SUPPRESS)  # one contender, JSON out
@@ -264,7 +267,8 @@ def main() -> None:
     autocast, why = resolve_precision(args, model)
     base = [sys.executable, __file__, "--model", model, "--dtype", args.dtype, "--prompts", str(args.prompts),
             "--group-size", str(args.group_size), "--new-tokens", str(args.new_tokens), "--autocast", str(autocast or ""),
-            "--micro-batch", str(args.micro_batch), "--trl-micro-batch", str(args.trl_micro_batch)]
+            "--micro-batch", str(args.micro_batch), "--trl-micro-batch", str(args.trl_micro_batch),
+            *(["--gradient-checkpointing"] if args.gradient_checkpointing else [])]
     results = {}
     for name in CONTENDERS:
         if name == "trl" and args.skip_trl:
@@ -282,7 +286,8 @@ def main() -> None:
     ours_micro = results.get("ours", {}).get("micro_batch", args.micro_batch or "default")
     print(f"one GRPO step: {args.prompts} prompts x {args.group_size} samples, {args.new_tokens} new tokens, model "
           f"{args.model}, beta 0; rows per forward/backward: raw all {args.prompts * args.group_size}, ours {ours_micro}, "
-          f"trl {args.trl_micro_batch or f'all {args.prompts * args.group_size}'}")
+          f"trl {args.trl_micro_batch or f'all {args.prompts * args.group_size}'}; gradient checkpointing "
+          f"{'on' if args.gradient_checkpointing else 'off'}")
     raw = results.get("raw")
     memory = "peak_gpu_gb" if all("peak_gpu_gb" in r for r in results.values()) else "peak_rss_gb"  # what ratios compare
     for name, r in results.items():

@@ -66,6 +66,8 @@ MODULES: dict[str, list[str]] = {
     "algos/config.py": ["tests/test_config.py", "tests/test_grpo_cli.py"],
     "algos/run_dir.py": ["tests/test_run_dir.py", "tests/test_grpo_loop.py", "tests/test_ppo.py", "tests/test_grpo_cli.py",
                          *RESUME],
+    "algos/hardware.py": ["tests/test_hardware.py"],
+    "algos/memory.py": ["tests/test_memory.py"],
     "algos/checkpoint.py": ["tests/test_checkpoint.py", "tests/test_grpo_machinery.py", *CORE_USERS, *RESUME],
     "rewards/shaping.py": ["tests/test_rewards_shaping.py", "tests/test_grpo_loop.py", *GRPO_REFERENCE],
 }
