@@ -22,7 +22,7 @@ from typing import Protocol, runtime_checkable
 import torch
 
 from algos.policy import position_ids_from_mask
-from algos.runtime import release_free_memory
+from algos.runtime import release_free_memory, weights_cast_once
 from rlvr_env.token_vector_env import RolloutResult, TokenVectorEnv
 
 
@@ -101,11 +101,18 @@ def sample_tokens(
     """Float[B, V] next-token logits -> (Long[B] tokens, Float[B] their log-probs under the sampling distribution)."""
     logits = filter_logits(logits.float() / params.temperature, params.top_k, params.top_p)
     logprobs = torch.log_softmax(logits, dim=-1)
-    if params.greedy:
-        tokens = logits.argmax(-1)
-    else:
-        tokens = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(-1)
+    tokens = logits.argmax(-1) if params.greedy else inverse_cdf_sample(logprobs.exp(), generator)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Float[B, V] probabilities -> Long[B] one draw per row: the first token whose cumulative probability exceeds
+    u * total, u ~ U[0, 1). One random number per row; torch.multinomial draws V exponentials per row (on CPU 60 ms
+    of each 270 ms decode step of 64 rows over SmolLM2's 49k vocabulary). The float64 sum keeps u * total below the
+    total, and "right" never lands on a zero-probability token."""
+    cumulative = probs.double().cumsum(-1)
+    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=torch.float64)
+    return torch.searchsorted(cumulative, u * cumulative[:, -1:], right=True).squeeze(-1)
 
 
 class HFRollout:
@@ -151,7 +158,8 @@ class HFRollout:
         was_training = model.training
         model.eval()  # no dropout while sampling
         try:
-            return self._generate(model, env, params, generator)
+            with weights_cast_once(device.type):
+                return self._generate(model, env, params, generator)
         finally:
             model.train(was_training)
             release_free_memory()  # the KV cache, before the update allocates its activations

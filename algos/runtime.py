@@ -10,7 +10,7 @@ import functools
 import math
 import random
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +35,21 @@ def resolve_device(name: str) -> torch.device:
         elif device.index >= torch.cuda.device_count():
             raise ValueError(f"config model.device = {name!r}, but torch sees {torch.cuda.device_count()} GPU(s)")
     return device
+
+
+@contextlib.contextmanager
+def weights_cast_once(device_type: str) -> Iterator[None]:
+    """Inside an autocast region, a block whose weights do not change (a rollout) casts each weight to the half
+    dtype once instead of at every forward: a decode step of SmolLM2-135M otherwise re-casts all 135M weights.
+    The cast cache is cleared on exit, so the next forward sees the next update's weights."""
+    if not torch.is_autocast_enabled(device_type):
+        yield
+        return
+    try:
+        with torch.autocast(device_type, dtype=torch.get_autocast_dtype(device_type), cache_enabled=True):
+            yield
+    finally:
+        torch.clear_autocast_cache()  # an inner autocast's exit keeps it (only the outermost clears)
 
 
 def compute_dtype(model_cfg: ModelConfig) -> str:

@@ -240,6 +240,24 @@ def test_mixed_precision_forwards_see_every_weight_update():
     assert layer.weight.grad is not None and layer.weight.grad.abs().sum() > 0
 
 
+def test_a_rollout_casts_each_weight_once_and_the_next_forward_sees_the_update():
+    from algos.config import ModelConfig
+    from algos.runtime import mixed_precision, weights_cast_once
+
+    layer, x = torch.nn.Linear(8, 8), torch.randn(4, 8)
+    with mixed_precision(ModelConfig(autocast="bfloat16"), torch.device("cpu")):
+        with torch.no_grad():
+            with weights_cast_once("cpu"):
+                first = layer(x)
+                layer.weight.add_(1.0)  # never done inside a rollout: here it shows the first cast is reused
+                second = layer(x)
+            assert torch.equal(first, second) and first.dtype == torch.bfloat16
+        after = layer(x)  # the update's forward
+    assert not torch.equal(first, after.detach())  # the cache was cleared: the changed weights were cast anew
+    with weights_cast_once("cpu"):  # outside autocast: nothing to cache
+        assert layer(x).dtype == torch.float32
+
+
 COUNTDOWN = '{"num_numbers": 3, "step_reward": 0.1}'
 
 
