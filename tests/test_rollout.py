@@ -123,6 +123,22 @@ def test_seeded_sampling_is_reproducible_and_seeds_differ(model, tokenizer):
     assert len({tuple(row.tolist()) for row in first}) > 1  # one prompt, several different samples
 
 
+def test_a_cpu_rollout_decodes_with_eager_attention_and_gives_sdpa_back(model, tokenizer):
+    """Eager attention decodes faster on a CPU; what it samples is what an SDPA forward scores (the logprobs
+    check of test_prompts_prefill_once_per_group... runs through it too), and the model keeps SDPA afterwards."""
+    model.set_attn_implementation("sdpa")
+    seen = []
+    hook = model.register_forward_pre_hook(lambda module, args: seen.append(module.config._attn_implementation))
+    env = make_env(tokenizer, num_envs=2, max_new_tokens=3)
+    env.reset(seed=0)
+    try:
+        HFRollout(seed=0).generate(model, env)
+    finally:
+        hook.remove()
+    assert seen and set(seen) == {"eager"}
+    assert model.config._attn_implementation == "sdpa"
+
+
 def test_rollout_leaves_train_mode_as_it_was(model, tokenizer):
     env = make_env(tokenizer, num_envs=2, max_new_tokens=3)
     env.reset(seed=0)
@@ -216,7 +232,9 @@ def test_hf_rollout_matches_generate_on_smollm():
     from algos.models import load_policy
 
     try:
-        model, tokenizer = load_policy("default", device="cpu")
+        # fp32: the rollout decodes with eager attention on a CPU, model.generate with SDPA; in bf16 weights the two
+        # kernels' rounding (logits up to 0.4 apart) flips near-tied greedy tokens, in fp32 they agree to 5e-5
+        model, tokenizer = load_policy("default", dtype="float32", device="cpu")
     except FileNotFoundError as err:
         pytest.skip(str(err))
     env = TokenVectorEnv(ArithmeticTask(), tokenizer, num_envs=4, max_new_tokens=10)
