@@ -34,9 +34,14 @@ class Precision:
     reason: str  # why, in words: the log line and machine.json
 
 
+def cpu_capabilities() -> dict[str, Any]:
+    """What torch reports of this CPU (its name, ISA extensions, cores); empty on a torch without the query."""
+    return torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+
+
 def cpu_bf16_units() -> list[str]:
     """The bf16 matmul units torch reports on this CPU: "AVX512-BF16", "AMX-BF16" (empty: bf16 is emulated)."""
-    capabilities = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
+    capabilities = cpu_capabilities()
     return [name for key, name in (("avx512_bf16", "AVX512-BF16"), ("amx_bf16", "AMX-BF16")) if capabilities.get(key)]
 
 
@@ -139,10 +144,9 @@ def total_memory_bytes() -> int | None:
 
 def describe_machine(device: torch.device) -> dict[str, Any]:
     """What a run's numbers depend on: CPU model and capability, bf16 units, threads, memory, and the GPU if used."""
-    capabilities = torch.cpu.get_capabilities() if hasattr(torch.cpu, "get_capabilities") else {}
     memory = total_memory_bytes()
     machine = {
-        "cpu": capabilities.get("cpu_name") or platform.processor() or platform.machine(),
+        "cpu": cpu_capabilities().get("cpu_name") or platform.processor() or platform.machine(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),  # the widest vector ISA torch's kernels use
         "cpu_bf16_units": cpu_bf16_units(),
         "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),

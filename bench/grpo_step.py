@@ -129,7 +129,6 @@ def run_ours(args) -> dict:
 
     baseline = rss_gb()
     trainer = GRPOTrainer(grpo_config(args, tempfile.mkdtemp()))
-    work = {"prompt_tokens": 0, "completion_tokens": 0}
     times = []
     for step in (1, 2):
         started = now()
@@ -214,7 +213,7 @@ def matmul_floor_s(work: dict, model_dir: str, autocast: str | None) -> tuple[fl
     return flops / rate, rate / 1e9
 
 
-def resolve_precision(args, model_dir: str) -> tuple[str | None, str]:
+def bench_autocast(args, model_dir: str) -> tuple[str | None, str]:
     """--precision as model.autocast, and why (for "auto", what algos.hardware picks on this machine)."""
     import types
 
@@ -264,7 +263,7 @@ def main() -> None:
         from algos.models import default_model_path
 
         model = str(default_model_path())
-    autocast, why = resolve_precision(args, model)
+    autocast, why = bench_autocast(args, model)
     base = [sys.executable, __file__, "--model", model, "--dtype", args.dtype, "--prompts", str(args.prompts),
             "--group-size", str(args.group_size), "--new-tokens", str(args.new_tokens), "--autocast", str(autocast or ""),
             "--micro-batch", str(args.micro_batch), "--trl-micro-batch", str(args.trl_micro_batch),

@@ -45,13 +45,13 @@ def measure_parts(model_dir: str, autocast: str | None, widths: list[int], micro
     sys.path.insert(0, str(BENCH))
     from grpo_step import rss_gb
 
+    config = load_config(GRPOConfig, overrides={"model.path": model_dir})
     model, tokenizer = load_policy(model_dir, dtype=torch.float32)
-    optimizer = build_optimizer(model, load_config(GRPOConfig).optim)
+    optimizer = build_optimizer(model, config.optim)
     for p in model.parameters():
         p.grad = torch.zeros_like(p)
     optimizer.step()  # AdamW's two moments exist from the first step on
     resident = rss_gb()
-    config = load_config(GRPOConfig, overrides={"model.path": model_dir})
     env = make_env(config, tokenizer, num_envs=micro_batch, device=torch.device("cpu"))
     env.reset(seed=0, options={"group_size": micro_batch})
     text = model.config.get_text_config()
@@ -96,7 +96,7 @@ def main() -> None:
         return
     sys.path.insert(0, str(BENCH))
     import torch
-    from grpo_step import resolve_precision, tiny_model_dir
+    from grpo_step import bench_autocast, tiny_model_dir
 
     from algos.hardware import describe_machine
     from algos.models import default_model_path
@@ -107,7 +107,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp())
     for name in args.models:
         model_dir = tiny_model_dir(root) if name == "tiny" else str(default_model_path()) if name == "default" else name
-        autocast, why = resolve_precision(argparse.Namespace(precision=args.precision), model_dir)
+        autocast, why = bench_autocast(argparse.Namespace(precision=args.precision), model_dir)
         out = subprocess.run([sys.executable, __file__, "--parts", model_dir, "--autocast", autocast or "",
                               "--tokens", *map(str, args.tokens)], capture_output=True, text=True, check=True)
         parts = json.loads(out.stdout.strip().splitlines()[-1])

@@ -11,6 +11,7 @@ import warnings
 import pytest
 import torch
 import yaml
+from reference_helpers import save_tiny_model
 
 from algos import hardware
 from algos.config import load_config
@@ -150,10 +151,7 @@ def test_the_matmul_dtype_must_be_resolved_before_a_run_computes():
 
 
 def test_a_run_records_the_resolved_precision_and_the_machine(monkeypatch, tmp_path, caplog):
-    model_dir = tmp_path / "model"
-    tokenizer = build_char_tokenizer()
-    build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
+    model_dir = save_tiny_model(tmp_path / "model")
     fake_cpu(monkeypatch, ["AVX512-BF16"], 2.0)
     config = load_config(GRPOConfig, overrides={
         "model.path": str(model_dir), "env.use_chat_template": "false", "run.output_dir": str(tmp_path / "run"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from reference_helpers import save_tiny_model
 from safetensors.torch import load_file
 
 from algos.checkpoint import latest_checkpoint
@@ -78,11 +79,7 @@ def test_a_one_row_batch_is_its_own_row_cost(model):
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    tokenizer = build_char_tokenizer()
-    build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
 def train_grpo(model_dir, output_dir, **extra):
