@@ -4,11 +4,18 @@ budget holds on any model, precision and completion length."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+
+def rss_gb() -> float:
+    """The process's resident memory now, in GiB (Linux: /proc/self/statm)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1024**3
 
 
 def saved_bytes(forward: Callable[[], Any], weights: Iterable[torch.Tensor] = ()) -> int:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import subprocess
 import sys
@@ -31,13 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from algos.memory import rss_gb
+
 PRECISIONS = {"fp32": None, "bf16": "bfloat16"}  # --precision -> model.autocast
-
-
-def rss_gb() -> float:
-    """The process's resident memory now."""
-    with open("/proc/self/statm") as statm:
-        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1024**3
 
 
 def peak_memory(baseline_gb: float) -> dict:

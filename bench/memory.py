@@ -37,13 +37,10 @@ def measure_parts(model_dir: str, autocast: str | None, widths: list[int], micro
     from algos.config import load_config
     from algos.environment import make_env
     from algos.grpo import GRPOConfig
-    from algos.memory import saved_bytes
+    from algos.memory import rss_gb, saved_bytes
     from algos.models import load_policy
     from algos.policy import completion_logprobs
     from algos.runtime import build_optimizer
-
-    sys.path.insert(0, str(BENCH))
-    from grpo_step import rss_gb
 
     config = load_config(GRPOConfig, overrides={"model.path": model_dir})
     model, tokenizer = load_policy(model_dir, dtype=torch.float32)

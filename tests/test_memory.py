@@ -113,10 +113,9 @@ def test_ppo_refuses_a_memory_budget_by_name():
 
 
 FRAGMENTED_HEAP = """
-import sys, torch
-sys.path.insert(0, "bench")
-from grpo_step import rss_gb
+import torch
 from algos import runtime
+from algos.memory import rss_gb
 warm = [torch.ones(256 * 1024) for _ in range(4)]  # 1 MB each: a freed mmap raises glibc's threshold above it
 del warm
 freed, kept = [], []
