@@ -69,6 +69,14 @@ def test_the_probe_takes_two_rows_with_different_prompts_and_bounds_a_real_micro
         assert 0.5 * (cost.fixed_bytes + rows * cost.row_bytes) <= kept <= cost.fixed_bytes + rows * cost.row_bytes
 
 
+def test_a_batch_of_one_group_probes_its_first_two_rows(model):
+    ids, mask, width = grouped_batch(groups=1, group_size=4)
+    probed = []
+    activation_cost(lambda rows: probed.append(rows.tolist()) or completion_logprobs(model, ids[rows], mask[rows], width),
+                    ids[:, :width], model.parameters())
+    assert probed == [[0], [0, 1]]  # no row with another prompt: the next row
+
+
 def test_a_one_row_batch_is_its_own_row_cost(model):
     ids, mask, width = grouped_batch(groups=1, group_size=1)
     cost = activation_cost(lambda rows: completion_logprobs(model, ids[rows], mask[rows], width), ids[:, :width],
