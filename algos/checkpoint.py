@@ -1,28 +1,43 @@
 """Checkpoints with everything needed for an exact resume, written atomically.
 
-A checkpoint is a directory `checkpoint-<step>` holding the model (`model/`, a
-transformers directory usable with `--model`) and `trainer.pt` (optimizer,
-scheduler, python/numpy/torch RNG states, and the loop's own state such as the
-data position). It is written under a temporary name and renamed into place,
-so a run killed mid-write never leaves a checkpoint that looks complete.
+A checkpoint is a directory `checkpoint-<step>` holding:
+- `state/`: the trained weights and the optimizer's state, as torch.distributed.checkpoint (DCP) writes
+  them: each rank its shards, loadable by any number of ranks (2 ranks -> 1 and back);
+- `model/`: the policy as a transformers directory usable with `--model` (written by rank 0);
+- `trainer.pt`: scheduler, step and the loop's own state; `rng-<rank>.pt`: each rank's python/numpy/torch RNGs;
+- `config.yaml`: the config it was trained with.
+It is written under a temporary name and renamed into place, so a run killed mid-write (any rank)
+never leaves a checkpoint that looks complete. One process is the same code with one rank.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import re
 import shutil
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict, set_state_dict
+
+from algos.distributed import barrier, broadcast_from_main, current_world
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 LEFTOVER_RE = re.compile(r"^\.checkpoint-\d+\.(?:tmp|stale)-(\d+)$")  # group 1: the writing process's pid
 TRAINER_FILE = "trainer.pt"
 CONFIG_FILE = "config.yaml"
+STATE_DIR = "state"  # DCP: weights and optimizer state
+
+
+def _rng_file(rank: int) -> str:
+    return f"rng-{rank}.pt"
 
 
 def rng_state(device: torch.device) -> dict[str, Any]:
@@ -40,6 +55,14 @@ def set_rng_state(state: dict[str, Any], device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda"], device)
+
+
+@contextlib.contextmanager
+def _one_process_is_intended() -> Iterator[None]:
+    """DCP warns that it assumes one process whenever no process group exists: here that is the plain run."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "torch.distributed is disabled, unavailable or uninitialized")
+        yield
 
 
 def _fsync_tree(path: Path) -> None:
@@ -85,44 +108,61 @@ def save_checkpoint(
     state: dict[str, Any] | None = None,
     keep_last: int = 2,
     config: Any = None,
+    export: torch.nn.Module | None = None,
 ) -> Path:
-    """Write checkpoint-<step> atomically, then delete all but the `keep_last` newest. ``config`` (a run config
-    dataclass) is kept as checkpoint-<step>/config.yaml: what the checkpoint was trained with, which a resume
-    checks against (the run's own config.yaml is for people, who may edit it)."""
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    final = output_dir / f"checkpoint-{step}"
-    tmp = output_dir / f".checkpoint-{step}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    model.save_pretrained(tmp / "model", safe_serialization=True)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(tmp / "model")
-    if config is not None:
-        from algos.config import save_config
+    """Write checkpoint-<step> atomically, then delete all but the `keep_last` newest. Every rank calls it.
 
-        save_config(config, tmp / CONFIG_FILE)
-    torch.save(
-        {
-            "step": step,
-            "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict() if scheduler is not None else None,
-            "rng": rng_state(next(model.parameters()).device),
-            "state": state or {},
-        },
-        tmp / TRAINER_FILE,
-    )
-    _fsync_tree(tmp)
-    if final.exists():  # re-saving a step (e.g. after a resume): move the old one out of the way first
-        stale = output_dir / f".checkpoint-{step}.stale-{os.getpid()}"
-        final.rename(stale)
-        shutil.rmtree(stale)
-    tmp.rename(final)
-    _fsync_dir(output_dir)  # the rename reaches the disk before any older checkpoint is deleted
-    # Only checkpoints up to this step are pruned: this one is never deleted in favour of higher-numbered ones.
-    for old in [path for number, path in _numbered_checkpoints(output_dir) if number <= step][:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
-    _remove_leftovers(output_dir)
+    ``model``: the module whose weights are saved with ``optimizer`` (a trainer's TrainingForward, DDP- or
+    FSDP2-wrapped or plain); ``export``: the transformers model inside it written to model/ (default: ``model``).
+    ``config`` (a run config dataclass) is kept as checkpoint-<step>/config.yaml: what the checkpoint was trained
+    with, which a resume checks against (the run's own config.yaml is for people, who may edit it)."""
+    world = current_world()
+    output_dir = Path(output_dir)
+    final = output_dir / f"checkpoint-{step}"
+    tmp = output_dir / broadcast_from_main(f".checkpoint-{step}.tmp-{os.getpid()}")  # rank 0 names it
+    if world.is_main:
+        output_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    barrier()
+    weights, optimizer_state = get_state_dict(model, optimizer)
+    with _one_process_is_intended():
+        dcp.save({"model": weights, "optimizer": optimizer_state}, checkpoint_id=tmp / STATE_DIR)
+    torch.save(rng_state(next(model.parameters()).device), tmp / _rng_file(world.rank))
+    export = export if export is not None else model
+    # Collective under FSDP2 (every rank sends its shards); the whole tensors arrive on rank 0's CPU.
+    whole = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if world.is_main:
+        prefix = next(name for name, module in model.named_modules() if module is export)
+        exported = {key.removeprefix(f"{prefix}."): value for key, value in whole.items() if key.startswith(prefix)}
+        # A tied weight (lm_head = embeddings) is one parameter under two names: transformers saves it once.
+        first_name: dict[int, str] = {}
+        for name, parameter in export.named_parameters(remove_duplicate=False):
+            if first_name.setdefault(id(parameter), name) != name:
+                exported.pop(name, None)
+        export.save_pretrained(tmp / "model", state_dict=exported, safe_serialization=True)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp / "model")
+        if config is not None:
+            from algos.config import save_config
+
+            save_config(config, tmp / CONFIG_FILE)
+        torch.save({"step": step, "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                    "state": state or {}}, tmp / TRAINER_FILE)
+    barrier()  # every rank's files are written
+    if world.is_main:
+        _fsync_tree(tmp)
+        if final.exists():  # re-saving a step (e.g. after a resume): move the old one out of the way first
+            stale = output_dir / f".checkpoint-{step}.stale-{os.getpid()}"
+            final.rename(stale)
+            shutil.rmtree(stale)
+        tmp.rename(final)
+        _fsync_dir(output_dir)  # the rename reaches the disk before any older checkpoint is deleted
+        # Only checkpoints up to this step are pruned: this one is never deleted in favour of higher-numbered ones.
+        for old in [path for number, path in _numbered_checkpoints(output_dir) if number <= step][:-keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+        _remove_leftovers(output_dir)
+    barrier()  # no rank goes on (or reads latest_checkpoint) before the checkpoint is in place
     return final
 
 
@@ -158,27 +198,28 @@ def load_checkpoint(
     optimizer: torch.optim.Optimizer,
     scheduler: Any = None,
 ) -> dict[str, Any]:
-    """Restore model weights, optimizer, scheduler and RNG states in place; return {'step', 'state'}."""
-    from safetensors.torch import load_file
-
+    """Restore weights, optimizer, scheduler and RNG states in place (every rank calls it, with as many ranks as
+    saved or not); return {'step', 'state'}. ``model`` as save_checkpoint's."""
     path = Path(path)
-    device = next(model.parameters()).device
-    weights = {}
-    for file in sorted((path / "model").glob("*.safetensors")):
-        weights.update(load_file(file, device=str(device)))
-    if not weights:
-        raise FileNotFoundError(f"checkpoint {path} has no model weights (model/*.safetensors)")
-    missing, unexpected = model.load_state_dict(weights, strict=False)
-    loaded = {model.state_dict()[k].data_ptr() for k in weights if k in model.state_dict()}
-    # save_pretrained drops tied copies (lm_head = embeddings); those share storage with a loaded tensor.
-    truly_missing = [k for k in missing if model.state_dict()[k].data_ptr() not in loaded]
-    if truly_missing or unexpected:
-        raise ValueError(f"checkpoint {path} does not match the model: missing {truly_missing}, unexpected {unexpected}")
-    # Our own file (holds numpy RNG state). Read onto the CPU, where RNG states must be, so a run saved on a
+    if not (path / STATE_DIR).is_dir():
+        raise FileNotFoundError(f"checkpoint {path} has no {STATE_DIR}/ (the weights and optimizer state)")
+    weights, optimizer_state = get_state_dict(model, optimizer)
+    stored = dcp.FileSystemReader(path / STATE_DIR).read_metadata().state_dict_metadata
+    stored_weights = {key.removeprefix("model.") for key in stored if key.startswith("model.")}
+    missing, unexpected = sorted(set(weights) - stored_weights), sorted(stored_weights - set(weights))
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {path} does not match the model: missing {missing}, unexpected {unexpected}")
+    saved = {"model": weights, "optimizer": optimizer_state}
+    with _one_process_is_intended():
+        dcp.load(saved, checkpoint_id=path / STATE_DIR)
+    set_state_dict(model, optimizer, model_state_dict=saved["model"], optim_state_dict=saved["optimizer"])
+    # Our own files (numpy RNG state). Read onto the CPU, where RNG states must be, so a run saved on a
     # GPU resumes on a CPU-only host or another GPU; the optimizer moves its state to its parameters' device.
     trainer = torch.load(path / TRAINER_FILE, weights_only=False, map_location="cpu")
-    optimizer.load_state_dict(trainer["optimizer"])
     if scheduler is not None and trainer["scheduler"] is not None:
         scheduler.load_state_dict(trainer["scheduler"])
-    set_rng_state(trainer["rng"], device)
+    rank = current_world().rank
+    # A resume on more ranks than saved: the new ranks take rank 0's streams (sampling draws from per-row seeds).
+    rng = path / _rng_file(rank) if (path / _rng_file(rank)).is_file() else path / _rng_file(0)
+    set_rng_state(torch.load(rng, weights_only=False, map_location="cpu"), next(model.parameters()).device)
     return {"step": trainer["step"], "state": trainer["state"]}

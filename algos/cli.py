@@ -100,6 +100,8 @@ def _report(error: BaseException) -> int:
 
 
 def _train(args) -> int:
+    from algos.distributed import current_world, leave
+
     module_name, preset = ALGORITHMS[args.algo]
     try:
         module = importlib.import_module(module_name)
@@ -114,12 +116,17 @@ def _train(args) -> int:
         summary = module.train(config, resume=args.resume)
     except (*USER_ERRORS, KeyboardInterrupt) as err:
         return _report(err)
-    print(json.dumps({k: str(v) if v is not None and not isinstance(v, (int, float)) else v for k, v in summary.items()}))
+    finally:
+        main = current_world().is_main  # torchrun: one summary, from rank 0
+        leave()
+    if main:
+        print(json.dumps({k: str(v) if v is not None and not isinstance(v, (int, float)) else v for k, v in summary.items()}))
     return 0
 
 
 def _eval(args) -> int:
     from algos.config import EvalConfig
+    from algos.distributed import current_world, leave
 
     # A training run's config.yaml works as is: its training-only sections (optim, grpo, ppo) are set aside.
     training_sections = {
@@ -137,6 +144,11 @@ def _eval(args) -> int:
         accuracy = evaluate_saved_model(config, model_dir, eval_set)
     except (*USER_ERRORS, KeyboardInterrupt) as err:
         return _report(err)
+    finally:
+        main = current_world().is_main
+        leave()
+    if not main:
+        return 0
     indices = eval_set[1]
     problems = config.env.eval_size if indices is None else len(indices)
     print(json.dumps({"env": config.env.id, "model": config.model.path, "model_dir": model_dir, "problems": problems,

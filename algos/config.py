@@ -28,6 +28,8 @@ import yaml
 
 from algos.core import LOSS_AGGREGATIONS, POLICY_LOSSES
 
+STRATEGIES = ("ddp", "fsdp2")  # distributed.strategy
+
 
 def require(condition: bool, name: str, message: str) -> None:
     if not condition:
@@ -196,6 +198,29 @@ class PolicyLossConfig:
 
 
 @dataclass
+class DistributedConfig:
+    """How a run launched with several processes (torchrun) shares its work; ignored by a one-process run."""
+
+    # Recorded, not set: the processes the run was launched with (torchrun's WORLD_SIZE), written into config.yaml
+    # by every run (a value given is replaced). The global batch is the config's whatever it is: the prompts are split
+    # across the processes.
+    world_size: int | None = None
+    # "ddp": a full replica per rank, gradients all-reduced (the model, its gradients and AdamW's state fit one
+    # device). "fsdp2": torch's fully_shard per decoder layer and the root; weights, gradients and optimizer state
+    # sharded across ranks (what does not fit one device).
+    strategy: str = "ddp"
+    backend: str = "auto"  # torch.distributed backend: "auto" = nccl on CUDA, gloo on CPU
+    timeout_s: float = 1800.0  # a collective waiting longer raises instead of hanging (torch's default: 10 min)
+
+    def validate(self) -> None:
+        require(self.strategy in STRATEGIES, "distributed.strategy", f"must be one of {STRATEGIES}, got {self.strategy!r}")
+        require(self.backend in ("auto", "gloo", "nccl"), "distributed.backend",
+                f"must be 'auto', 'gloo' or 'nccl', got {self.backend!r}")
+        require(self.timeout_s > 0, "distributed.timeout_s", "must be > 0")
+        require(self.world_size is None or self.world_size >= 1, "distributed.world_size", "must be >= 1 or null")
+
+
+@dataclass
 class EvalConfig:
     """The sections every algorithm's config shares; all that `rlvr eval` reads."""
 
@@ -203,6 +228,7 @@ class EvalConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     run: RunConfig = field(default_factory=RunConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
     def validate(self) -> None:
         validate_sections(self)

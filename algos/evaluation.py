@@ -7,6 +7,7 @@ import warnings
 
 import torch
 
+from algos.distributed import broadcast_from_main, current_world, device_for, init_distributed, sum_over_ranks
 from algos.environment import build_task, make_env, make_rollout_backend
 from algos.hardware import resolve_precision
 from algos.runtime import DTYPES, mixed_precision, resolve_device
@@ -46,13 +47,16 @@ def procedural_eval_indices(config) -> list[int]:
 @torch.no_grad()
 def evaluate(model, tokenizer, config, backend, device: torch.device, eval_set=None) -> float:
     """Greedy accuracy on the held-out problems of ``eval_set`` (default: ``eval_task(config)``, built now),
-    generated env.eval_batch_size rows at a time."""
-    task, indices = eval_set or eval_task(config)
-    indices = procedural_eval_indices(config) if indices is None else indices
+    generated env.eval_batch_size rows at a time. Under torchrun each rank generates its share of the problems
+    (``model`` whole on every rank: algos.distributed.whole_weights) and the counts are summed."""
+    task, every_index = eval_set or eval_task(config)
+    every_index = procedural_eval_indices(config) if every_index is None else every_index
+    world = current_world()
+    indices = every_index[world.rank * len(every_index) // world.size : (world.rank + 1) * len(every_index) // world.size]
     batch = config.env.eval_batch_size or len(indices)
     was_training = model.training
     model.eval()
-    solved = []
+    solved = [torch.zeros(0, device=device)]
     try:
         for start in range(0, len(indices), batch):
             chunk = indices[start : start + batch]
@@ -62,7 +66,8 @@ def evaluate(model, tokenizer, config, backend, device: torch.device, eval_set=N
             solved.append(backend.generate(model, env, greedy=True).solved.float())
     finally:
         model.train(was_training)
-    return torch.cat(solved).mean().item()
+    right, total = sum_over_ranks(torch.cat(solved).sum().item(), len(indices))
+    return right / total
 
 
 def evaluate_saved_model(config, path, eval_set=None) -> float:
@@ -70,8 +75,10 @@ def evaluate_saved_model(config, path, eval_set=None) -> float:
     ``eval_set`` as in ``evaluate``."""
     from algos.models import load_policy
 
-    device = resolve_device(config.model.device)
+    world = init_distributed(config.distributed, config.model.device)
+    device = resolve_device(device_for(world, config.model.device))
     model, tokenizer = load_policy(path, dtype=DTYPES[config.model.dtype], device=device)
     resolve_precision(config, device, model)
+    config.model.autocast = broadcast_from_main(config.model.autocast)
     with mixed_precision(config.model, device):
         return evaluate(model, tokenizer, config, make_rollout_backend(config), device=device, eval_set=eval_set)

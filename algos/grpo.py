@@ -32,6 +32,15 @@ from algos.core import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES
 from algos.core.advantages import process_advantages, step_rewards_vary, zero_std_group_fraction
 from algos.core.aggregation import aggregate_loss
 from algos.core.kl import kl_estimate
+from algos.distributed import (
+    gather_rows,
+    gradient_sync,
+    min_over_ranks,
+    padded_micro_batches,
+    rank_offset,
+    sum_over_ranks,
+    whole_weights,
+)
 from algos.memory import activation_cost
 from algos.metrics import MetricsLogger, UpdateStats, rollout_metrics
 from algos.policy import completion_logprobs
@@ -189,10 +198,9 @@ def _right_pad_cat(parts: list[torch.Tensor], width: int) -> torch.Tensor:
     return torch.cat([torch.nn.functional.pad(part, (0, width - part.shape[1])) for part in parts])
 
 
-def build_batch(kept: list[SampledRows], g: GRPOSection, pad_id: int) -> Batch:
-    """The first prompts_per_step groups of the kept rows as one batch (prompts left-padded, completions
-    right-padded to the widest round), with their advantages."""
-    limit = g.prompts_per_step * g.group_size  # extra informative groups of the last round are dropped
+def build_batch(kept: list[SampledRows], g: GRPOSection, pad_id: int, advantages: torch.Tensor) -> Batch:
+    """The kept rows as one batch (prompts left-padded, completions right-padded to the widest round) with their
+    [N] outcome ``advantages``, to which process supervision adds its per-token part."""
     width_p = max(part.prompt_ids.shape[1] for part in kept)
     width_t = max(part.response_ids.shape[1] for part in kept)
     ids, masks = [], []
@@ -200,113 +208,157 @@ def build_batch(kept: list[SampledRows], g: GRPOSection, pad_id: int) -> Batch:
         pad = (width_p - part.prompt_ids.shape[1], width_t - part.response_ids.shape[1])
         ids.append(torch.nn.functional.pad(torch.cat([part.prompt_ids, part.response_ids], 1), pad, value=pad_id))
         masks.append(torch.nn.functional.pad(torch.cat([part.prompt_mask, part.response_mask], 1), pad))
-    scores = torch.cat([part.scores for part in kept])[:limit]
-    advantages = ADVANTAGE_ESTIMATORS[g.adv_estimator](scores, g.group_size, eps=g.adv_eps)
     if g.process_weight:
-        step_rewards = _right_pad_cat([part.step_rewards for part in kept], width_t)[:limit]
-        step_mask = _right_pad_cat([part.step_mask for part in kept], width_t)[:limit]
+        step_rewards = _right_pad_cat([part.step_rewards for part in kept], width_t)
+        step_mask = _right_pad_cat([part.step_mask for part in kept], width_t)
         advantages = advantages.unsqueeze(-1) + g.process_weight * process_advantages(
             step_rewards, step_mask, g.group_size, eps=g.adv_eps
         )
     return Batch(
-        input_ids=torch.cat(ids)[:limit],
-        attention_mask=torch.cat(masks)[:limit],
+        input_ids=torch.cat(ids),
+        attention_mask=torch.cat(masks),
         prompt_width=width_p,
-        loss_mask=_right_pad_cat([part.loss_mask for part in kept], width_t)[:limit],
-        scores=scores,
+        loss_mask=_right_pad_cat([part.loss_mask for part in kept], width_t),
+        scores=torch.cat([part.scores for part in kept]),
         advantages=advantages,
     )
+
+
+def outcome_advantages(kept: list[SampledRows], g: GRPOSection) -> torch.Tensor:
+    """[N] advantages of this rank's kept rows, computed over every rank's (batch-std's std is the global batch's);
+    every rank calls it."""
+    scores = torch.cat([part.scores for part in kept]) if kept else torch.zeros(0)
+    everywhere = gather_rows(scores)
+    first = rank_offset(scores.shape[0])
+    return ADVANTAGE_ESTIMATORS[g.adv_estimator](everywhere, g.group_size, eps=g.adv_eps)[first : first + scores.shape[0]]
+
+
+def first_groups(informative: torch.Tensor, kept_before: int, limit: int) -> tuple[torch.Tensor, int]:
+    """DAPO's trim, global: [n] this rank's informative groups of a round -> ([n] those kept, groups kept after the
+    round over every rank). The round's groups are ordered by global prompt (rank 0's first) and kept until
+    ``limit`` groups are kept, so the kept rows are those one process would keep."""
+    everywhere = gather_rows(informative)
+    position = kept_before + everywhere.long().cumsum(0) - 1  # each informative group's place among the kept
+    kept = everywhere & (position < limit)
+    first = rank_offset(informative.shape[0])
+    return kept[first : first + informative.shape[0]], min(limit, kept_before + int(everywhere.sum()))
 
 
 class GRPOTrainer:
     def __init__(self, config: GRPOConfig, *, resume: bool = False, backend: RolloutBackend | None = None) -> None:
         """``backend``: the rollout backend (default: the one config.rollout names), e.g. a ScriptedRollout."""
         g = config.grpo
-        self.run = setup_run(config, rows_per_step=g.prompts_per_step * g.group_size, resume=resume, backend=backend,
-                             keep_reference=g.beta > 0, check_task=lambda task: _check_process_rewards(config, task))
+        self.run = setup_run(config, prompts=("grpo.prompts_per_step", g.prompts_per_step), group_size=g.group_size,
+                             resume=resume, backend=backend, keep_reference=g.beta > 0,
+                             check_task=lambda task: _check_process_rewards(config, task))
         self.config, self.model, self.tokenizer, self.ref_model = config, self.run.model, self.run.tokenizer, self.run.ref_model
         self.env, self.backend, self.scaler = self.run.env, self.run.backend, self.run.scaler
-        self.optimizer = build_optimizer(self.model, config.optim)
+        self.forward = self.run.wrap(policy=self.model)  # every training forward goes through it (DDP, FSDP2)
+        self.optimizer = build_optimizer(self.run.modules, config.optim)
         self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
         self.start_step, _ = self.run.restore(self.optimizer, self.scheduler)
 
     # ------------------------------------------------------------ sampling
 
     def sample_round(self, step: int, round_index: int) -> tuple[Any, SampledRows]:
-        """Generate G completions for each of the round's prompts: (the rollout, its rows with rewards shaped)."""
+        """Generate G completions for each of this rank's prompts of the round: (the rollout, its rows with rewards
+        shaped)."""
         g = self.config.grpo
-        self.env.reset(seed=round_seed(self.config.run.seed, step, round_index), options={"group_size": g.group_size})
-        result = self.backend.generate(self.model, self.env)
+        seed = round_seed(self.config.run.seed, step, round_index)
+        problems, seeds = self.run.round_prompts(seed, g.prompts_per_step, g.group_size)
+        self.env.reset(seed=seed, options={"group_size": g.group_size, "problem_indices": problems})
+        with whole_weights(self.forward):
+            result = self.backend.generate(self.model, self.env, seeds=seeds)
         scores, loss_mask = shape_rewards(result, g, self.config.env.max_new_tokens)
         rows = SampledRows(result.prompt_ids, result.prompt_mask, result.response_ids, result.response_mask,
                            scores, loss_mask, result.process_rewards, result.process_step_mask)
         return result, rows
 
     def collect(self, step: int) -> tuple[Batch | None, dict[str, float]]:
-        """Generate rounds until `prompts_per_step` groups with signal are kept (or the round bound is hit)."""
+        """Generate rounds until `prompts_per_step` groups with signal are kept over all ranks (or the round bound is
+        hit). The batch holds this rank's kept rows; None when it kept none (another rank may have)."""
         g = self.config.grpo
         kept: list[SampledRows] = []
-        sampled_scores, stats = [], {}
+        sampled_scores, stats, kept_groups = [], {}, 0
         for round_index in range(g.max_sampling_rounds):
             result, rows = self.sample_round(step, round_index)
             if round_index == 0:
                 stats = rollout_metrics(result, rows.scores)
             sampled_scores.append(rows.scores)
             if g.dynamic_sampling:
-                groups = informative_groups(result, rows.loss_mask, g)
+                groups, kept_groups = first_groups(informative_groups(result, rows.loss_mask, g), kept_groups,
+                                                   g.prompts_per_step)
                 rows = rows.take(groups.repeat_interleave(g.group_size).nonzero().flatten())
+            else:
+                kept_groups = g.prompts_per_step
             if rows.scores.numel():
                 kept.append(rows)
-            if not g.dynamic_sampling or sum(part.scores.shape[0] for part in kept) >= g.prompts_per_step * g.group_size:
+            if kept_groups >= g.prompts_per_step:
                 break
-        stats["zero_std_group_frac"] = zero_std_group_fraction(torch.cat(sampled_scores), g.group_size)
+        stats["zero_std_group_frac"] = zero_std_group_fraction(gather_rows(torch.cat(sampled_scores)), g.group_size)
         stats["generation_rounds"] = round_index + 1
-        if not kept:
-            stats["kept_groups"] = 0
+        stats["kept_groups"] = kept_groups
+        if kept_groups == 0:
             return None, stats
-        batch = build_batch(kept, g, self.env.pad_id)
-        stats["kept_groups"] = batch.num_rows // g.group_size
-        return batch, stats
+        advantages = outcome_advantages(kept, g)
+        return (build_batch(kept, g, self.env.pad_id, advantages) if kept else None), stats
 
     # ------------------------------------------------------------ update
 
-    def _logprobs(self, model: torch.nn.Module, batch: Batch, rows: slice) -> tuple[torch.Tensor, torch.Tensor]:
-        return completion_logprobs(
-            model,
-            batch.input_ids[rows],
-            batch.attention_mask[rows],
-            batch.prompt_width,
-            temperature=self.config.rollout.temperature,
-            chunk_size=self.config.loss.logprob_chunk_size,
-            vocab_size=len(self.tokenizer),
-        )
+    def _logprobs(self, batch: Batch | None, rows: slice | None, reference: bool = False):
+        """([n, T] log-probs, [n, T] entropy) of a micro-batch's rows under the policy (through the wrapped module)
+        or the frozen reference. ``rows`` None: a zero-weight micro-batch (one row of two pad tokens), which a rank
+        with fewer micro-batches runs so every rank makes as many passes."""
+        if rows is None:
+            ids = torch.full((1, 2), self.env.pad_id, dtype=torch.long, device=self.run.device)
+            inputs = (ids, torch.ones_like(ids), 1)
+        else:
+            inputs = (batch.input_ids[rows], batch.attention_mask[rows], batch.prompt_width)
+        options = dict(temperature=self.config.rollout.temperature, chunk_size=self.config.loss.logprob_chunk_size,
+                       vocab_size=len(self.tokenizer))
+        if reference:
+            return completion_logprobs(self.ref_model, *inputs, **options)
+        return self.forward(completion_logprobs, self.model, *inputs, **options)
 
-    def update(self, batch: Batch) -> dict[str, float]:
-        """num_iterations optimizer steps over the batch, micro-batched with exact gradient accumulation."""
-        g, loss_cfg = self.config.grpo, self.config.loss
-        if not batch.loss_mask.any():
+    def _micro_batch_rows(self, batch: Batch | None) -> int:
+        """Rows per micro-batch: loss.micro_batch_size, or the most that fit loss.micro_batch_memory_gb."""
+        loss_cfg = self.config.loss
+        if loss_cfg.micro_batch_memory_gb is None:
+            return loss_cfg.micro_batch_size
+        with whole_weights(self.forward):  # the probe runs the bare model: its weights whole on every rank
+            if batch is None:
+                return loss_cfg.micro_batch_size
+            cost = activation_cost(
+                lambda rows: completion_logprobs(self.model, batch.input_ids[rows], batch.attention_mask[rows],
+                                                 batch.prompt_width, self.config.rollout.temperature,
+                                                 loss_cfg.logprob_chunk_size, len(self.tokenizer)),
+                batch.input_ids[:, : batch.prompt_width], self.model.parameters())
+        return cost.rows_within(loss_cfg.micro_batch_memory_gb * 1024**3, most=loss_cfg.micro_batch_size)
+
+    def update(self, batch: Batch | None) -> dict[str, float]:
+        """num_iterations optimizer steps over the batch (this rank's rows of it; None: none), micro-batched with exact
+        gradient accumulation. Every rank calls it; normalisers and decisions are over all ranks."""
+        g, loss_cfg, world = self.config.grpo, self.config.loss, self.run.world
+        num_rows = batch.num_rows if batch is not None else 0
+        mask = batch.loss_mask.float() if batch is not None else torch.zeros(0, 1, device=self.run.device)
+        # Entropy is logged over every generated token, not only the loss's: overlong filtering masks the truncated
+        # rows, often the high-entropy ones, and the metric would read low.
+        response_mask = batch.attention_mask[:, batch.prompt_width :].float() if batch is not None else mask
+        # Global normalisers: each micro-batch divides by the whole batch's counts (every rank's), so the sum is the
+        # full loss.
+        num_tokens, num_seqs, response_tokens = sum_over_ranks(mask.sum().item(), (mask.sum(-1) > 0).sum().item(),
+                                                               response_mask.sum().item())
+        if num_tokens == 0:
             # Every row masked (e.g. all truncated under overlong filtering): a zero gradient, on which
             # AdamW's momentum and weight decay would still move the weights. No optimizer step.
             return {"skipped_update": 1.0, "lr": advance_schedule(self.scheduler)[0]}
-        size = loss_cfg.micro_batch_size
-        if loss_cfg.micro_batch_memory_gb is not None:
-            cost = activation_cost(lambda rows: self._logprobs(self.model, batch, rows), batch.input_ids[:, : batch.prompt_width],
-                                   self.model.parameters())
-            size = cost.rows_within(loss_cfg.micro_batch_memory_gb * 1024**3, most=size)
-        micro = [slice(i, min(i + size, batch.num_rows)) for i in range(0, batch.num_rows, size)]
-        mask = batch.loss_mask.float()
-        # Entropy is logged over every generated token, not only the loss's: overlong filtering masks the truncated
-        # rows, often the high-entropy ones, and the metric would read low.
-        response_mask = batch.attention_mask[:, batch.prompt_width :].float()
-        # Global normalisers: each micro-batch divides by the whole batch's counts, so the sum is the full loss.
-        norms = {
-            "global_num_tokens": mask.sum().clamp(min=1).item(),
-            "global_num_seqs": max(1, int((mask.sum(-1) > 0).sum())),
-            "token_budget": self.config.env.max_new_tokens,
-        }
+        norms = {"global_num_tokens": num_tokens, "global_num_seqs": max(1.0, num_seqs),
+                 "token_budget": self.config.env.max_new_tokens}
+        size = self._micro_batch_rows(batch)
+        micro = padded_micro_batches([slice(i, min(i + size, num_rows)) for i in range(0, num_rows, size)])
         with torch.no_grad():
-            old_logp = torch.cat([self._logprobs(self.model, batch, s)[0] for s in micro]) if g.num_iterations > 1 else None
-            ref_logp = torch.cat([self._logprobs(self.ref_model, batch, s)[0] for s in micro]) if self.ref_model else None
+            old_logp = self._pass_logprobs(batch, micro) if g.num_iterations > 1 else None
+            ref_logp = self._pass_logprobs(batch, micro, reference=True) if self.ref_model else None
         surrogate = POLICY_LOSSES[loss_cfg.surrogate]
 
         totals: dict[str, float] = {}
@@ -315,41 +367,53 @@ class GRPOTrainer:
             # Policy statistics describe the last iteration, where the ratio has moved away from 1.
             stats = UpdateStats()
             loss_total, entropy_sum, finite = 0.0, 0.0, True
-            for rows in micro:
-                logp, entropy = self._logprobs(self.model, batch, rows)
-                m = mask[rows]
-                # With one iteration the policy is pi_old itself: ratio 1, gradient of the plain surrogate.
-                old = old_logp[rows] if old_logp is not None else logp.detach()
-                out = surrogate(logp, old, batch.advantages[rows], m, loss_cfg.eps_low, loss_cfg.eps_high, loss_cfg.dual_clip)
-                per_token = out.per_token_loss
-                if ref_logp is not None:
-                    kl = kl_estimate(logp, ref_logp[rows], g.kl_estimator, g.kl_clamp)
-                    per_token = per_token + g.beta * kl * m
-                    stats.add("kl", (kl.detach() * m).sum().item())
-                if loss_cfg.entropy_coef:
-                    per_token = per_token - loss_cfg.entropy_coef * entropy * m
-                loss = aggregate_loss(per_token, m, loss_cfg.aggregation, **norms)
-                if not torch.isfinite(loss):
-                    finite = False  # the whole update is skipped below; no NaN reaches the weights
-                    continue
-                self.scaler.scale(loss).backward()
+            for index, rows in enumerate(micro):
+                with gradient_sync(self.forward, enabled=index == len(micro) - 1):
+                    logp, entropy = self._logprobs(batch, rows)
+                    if rows is None:
+                        (logp.sum() * 0.0).backward()
+                        continue
+                    m = mask[rows]
+                    # With one iteration the policy is pi_old itself: ratio 1, gradient of the plain surrogate.
+                    old = old_logp[rows] if old_logp is not None else logp.detach()
+                    out = surrogate(logp, old, batch.advantages[rows], m, loss_cfg.eps_low, loss_cfg.eps_high,
+                                    loss_cfg.dual_clip)
+                    per_token = out.per_token_loss
+                    if ref_logp is not None:
+                        kl = kl_estimate(logp, ref_logp[rows], g.kl_estimator, g.kl_clamp)
+                        per_token = per_token + g.beta * kl * m
+                        stats.add("kl", (kl.detach() * m).sum().item())
+                    if loss_cfg.entropy_coef:
+                        per_token = per_token - loss_cfg.entropy_coef * entropy * m
+                    loss = aggregate_loss(per_token, m, loss_cfg.aggregation, **norms)
+                    # A non-finite loss still runs backward (every rank makes as many passes); the NaN gradient and
+                    # the flag below skip the update on every rank, so no NaN reaches the weights.
+                    finite &= bool(torch.isfinite(loss))
+                    # DDP and FSDP2 average gradients over ranks: times the world size, the sum of the ranks' losses.
+                    self.scaler.scale(loss * world.size).backward()
                 loss_total += loss.item()
-                tokens = m.sum().item()
                 entropy_sum += (entropy.detach() * response_mask[rows]).sum().item()
-                stats.add_surrogate(out.stats, tokens)
-            outcome = guarded_optimizer_step(self.model, self.optimizer, self.config.optim.max_grad_norm, finite, self.scaler)
+                stats.add_surrogate(out.stats, m.sum().item())
+            finite = min_over_ranks(float(finite))[0] == 1.0
+            outcome = guarded_optimizer_step(self.run.modules, self.optimizer, self.config.optim.max_grad_norm, finite,
+                                             self.scaler)
             applied += outcome.applied
-            totals["loss"] = loss_total if finite else math.nan
+            totals["loss"] = sum_over_ranks(loss_total)[0] if finite else math.nan
             totals["grad_norm"] = outcome.grad_norm
         # One skipped iteration (e.g. a float16 overflow) does not undo the others: the weights moved unless all were.
         totals["skipped_update"] = float(applied == 0)
         totals["skipped_iterations"] = g.num_iterations - applied
         lr = advance_schedule(self.scheduler)[0]
-        totals.update(stats.means(norms["global_num_tokens"]))
-        totals["entropy"] = entropy_sum / response_mask.sum().clamp(min=1).item()
+        totals.update(stats.over_ranks().means(num_tokens))
+        totals["entropy"] = sum_over_ranks(entropy_sum)[0] / max(1.0, response_tokens)
         totals["lr"] = lr
         totals["micro_batch_rows"] = float(size)
         return totals
+
+    def _pass_logprobs(self, batch: Batch | None, micro: list[slice | None], reference: bool = False) -> torch.Tensor | None:
+        """[n, T] log-probs of this rank's rows, one micro-batch at a time (zero-weight ones run and are dropped)."""
+        parts = [logp for rows in micro for logp in [self._logprobs(batch, rows, reference)[0]] if rows is not None]
+        return torch.cat(parts) if parts else None
 
     # ------------------------------------------------------------ loop
 
@@ -358,7 +422,7 @@ class GRPOTrainer:
 
     def train_step(self, step: int, logger: MetricsLogger) -> dict[str, float]:
         batch, metrics = self.collect(step)
-        if batch is None:
+        if metrics["kept_groups"] == 0:
             metrics["skipped_update"], metrics["lr"] = 1.0, advance_schedule(self.scheduler)[0]
             rounds = metrics["generation_rounds"]
             logger.write(f"step {step}: no group with reward variance after {rounds} rounds; update skipped")

@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
+from algos.distributed import gather_objects
+
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "curves.png"
 # Shown in the progress bar when present (short names keep the bar on one line).
@@ -112,6 +114,22 @@ class MetricsLogger:
         return plot_metrics(self.output_dir) if plot else None
 
 
+class SilentLogger:
+    """What ranks other than 0 log through: nothing (rank 0 writes the run's metrics, bar and plots)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        pass
+
+    def log(self, step: int, metrics: dict[str, Any]) -> None:
+        pass
+
+    def write(self, message: str) -> None:
+        pass
+
+    def close(self, plot: bool = True) -> None:
+        return None
+
+
 def plot_metrics(output_dir: str | Path, keys: tuple[str, ...] = PLOT_KEYS) -> Path | None:
     """Draw each logged key of metrics.jsonl against step into one PNG; None when nothing was logged."""
     import matplotlib
@@ -146,19 +164,25 @@ def plot_metrics(output_dir: str | Path, keys: tuple[str, ...] = PLOT_KEYS) -> P
 
 
 def rollout_metrics(result, scores: torch.Tensor) -> dict[str, float]:
-    """The per-step rollout metrics (docs/agents.md lists them) from one RolloutResult and its (shaped) [B] scores."""
-    lengths = result.response_mask.sum(-1).float()
+    """The per-step rollout metrics (docs/agents.md lists them) from one RolloutResult and its (shaped) [B] scores,
+    over the rows of every rank (each rank calls it with its own)."""
+    columns = {"scores": scores, "solved": result.solved, "lengths": result.response_mask.sum(-1),
+               "truncated": result.truncated, **{f"reward/{k}": v for k, v in result.reward_components.items()}}
+    local = ({key: values.detach().float().cpu() for key, values in columns.items()}, result.statuses)
+    ranks = gather_objects(local)
+    rows = {key: torch.cat([part[key] for part, _ in ranks]) for key in columns}
+    scores, lengths = rows["scores"], rows["lengths"]
     metrics = {
         "reward_mean": scores.mean().item(),
         "reward_std": scores.std().item() if scores.numel() > 1 else 0.0,
-        "accuracy": result.solved.float().mean().item(),  # rlvr_env.task.solved: partial credit is not solved
+        "accuracy": rows["solved"].mean().item(),  # rlvr_env.task.solved: partial credit is not solved
         "completion_len_mean": lengths.mean().item(),
         "completion_len_max": lengths.max().item(),
-        "truncation_rate": result.truncated.float().mean().item(),
+        "truncation_rate": rows["truncated"].mean().item(),
     }
-    for name, values in result.reward_components.items():
-        metrics[f"reward/{name}"] = values.float().mean().item()
-    statuses = result.statuses
+    for name in result.reward_components:
+        metrics[f"reward/{name}"] = rows[f"reward/{name}"].mean().item()
+    statuses = [status for _, part in ranks for status in part]
     for status in ("no_answer", "timeout", "error"):
         metrics[f"status/{status}"] = sum(s == status for s in statuses) / max(1, len(statuses))
     return metrics
@@ -182,6 +206,13 @@ class UpdateStats:
         for key in self.SURROGATE_MEANS:
             self.add(key, stats[key], tokens)
         self.ratio_min, self.ratio_max = min(self.ratio_min, stats["ratio_min"]), max(self.ratio_max, stats["ratio_max"])
+
+    def over_ranks(self) -> UpdateStats:
+        """These statistics summed (ratio range: widened) over every rank's; every rank calls it."""
+        ranks = gather_objects((self.sums, self.ratio_min, self.ratio_max))  # a rank without rows has no sums
+        self.sums = {key: sum(sums.get(key, 0.0) for sums, _, _ in ranks) for key in {k for sums, _, _ in ranks for k in sums}}
+        self.ratio_min, self.ratio_max = min(low for _, low, _ in ranks), max(high for _, _, high in ranks)
+        return self
 
     def means(self, tokens: float) -> dict[str, float]:
         """Each sum / ``tokens``, and ratio_min / ratio_max when a surrogate was added."""

@@ -7,6 +7,7 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
+from torch.distributed.fsdp import FSDPModule
 
 from algos.core.logprobs import DEFAULT_CHUNK_SIZE, LogitTransform, logprobs_from_hidden
 
@@ -68,7 +69,9 @@ def completion_logprobs(
     row of the group; columns of padding no row uses are cut; the LM head projects only the
     completion's tokens, in chunks, so [B, T, V] logits never exist. ``vocab_size``: see ``lm_head_of``.
     A model with gradient checkpointing on (model.gradient_checkpointing) runs every row whole when a gradient is
-    wanted: a recomputed layer would append its keys to a shared cache a second time.
+    wanted: a recomputed layer would append its keys to a shared cache a second time. So does one sharded by FSDP2
+    (distributed.strategy = "fsdp2"), always: each decoder call gathers every layer's shards, so every rank must make
+    the same calls whatever its rows (the shared prompt takes one call, or two).
     """
     weight, transform = lm_head_of(model, vocab_size)
     completion_ids, completion_mask = input_ids[:, prompt_width:], attention_mask[:, prompt_width:]
@@ -80,7 +83,8 @@ def completion_logprobs(
         return logp, entropy
     # Leading columns that are padding in every prompt change nothing.
     first = int(attention_mask[:, :prompt_width].any(0).int().argmax())
-    if getattr(model, "is_gradient_checkpointing", False) and torch.is_grad_enabled():
+    checkpointed = getattr(model, "is_gradient_checkpointing", False) and torch.is_grad_enabled()
+    if checkpointed or any(isinstance(module, FSDPModule) for module in model.modules()):
         hidden = _whole_rows_hidden(model, input_ids[:, first:], attention_mask[:, first:], prompt_width - first, used)
     else:
         hidden = _shared_prompt_hidden(model, input_ids[:, first:], attention_mask[:, first:], prompt_width - first, used)

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from algos.config import PolicyLossConfig, TrainConfig, require
@@ -42,6 +43,15 @@ from algos.core.gae import (
 )
 from algos.core.kl import kl_estimate
 from algos.core.logprobs import logprobs_from_hidden
+from algos.distributed import (
+    gather_padded,
+    gradient_sync,
+    min_over_ranks,
+    padded_micro_batches,
+    rank_offset,
+    sum_over_ranks,
+    whole_weights,
+)
 from algos.metrics import MetricsLogger, UpdateStats, rollout_metrics
 from algos.policy import completion_logprobs, lm_head_of
 from algos.rollout import RolloutBackend
@@ -132,20 +142,11 @@ class Batch:
     old_values: torch.Tensor
     advantages: torch.Tensor  # whitened when ppo.whiten_advantages
     returns: torch.Tensor
+    shuffle_seed: int  # the minibatch shuffles' seed: the same on every rank, a pure function of (run.seed, step)
 
     @property
     def num_rows(self) -> int:
         return self.input_ids.shape[0]
-
-
-class PolicyAndCritic(torch.nn.Module):
-    """Holds both trained modules so one optimizer step clips and applies every gradient together
-    (a shared backbone appears once: the critic registers only what it owns)."""
-
-    def __init__(self, policy: torch.nn.Module, critic: torch.nn.Module):
-        super().__init__()
-        self.policy = policy
-        self.critic = critic
 
 
 def _check_reward_model(p: PPOSection) -> None:
@@ -174,12 +175,15 @@ class PPOTrainer:
         p = config.ppo
         if p.reward_source == "model":  # before setup_run writes (or deletes) anything
             _check_reward_model(p)
-        self.run = setup_run(config, rows_per_step=p.prompts_per_step * p.samples_per_prompt, resume=resume,
-                             backend=backend, keep_reference=p.kl_coef > 0)
+        self.run = setup_run(config, prompts=("ppo.prompts_per_step", p.prompts_per_step), group_size=p.samples_per_prompt,
+                             resume=resume, backend=backend, keep_reference=p.kl_coef > 0)
         self.config, self.policy, self.tokenizer, self.ref_model = config, self.run.model, self.run.tokenizer, self.run.ref_model
         self.env, self.backend, self.scaler = self.run.env, self.run.backend, self.run.scaler
         self.critic = build_value_model(self.policy, p.value_model)
-        self.modules = PolicyAndCritic(self.policy, self.critic)
+        # Both trained modules in one wrapped module: one optimizer step clips and applies every gradient together
+        # (a shared backbone appears once: the critic registers only what it owns), and every forward is synchronised.
+        self.forward = self.run.wrap(policy=self.policy, critic=self.critic, some_frozen=p.critic_warmup_steps > 0)
+        self.modules = self.run.modules
         # Dropout off throughout (as TRL's PPO): old and new log-probs/values must come from the same function.
         self.modules.eval()
         self.optimizer = self._build_optimizer()
@@ -192,9 +196,8 @@ class PPOTrainer:
 
             self.reward_model = RewardModel.from_pretrained(p.reward_model, device=str(self.run.device),
                                                             batch_size=p.reward_model_batch_size)
-        self.start_step, state = self.run.restore(self.optimizer, self.scheduler)
+        self.start_step, state = self.run.restore(self.optimizer, self.scheduler)  # the critic's weights included
         if state:
-            self.critic.load_state_dict(state["critic"])
             self.kl_controller.load_state_dict(state["kl_controller"])
 
     def _build_optimizer(self) -> torch.optim.AdamW:
@@ -250,8 +253,18 @@ class PPOTrainer:
         return logprobs_from_hidden(hidden, weight, completion_ids, self.config.rollout.temperature,
                                     self.config.loss.logprob_chunk_size, transform)
 
-    def _micro_slices(self, rows: torch.Tensor) -> list[torch.Tensor]:
-        return list(rows.split(self.config.loss.micro_batch_size))
+    def _micro_batches(self, rows: torch.Tensor) -> list[torch.Tensor | None]:
+        """``rows`` in micro-batches, padded with None (zero-weight passes) to the most any rank has."""
+        return padded_micro_batches(list(rows.split(self.config.loss.micro_batch_size)))
+
+    def _forward(self, batch_ids: torch.Tensor, batch_mask: torch.Tensor, prompt_width: int, rows: torch.Tensor | None,
+                 train_policy: bool = True):
+        """_logprobs_and_values of ``rows`` through the wrapped module; None: a zero-weight pass over one row of two
+        pad tokens (a rank with fewer micro-batches runs it, so every rank makes as many passes)."""
+        if rows is None:
+            ids = torch.full((1, 2), self.env.pad_id, dtype=torch.long, device=self.run.device)
+            return self.forward(self._logprobs_and_values, ids, torch.ones_like(ids), 1, train_policy)
+        return self.forward(self._logprobs_and_values, batch_ids[rows], batch_mask[rows], prompt_width, train_policy)
 
     # ------------------------------------------------------------ rollout and advantages
 
@@ -266,8 +279,11 @@ class PPOTrainer:
         # No graph for rollout-time quantities (a with-block, not a decorator: mutmut skips decorated functions).
         with torch.no_grad():
             p = self.config.ppo
-            self.env.reset(seed=round_seed(self.config.run.seed, step), options={"group_size": p.samples_per_prompt})
-            rollout = self.backend.generate(self.policy, self.env)
+            seed = round_seed(self.config.run.seed, step)
+            problems, seeds = self.run.round_prompts(seed, p.prompts_per_step, p.samples_per_prompt)
+            self.env.reset(seed=seed, options={"group_size": p.samples_per_prompt, "problem_indices": problems})
+            with whole_weights(self.forward):
+                rollout = self.backend.generate(self.policy, self.env, seeds=seeds)
             scores = self._scores(rollout)
             metrics = rollout_metrics(rollout, scores)
             input_ids = torch.cat([rollout.prompt_ids, rollout.response_ids], dim=1)
@@ -275,9 +291,11 @@ class PPOTrainer:
             prompt_width = rollout.prompt_ids.shape[1]
             mask = rollout.response_mask.float()
             old_logp, old_values, kl = self._rollout_forward(input_ids, attention_mask, prompt_width, mask)
+            rows = sum_over_ranks(input_ids.shape[0])[0]
             if kl is not None:
-                sequence_kl = kl.sum(-1).mean().item()
-                metrics.update({"kl": (kl.sum() / mask.sum().clamp(min=1)).item(), "kl_sequence": sequence_kl,
+                kl_sum, tokens = sum_over_ranks(kl.sum().item(), mask.sum().item())
+                sequence_kl = kl_sum / rows
+                metrics.update({"kl": kl_sum / max(tokens, 1.0), "kl_sequence": sequence_kl,
                                 "kl_coef": self.kl_controller.coef})
             # The task's per-step (process) rewards sit on the tokens that ended each reasoning step.
             rewards = token_rewards(mask, scores, process_rewards=rollout.process_rewards, kl=kl,
@@ -285,16 +303,20 @@ class PPOTrainer:
             advantages, returns = self._advantages(rewards, old_values, mask, metrics)
             # Not while the critic warms up: the policy is the reference then (KL 0), which would shrink kl_coef.
             if kl is not None and step > p.critic_warmup_steps:
-                self.kl_controller.update(sequence_kl, n_steps=input_ids.shape[0])
-            batch = Batch(input_ids, attention_mask, prompt_width, mask, old_logp, old_values, advantages, returns)
+                self.kl_controller.update(sequence_kl, n_steps=int(rows))
+            shuffle_seed = int(np.random.SeedSequence([self.config.run.seed, step]).generate_state(1)[0])
+            batch = Batch(input_ids, attention_mask, prompt_width, mask, old_logp, old_values, advantages, returns,
+                          shuffle_seed)
             return batch, metrics
 
     def _rollout_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int, mask: torch.Tensor):
         """[N, P+T] sampled rows -> ([N, T] log pi_old, [N, T] V_old, [N, T] per-token KL to the reference or None)."""
         p = self.config.ppo
         old_logp, old_values, ref_logp = [], [], []
-        for rows in self._micro_slices(torch.arange(input_ids.shape[0], device=self.run.device)):
-            logp, _, values = self._logprobs_and_values(input_ids[rows], attention_mask[rows], prompt_width)
+        for rows in self._micro_batches(torch.arange(input_ids.shape[0], device=self.run.device)):
+            logp, _, values = self._forward(input_ids, attention_mask, prompt_width, rows)
+            if rows is None:
+                continue
             old_logp.append(logp)
             old_values.append(values)
             if self.ref_model is not None:
@@ -305,79 +327,95 @@ class PPOTrainer:
 
     def _advantages(self, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, metrics: dict[str, float]):
         """[N, T] rewards and V_old -> ([N, T] GAE advantages, whitened when ppo.whiten_advantages, [N, T] returns
-        A + V taken before whitening); their statistics go into ``metrics``."""
+        A + V taken before whitening); their statistics go into ``metrics``. Statistics and whitening are over every
+        rank's rows (each row's GAE is its own)."""
         p = self.config.ppo
         advantages, returns = gae_advantages(rewards, values, mask, p.gamma, p.lam)
-        metrics["advantages_mean"], metrics["advantages_std"] = masked_mean_std(advantages, mask)
-        metrics["returns_mean"], metrics["returns_std"] = masked_mean_std(returns, mask)
-        metrics["values_mean"], _ = masked_mean_std(values, mask)
-        metrics["explained_variance"] = explained_variance(values, returns, mask).item()
+        (all_advantages, all_returns, all_values, all_mask), first = gather_padded(advantages, returns, values, mask)
+        metrics["advantages_mean"], metrics["advantages_std"] = masked_mean_std(all_advantages, all_mask)
+        metrics["returns_mean"], metrics["returns_std"] = masked_mean_std(all_returns, all_mask)
+        metrics["values_mean"], _ = masked_mean_std(all_values, all_mask)
+        metrics["explained_variance"] = explained_variance(all_values, all_returns, all_mask).item()
         if p.whiten_advantages:
-            advantages = masked_whiten(advantages, mask)
+            rows, width = advantages.shape
+            advantages = masked_whiten(all_advantages, all_mask)[first : first + rows, :width]
         return advantages, returns
 
     # ------------------------------------------------------------ update
 
     def update(self, batch: Batch, train_policy: bool) -> dict[str, float]:
-        """ppo_epochs x num_minibatches optimizer steps; returns token-weighted means of the loss stats."""
-        p, loss_cfg = self.config.ppo, self.config.loss
+        """ppo_epochs x num_minibatches optimizer steps; returns token-weighted means of the loss stats. A minibatch is
+        a share of the whole batch (every rank's rows, shuffled by one permutation on every rank); each rank computes
+        its own rows of it, and normalisers are the minibatch's over all ranks."""
+        p, loss_cfg, world = self.config.ppo, self.config.loss, self.run.world
         surrogate = POLICY_LOSSES[loss_cfg.surrogate]
         stats, tokens_seen = UpdateStats(), 0.0
         skipped, grad_norms = 0, []
+        first, total_rows = rank_offset(batch.num_rows), int(sum_over_ranks(batch.num_rows)[0])
+        shuffles = torch.Generator().manual_seed(batch.shuffle_seed)
 
         for _ in range(p.ppo_epochs):
-            order = torch.randperm(batch.num_rows, device=self.run.device)  # global RNG: checkpointed, so resumable
+            order = torch.randperm(total_rows, generator=shuffles).to(self.run.device)
             for minibatch in order.tensor_split(p.num_minibatches):
+                mine = minibatch[(minibatch >= first) & (minibatch < first + batch.num_rows)] - first  # this rank's rows
                 # Every micro-batch divides by the minibatch's token count: their sum is the minibatch loss.
-                minibatch_tokens = batch.mask[minibatch].sum().clamp(min=1).item()
+                minibatch_tokens = max(1.0, sum_over_ranks(batch.mask[mine].sum().item())[0])
                 norms = {"global_num_tokens": minibatch_tokens, "global_num_seqs": max(1, len(minibatch)),
                          "token_budget": self.config.env.max_new_tokens}
                 finite = True
-                for rows in self._micro_slices(minibatch):
-                    m = batch.mask[rows]
-                    logp, entropy, values = self._logprobs_and_values(
-                        batch.input_ids[rows], batch.attention_mask[rows], batch.prompt_width, train_policy
-                    )
-                    value_loss_tokens, clipped = clipped_value_loss(values, batch.old_values[rows], batch.returns[rows],
-                                                                    p.value_clip)
-                    value_loss = aggregate_loss(value_loss_tokens, m, "token-mean", global_num_tokens=minibatch_tokens)
-                    loss = p.vf_coef * value_loss
-                    n_tokens = m.sum().item()
-                    stats.add("value_loss", value_loss.item() * minibatch_tokens)  # this micro-batch's token sum
-                    stats.add("value_clip_frac", value_clip_fraction(clipped, m).item(), n_tokens)
-                    if train_policy:
-                        out = surrogate(logp, batch.old_logp[rows], batch.advantages[rows], m,
-                                        loss_cfg.eps_low, loss_cfg.eps_high, loss_cfg.dual_clip)
-                        per_token = out.per_token_loss
-                        if loss_cfg.entropy_coef:
-                            per_token = per_token - loss_cfg.entropy_coef * entropy * m
-                        policy_loss = aggregate_loss(per_token, m, loss_cfg.aggregation, **norms)
-                        loss = loss + policy_loss
-                        stats.add("policy_loss", policy_loss.item() * minibatch_tokens)
-                        with torch.no_grad():
-                            # Drift from the rollout policy, KL(pi_old || pi): k1 = log(pi_old/pi), k3 >= 0.
-                            for estimator in ("k1", "k3"):
-                                drift = kl_estimate(batch.old_logp[rows], logp, estimator, p.kl_clamp) * m
-                                stats.add(f"approx_kl_{estimator}", drift.sum().item())
-                            stats.add("entropy", (entropy * m).sum().item())
-                        stats.add_surrogate(out.stats, n_tokens)
-                    tokens_seen += n_tokens
-                    if not torch.isfinite(loss):
-                        finite = False  # the whole minibatch update is skipped; no NaN reaches the weights
-                        continue
-                    self.scaler.scale(loss).backward()
+                micro = self._micro_batches(mine)
+                for index, rows in enumerate(micro):
+                    with gradient_sync(self.forward, enabled=index == len(micro) - 1):
+                        logp, entropy, values = self._forward(batch.input_ids, batch.attention_mask, batch.prompt_width,
+                                                              rows, train_policy)
+                        if rows is None:
+                            zero = values.sum() * 0.0 + (logp.sum() * 0.0 if logp is not None else 0.0)
+                            zero.backward()
+                            continue
+                        m = batch.mask[rows]
+                        value_loss_tokens, clipped = clipped_value_loss(values, batch.old_values[rows],
+                                                                        batch.returns[rows], p.value_clip)
+                        value_loss = aggregate_loss(value_loss_tokens, m, "token-mean", global_num_tokens=minibatch_tokens)
+                        loss = p.vf_coef * value_loss
+                        n_tokens = m.sum().item()
+                        stats.add("value_loss", value_loss.item() * minibatch_tokens)  # this micro-batch's token sum
+                        stats.add("value_clip_frac", value_clip_fraction(clipped, m).item(), n_tokens)
+                        if train_policy:
+                            out = surrogate(logp, batch.old_logp[rows], batch.advantages[rows], m,
+                                            loss_cfg.eps_low, loss_cfg.eps_high, loss_cfg.dual_clip)
+                            per_token = out.per_token_loss
+                            if loss_cfg.entropy_coef:
+                                per_token = per_token - loss_cfg.entropy_coef * entropy * m
+                            policy_loss = aggregate_loss(per_token, m, loss_cfg.aggregation, **norms)
+                            loss = loss + policy_loss
+                            stats.add("policy_loss", policy_loss.item() * minibatch_tokens)
+                            with torch.no_grad():
+                                # Drift from the rollout policy, KL(pi_old || pi): k1 = log(pi_old/pi), k3 >= 0.
+                                for estimator in ("k1", "k3"):
+                                    drift = kl_estimate(batch.old_logp[rows], logp, estimator, p.kl_clamp) * m
+                                    stats.add(f"approx_kl_{estimator}", drift.sum().item())
+                                stats.add("entropy", (entropy * m).sum().item())
+                            stats.add_surrogate(out.stats, n_tokens)
+                        tokens_seen += n_tokens
+                        # A non-finite loss still runs backward (every rank makes as many passes); the flag below skips
+                        # the minibatch's step on every rank, so no NaN reaches the weights.
+                        finite &= bool(torch.isfinite(loss))
+                        # DDP and FSDP2 average gradients over ranks: times the world size, the sum of the ranks' losses.
+                        self.scaler.scale(loss * world.size).backward()
+                finite = min_over_ranks(float(finite))[0] == 1.0
                 outcome = guarded_optimizer_step(self.modules, self.optimizer, self.config.optim.max_grad_norm, finite,
                                                  self.scaler)
                 skipped += not outcome.applied
                 grad_norms.append(outcome.grad_norm)
         lr, critic_lr = advance_schedule(self.scheduler)
-        return {**stats.means(max(tokens_seen, 1.0)), "grad_norm": sum(grad_norms) / len(grad_norms),
+        tokens_seen = sum_over_ranks(tokens_seen)[0]
+        return {**stats.over_ranks().means(max(tokens_seen, 1.0)), "grad_norm": sum(grad_norms) / len(grad_norms),
                 "skipped_updates": skipped, "lr": lr, "critic_lr": critic_lr, "critic_warmup": float(not train_policy)}
 
     # ------------------------------------------------------------ loop
 
     def save(self, step: int) -> Path:
-        state = {"critic": self.critic.state_dict(), "kl_controller": self.kl_controller.state_dict()}
+        state = {"kl_controller": self.kl_controller.state_dict()}
         return self.run.save(step, self.optimizer, self.scheduler, state)
 
     def train_step(self, step: int, logger: MetricsLogger) -> dict[str, float]:

@@ -57,9 +57,10 @@ class SamplingParams:
 
 @runtime_checkable
 class RolloutBackend(Protocol):
-    def generate(self, model, env: TokenVectorEnv, **sampling) -> Rollout:
+    def generate(self, model, env: TokenVectorEnv, *, seeds: list[int] | None = None, **sampling) -> Rollout:
         """Step the freshly reset ``env`` until every row is done; ``sampling`` overrides
-        the backend's SamplingParams fields for this call (e.g. ``greedy=True``)."""
+        the backend's SamplingParams fields for this call (e.g. ``greedy=True``). ``seeds``: one per row
+        (row_seeds), each row's samples drawn from its own; None: from the backend's generator."""
         ...
 
 
@@ -75,6 +76,11 @@ def _check_env_ready(env: TokenVectorEnv, model=None) -> None:
             f"the longest prompt ({env.prompt_width} tokens) + env.max_new_tokens ({env.max_new_tokens}) exceed the "
             f"model's max_position_embeddings ({limit}): lower env.max_new_tokens, or cap prompts with env.max_prompt_tokens"
         )
+
+
+def _check_seeds(env: TokenVectorEnv, seeds: list[int] | None) -> None:
+    if seeds is not None and len(seeds) != env.num_envs:
+        raise ValueError(f"seeds: one per env row, got {len(seeds)} for {env.num_envs} rows")
 
 
 def _as_rollout(result: RolloutResult, logprobs: torch.Tensor | None) -> Rollout:
@@ -98,23 +104,43 @@ def filter_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
 
 
 def sample_tokens(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None,
+    uniforms: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Float[B, V] next-token logits -> (Long[B] tokens, Float[B] their log-probs under the sampling distribution)."""
+    """Float[B, V] next-token logits -> (Long[B] tokens, Float[B] their log-probs under the sampling distribution).
+    ``uniforms``: Float64[B] the rows' own U[0, 1) draws (row_uniforms); None draws them from ``generator``."""
     logits = filter_logits(logits.float() / params.temperature, params.top_k, params.top_p)
     logprobs = torch.log_softmax(logits, dim=-1)
-    tokens = logits.argmax(-1) if params.greedy else inverse_cdf_sample(logprobs.exp(), generator)
+    if params.greedy:
+        tokens = logits.argmax(-1)
+    else:
+        if uniforms is None:
+            uniforms = torch.rand(logits.shape[0], generator=generator, device=logits.device, dtype=torch.float64)
+        tokens = inverse_cdf_sample(logprobs.exp(), uniforms)
     return tokens, logprobs.gather(-1, tokens[:, None]).squeeze(-1)
 
 
-def inverse_cdf_sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Float[B, V] probabilities -> Long[B] one draw per row: the first token whose cumulative probability exceeds
-    u * total, u ~ U[0, 1). One random number per row; torch.multinomial draws V exponentials per row (on CPU 60 ms
-    of each 270 ms decode step of 64 rows over SmolLM2's 49k vocabulary). The float64 sum keeps u * total below the
-    total, and "right" never lands on a zero-probability token."""
+def inverse_cdf_sample(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
+    """Float[B, V] probabilities, Float64[B] u ~ U[0, 1) -> Long[B] one draw per row: the first token whose cumulative
+    probability exceeds u * total. One random number per row; torch.multinomial draws V exponentials per row (on CPU
+    60 ms of each 270 ms decode step of 64 rows over SmolLM2's 49k vocabulary). The float64 sum keeps u * total below
+    the total, and "right" never lands on a zero-probability token."""
     cumulative = probs.double().cumsum(-1)
-    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=torch.float64)
-    return torch.searchsorted(cumulative, u * cumulative[:, -1:], right=True).squeeze(-1)
+    return torch.searchsorted(cumulative, uniforms[:, None] * cumulative[:, -1:], right=True).squeeze(-1)
+
+
+def row_seeds(seed: int, rows: range) -> list[int]:
+    """The sampling seed of each row of a batch: a pure function of (``seed``, the row's index in the whole batch),
+    so a row draws the same tokens however the batch is split (across ranks, or into rounds of another size)."""
+    import numpy as np
+
+    return [int(np.random.SeedSequence([seed, row]).generate_state(1)[0]) for row in rows]
+
+
+def row_uniforms(seeds: list[int], steps: int, device: torch.device) -> torch.Tensor:
+    """Float64[B, steps]: row b's U[0, 1) draws for its first ``steps`` tokens, from its own seed."""
+    draws = [torch.rand(steps, generator=torch.Generator().manual_seed(s), dtype=torch.float64) for s in seeds]
+    return torch.stack(draws).to(device)
 
 
 @contextlib.contextmanager
@@ -142,8 +168,8 @@ class HFRollout:
     rows still generating (``model.generate`` keeps computing finished rows to the end).
 
     ``seed``: sampling draws from a private torch.Generator seeded with it (reproducible
-    regardless of other RNG use); None draws from torch's global RNG, so a trainer that
-    checkpoints the global RNG state resumes the same samples.
+    regardless of other RNG use); None draws from torch's global RNG. ``generate(..., seeds=)`` gives
+    each row its own stream instead (what the trainers do: algos.rollout.row_seeds).
     """
 
     # Compact the cache when at most this fraction of its rows is still generating:
@@ -163,26 +189,28 @@ class HFRollout:
         return self._generators[device]
 
     @torch.no_grad()
-    def generate(self, model, env: TokenVectorEnv, **sampling) -> Rollout:
+    def generate(self, model, env: TokenVectorEnv, *, seeds: list[int] | None = None, **sampling) -> Rollout:
         params = SamplingParams(**{**self.params.__dict__, **sampling})
         _check_env_ready(env, model)
+        _check_seeds(env, seeds)
         device = next(model.parameters()).device
         # The tensors' device, not env.device: torch.device("cuda") != the "cuda:0" its tensors report.
         if env.input_ids.device != device:
             raise ValueError(
                 f"env tensors are on {env.input_ids.device} but the model is on {device}; build the env with device={device}"
             )
+        draws = None if seeds is None or params.greedy else row_uniforms(seeds, env.max_new_tokens, device)
         generator = self.generator_for(device)
         was_training = model.training
         model.eval()  # no dropout while sampling
         try:
             with weights_cast_once(device.type), decoding_attention(model, device):
-                return self._generate(model, env, params, generator)
+                return self._generate(model, env, params, generator, draws)
         finally:
             model.train(was_training)
             release_free_memory()  # the KV cache, before the update allocates its activations
 
-    def _generate(self, model, env: TokenVectorEnv, params: SamplingParams, generator) -> Rollout:
+    def _generate(self, model, env: TokenVectorEnv, params: SamplingParams, generator, draws) -> Rollout:
         from transformers import DynamicCache
 
         batch, group_size = env.num_envs, env.group_size
@@ -208,7 +236,8 @@ class HFRollout:
         steps = 0
         vocab = env.single_action_space.n  # the tokenizer's ids: rows of a padded embedding table are never sampled
         while True:
-            tokens, token_logprobs = sample_tokens(logits[:, :vocab], params, generator)
+            uniforms = None if draws is None else draws[cached_rows, steps]
+            tokens, token_logprobs = sample_tokens(logits[:, :vocab], params, generator, uniforms)
             actions[cached_rows] = tokens  # rows that already finished get nothing: the env pads them
             logprobs[cached_rows, steps] = token_logprobs
             env.step(actions)
@@ -247,8 +276,9 @@ class ScriptedRollout:
         self.script = script
         self.rounds: list[Rollout] = []
 
-    def generate(self, model, env: TokenVectorEnv, **sampling) -> Rollout:
+    def generate(self, model, env: TokenVectorEnv, *, seeds: list[int] | None = None, **sampling) -> Rollout:
         _check_env_ready(env)
+        _check_seeds(env, seeds)
         round_index = len(self.rounds)
         texts = [self.script(problem, row, round_index) for row, problem in enumerate(env.problems)]
         eos = env.tokenizer.eos_token_id
@@ -338,12 +368,13 @@ class VLLMRollout:
         self.llm.reset_prefix_cache()  # cached prompt KV came from the old weights
         self._synced = (weakref.ref(model), _weights_version(model))
 
-    def generate(self, model, env: TokenVectorEnv, **sampling) -> Rollout:
+    def generate(self, model, env: TokenVectorEnv, *, seeds: list[int] | None = None, **sampling) -> Rollout:
         import vllm
         from vllm.inputs import TokensPrompt
 
         params = SamplingParams(**{**self.params.__dict__, **sampling})
         _check_env_ready(env, model)
+        _check_seeds(env, seeds)
         # Copy only changed weights: a step's dynamic-sampling rounds and an eval between updates reuse the last copy.
         if model is not None and not self._holds_weights_of(model):
             self.sync_weights(model)
@@ -364,8 +395,9 @@ class VLLMRollout:
         if params.greedy:
             requests = vllm.SamplingParams(**shared)
         else:
-            seeds = torch.randint(0, 2**31 - 1, (env.num_envs,), generator=self.generator).tolist()
-            requests = [vllm.SamplingParams(**shared, seed=seed) for seed in seeds]
+            if seeds is None:
+                seeds = torch.randint(0, 2**31 - 1, (env.num_envs,), generator=self.generator).tolist()
+            requests = [vllm.SamplingParams(**shared, seed=seed % (2**31 - 1)) for seed in seeds]
         prompts = [
             TokensPrompt(prompt_token_ids=ids[mask.bool()].tolist()) for ids, mask in zip(env.prompt_ids, env.prompt_mask)
         ]

@@ -16,12 +16,15 @@ from typing import Any
 from algos import checkpoint as ckpt
 from algos.config import from_dict, load_file, save_config, to_dict
 
-# What a resumed run may change: how long it runs, how it reports, where and in what precision it computes (a
-# bf16 run resumed on an AVX2 machine goes on in fp32: model.autocast "auto"); not what it learns.
+# What a resumed run may change: how long it runs, how it reports, where, on how many processes and in what
+# precision it computes (a bf16 run resumed on an AVX2 machine goes on in fp32: model.autocast "auto"); not what
+# it learns.
 RESUME_OVERRIDES = frozenset({
     "run.steps", "run.save_every", "run.keep_last", "run.eval_every", "run.progress", "run.tensorboard", "run.plots",
     "run.overwrite_output_dir", "run.full_determinism", "model.device", "model.autocast", "env.eval_batch_size",
     "rollout.vllm_gpu_memory_utilization", "rollout.vllm_engine_kwargs",
+    # Checkpoints (torch.distributed.checkpoint) load into any number of ranks, under either strategy.
+    "distributed.world_size", "distributed.strategy", "distributed.backend", "distributed.timeout_s",
 })
 
 

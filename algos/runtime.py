@@ -184,7 +184,8 @@ def guarded_optimizer_step(
         scaler.unscale_(optimizer)
     if params:
         norm = torch.nn.utils.clip_grad_norm_(params, max_grad_norm if max_grad_norm > 0 else float("inf"))
-        grad_norm = norm.item()
+        # FSDP2: a DTensor holding the norm over every rank's shards, the same on each rank
+        grad_norm = (norm.full_tensor() if hasattr(norm, "full_tensor") else norm).item()
     else:
         grad_norm = 0.0
     applied = loss_finite and math.isfinite(grad_norm)

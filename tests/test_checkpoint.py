@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 import torch
@@ -79,7 +80,7 @@ def test_liveness_of_writers_is_probed_without_a_signal(monkeypatch):
     assert checkpoint._process_alive(1)  # alive, owned by someone else
 
 
-def test_loading_refuses_a_checkpoint_of_another_shape_or_without_weights_and_needs_no_scheduler(tmp_path):
+def test_loading_refuses_a_checkpoint_of_another_shape_or_without_its_state_and_needs_no_scheduler(tmp_path):
     model, optimizer = _tiny(num_layers=1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     path = save_checkpoint(tmp_path, 1, model=model, optimizer=optimizer, scheduler=scheduler)
@@ -88,9 +89,8 @@ def test_loading_refuses_a_checkpoint_of_another_shape_or_without_weights_and_ne
         load_checkpoint(path, model=bigger, optimizer=bigger_optimizer)
     fresh, fresh_optimizer = _tiny()
     assert load_checkpoint(path, model=fresh, optimizer=fresh_optimizer)["step"] == 1  # scheduler saved, none given
-    for weights in (path / "model").glob("*.safetensors"):
-        weights.unlink()
-    with pytest.raises(FileNotFoundError, match=r"checkpoint .*checkpoint-1 has no model weights \(model/\*\.safetensors\)"):
+    shutil.rmtree(path / "state")
+    with pytest.raises(FileNotFoundError, match=r"checkpoint .*checkpoint-1 has no state/ \(the weights and optimizer state\)"):
         load_checkpoint(path, model=fresh, optimizer=fresh_optimizer)
     with pytest.raises(ValueError, match=r"^.*model is not a checkpoint-<step> directory$"):
         checkpoint_step(path / "model")

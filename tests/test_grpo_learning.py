@@ -49,7 +49,8 @@ def sft_model(tmp_path_factory):
     return supervised_tiny_model(tmp_path_factory.mktemp("sft") / "model")
 
 
-def learning_config(model_path, output_dir, preset=None, **overrides):
+def learning_overrides(model_path, output_dir, **overrides) -> dict[str, str]:
+    """The learning runs' settings, as `--key value` overrides take them."""
     base = {
         "model.path": str(model_path),
         "model.autocast": "null",  # the thresholds were measured in fp32; bf16 has its own test
@@ -68,7 +69,11 @@ def learning_config(model_path, output_dir, preset=None, **overrides):
         "loss.micro_batch_size": "256",
         "grpo.overlong_cache": "2",
     }
-    return load_config(GRPOConfig, overrides={**base, **overrides}, preset=preset)
+    return {**base, **overrides}
+
+
+def learning_config(model_path, output_dir, preset=None, **overrides):
+    return load_config(GRPOConfig, overrides=learning_overrides(model_path, output_dir, **overrides), preset=preset)
 
 
 @pytest.mark.slow

@@ -377,7 +377,7 @@ def test_a_skipped_iteration_does_not_report_the_applied_ones_as_skipped(tiny_mo
         return out
 
     monkeypatch.setitem(POLICY_LOSSES, "ppo-clip", second_iteration_overflows)
-    monkeypatch.setattr(trainer, "collect", lambda step: (batch, {}))
+    monkeypatch.setattr(trainer, "collect", lambda step: (batch, {"kept_groups": 1}))
     before = [p.detach().clone() for p in trainer.model.parameters()]
     written = []
     stats = trainer.train_step(1, SimpleNamespace(write=written.append))
@@ -392,7 +392,7 @@ def test_entropy_is_logged_over_every_generated_token_not_only_the_loss_tokens(t
     trainer.backend = ScriptedBackend(lambda problem: ["1234", "1", "12", "9"])  # row 0 is truncated (L_max 4)
     batch, _ = trainer.collect(step=1)
     assert batch.loss_mask[0].sum() == 0 and batch.attention_mask[0, batch.prompt_width :].sum() == 4
-    _, entropy = trainer._logprobs(trainer.model, batch, slice(0, batch.num_rows))
+    _, entropy = trainer._logprobs(batch, slice(0, batch.num_rows))
     generated = batch.attention_mask[:, batch.prompt_width :].float()
     expected = ((entropy * generated).sum() / generated.sum()).item()
     loss_tokens_only = ((entropy * batch.loss_mask).sum() / batch.loss_mask.sum()).item()

@@ -80,7 +80,7 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu_only_host(tmp_path, monk
         patch.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
         save_checkpoint(tmp_path, 1, model=model, optimizer=optimizer, scheduler=scheduler)
     with pytest.raises(RuntimeError, match="CUDA"):  # what load_checkpoint hit before it read onto the CPU
-        torch.load(latest_checkpoint(tmp_path) / "trainer.pt", weights_only=False)
+        torch.load(latest_checkpoint(tmp_path) / "rng-0.pt", weights_only=False)
     fresh, fresh_opt, fresh_sched = _tiny()
     assert load_checkpoint(latest_checkpoint(tmp_path), model=fresh, optimizer=fresh_opt, scheduler=fresh_sched)["step"] == 1
     state = fresh_opt.state_dict()["state"][0]

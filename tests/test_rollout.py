@@ -14,6 +14,7 @@ from algos.rollout import (
     SamplingParams,
     filter_logits,
     inverse_cdf_sample,
+    row_seeds,
     sample_tokens,
 )
 from rlvr_env import TokenVectorEnv
@@ -180,19 +181,35 @@ def test_filter_logits_top_k_and_top_p_by_hand():
 
 def test_inverse_cdf_sampling_draws_each_token_at_its_probability():
     probs = torch.tensor([[0.0, 0.5, 0.0, 0.3, 0.2, 0.0]]).repeat(20_000, 1)
-    generator = torch.Generator().manual_seed(0)
-    tokens = inverse_cdf_sample(probs, generator)
+    uniforms = torch.rand(len(probs), generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    tokens = inverse_cdf_sample(probs, uniforms)
     frequency = torch.bincount(tokens, minlength=6).double() / len(tokens)
     # zero-probability tokens never (first and last included); the others within 4 standard errors (~0.014)
     assert frequency[[0, 2, 5]].tolist() == [0.0, 0.0, 0.0]
     torch.testing.assert_close(frequency[[1, 3, 4]], torch.tensor([0.5, 0.3, 0.2], dtype=torch.float64), atol=0.014, rtol=0)
-    again = inverse_cdf_sample(probs, torch.Generator().manual_seed(0))
-    assert torch.equal(tokens, again)  # the generator alone decides the draws
     # u's extremes: 0 takes the first token with mass, the largest u below 1 the last one
-    extremes = torch.tensor([[0.0], [1.0 - 2**-24]], dtype=torch.float64)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(torch, "rand", lambda *args, **kwargs: extremes)
-        assert inverse_cdf_sample(torch.tensor([[0.0, 0.25, 0.75, 0.0]]).repeat(2, 1)).tolist() == [1, 2]
+    extremes = torch.tensor([0.0, 1.0 - 2**-24], dtype=torch.float64)
+    assert inverse_cdf_sample(torch.tensor([[0.0, 0.25, 0.75, 0.0]]).repeat(2, 1), extremes).tolist() == [1, 2]
+
+
+def test_row_seeds_make_each_rows_samples_independent_of_how_the_batch_is_split(model, tokenizer):
+    """A row's tokens depend on its seed alone: the whole batch, or its halves generated apart (two ranks), agree."""
+    seeds = row_seeds(7, range(4))
+    assert seeds == row_seeds(7, range(4)) and len(set(seeds)) == 4 and row_seeds(8, range(4)) != seeds
+    assert row_seeds(7, range(2, 4)) == seeds[2:]
+    backend = HFRollout()
+
+    def completions(problem_indices, row_seed_list):
+        env = make_env(tokenizer, num_envs=2 * len(problem_indices))
+        env.reset(seed=0, options={"group_size": 2, "problem_indices": problem_indices})
+        result = backend.generate(model, env, seeds=row_seed_list)
+        return [ids[mask.bool()].tolist() for ids, mask in zip(result.response_ids, result.response_mask)]
+
+    whole = completions([3, 5], seeds)
+    assert whole == completions([3], seeds[:2]) + completions([5], seeds[2:])
+    assert len({tuple(row) for row in whole}) > 1  # the rows really were sampled
+    with pytest.raises(ValueError, match="one per env row, got 3 for 4 rows"):
+        completions([3, 5], seeds[:3])
 
 
 def test_sample_tokens_logprob_is_renormalised_over_the_kept_tokens():

@@ -1,0 +1,171 @@
+"""Data parallelism under torchrun (2 ranks, gloo, CPU): the same config trains the same weights as one process.
+
+Each 2-rank run goes through tests/distributed_worker.py (`rlvr train` in-process, plus a check after every step
+that all ranks hold identical weights) or the `rlvr` command itself; each has a timeout, since a hang is how
+collectives that do not match fail. Weights are compared through the per-step summaries the worker records.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from algos.checkpoint import latest_checkpoint, list_checkpoints
+from algos.config import load_file as load_config_file
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "tests" / "distributed_worker.py"
+RUN_TIMEOUT_S = 240
+TASK_KWARGS = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
+# Parameters move ~1e-2 in these runs; one process and two ranks agree to float rounding.
+TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module")
+def sft_model(tmp_path_factory):
+    """A tiny model that answers 1-digit sums right about a third of the time: rewards within a group differ."""
+    from test_grpo_learning import supervised_tiny_model
+
+    return supervised_tiny_model(tmp_path_factory.mktemp("sft") / "model", steps=150)
+
+
+def overrides(model, output_dir, **extra) -> list[str]:
+    values = {
+        "model.path": str(model), "model.autocast": "null", "env.kwargs": TASK_KWARGS, "env.max_new_tokens": "6",
+        "env.use_chat_template": "false", "env.eval_size": "8", "optim.lr": "1e-3", "run.steps": "3",
+        "run.save_every": "1", "run.keep_last": "3", "run.progress": "false", "run.tensorboard": "false",
+        "run.plots": "false", "run.output_dir": str(output_dir), "loss.micro_batch_size": "3", **extra,
+    }
+    return [part for key, value in values.items() for part in (f"--{key}", value)]
+
+
+ALGORITHM_SETTINGS = {
+    "grpo": {"grpo.prompts_per_step": "4", "grpo.group_size": "4", "grpo.num_iterations": "2"},
+    # Dynamic sampling: ranks keep different numbers of groups, often none on one rank.
+    "dapo": {"grpo.prompts_per_step": "4", "grpo.group_size": "4", "grpo.overlong_cache": "2",
+             "grpo.max_sampling_rounds": "3"},
+    # A separate critic, whitened advantages and an adaptive KL: every batch statistic crosses ranks.
+    "ppo": {"ppo.prompts_per_step": "6", "ppo.samples_per_prompt": "2", "ppo.value_model": "separate",
+            "ppo.kl_target": "1.0", "ppo.num_minibatches": "2", "ppo.ppo_epochs": "2"},
+}
+
+
+RLVR = str(Path(sys.executable).with_name("rlvr"))  # the installed command
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{ROOT / 'tests'}{os.pathsep}{ROOT}"}
+
+
+def torchrun(ranks: int) -> list[str]:
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={ranks}"]
+
+
+def launch(command: list[str], ranks: int, timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess:
+    """The python script ``command`` under torchrun with ``ranks`` processes (1: one plain process), or any
+    executable under torchrun with a leading "--no-python"; fails on a non-zero exit or a hang."""
+    command = [*torchrun(ranks), *command] if ranks > 1 else [sys.executable, *command]
+    try:
+        done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as error:
+        raise AssertionError(f"{ranks} ranks did not finish in {timeout} s (a hang?):\n{error.stderr}") from None
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done
+
+
+def run_worker(algo: str, output_dir: Path, model, ranks: int, *extra: str, **settings) -> list[dict]:
+    args = overrides(model, output_dir, **{**ALGORITHM_SETTINGS[algo], **settings})
+    launch([str(WORKER), algo, *extra, *args], ranks)
+    return [json.loads(line) for line in (output_dir / "weights.jsonl").read_text().splitlines()]
+
+
+def largest_difference(a: dict, b: dict) -> float:
+    """The largest relative difference between two weight summaries (worker.weights_summary)."""
+    return max(abs(x - y) / max(1.0, abs(x)) for name in a for x, y in zip(a[name], b[name]))
+
+
+def moved(records: list[dict]) -> float:
+    return largest_difference(records[0]["weights"], records[-1]["weights"])
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+@pytest.mark.parametrize("algo", ["grpo", "dapo", "ppo"])
+def test_two_ranks_train_the_weights_one_process_trains(algo, strategy, sft_model, tmp_path):
+    one = run_worker(algo, tmp_path / "one", sft_model, 1)
+    two = run_worker(algo, tmp_path / "two", sft_model, 2, **{"distributed.strategy": strategy})
+    assert [r["step"] for r in two] == [1, 2, 3] and not any(r["skipped"] for r in one + two)
+    differences = [largest_difference(a["weights"], b["weights"]) for a, b in zip(one, two)]
+    print(f"{algo} {strategy}: 1 vs 2 ranks, largest relative difference per step {differences}; moved {moved(one):.3g}")
+    assert max(differences) < TOLERANCE
+    assert moved(one) > 100 * TOLERANCE  # the comparison is not between untrained copies
+    metrics = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[0]["world_size"] == 2 and metrics[0]["distributed_strategy"] == strategy
+    saved = load_config_file(tmp_path / "two" / "config.yaml")
+    assert saved["distributed"]["world_size"] == 2 and saved["distributed"]["strategy"] == strategy
+    # rank 0's transformers export holds the trained weights whole
+    export = load_file(latest_checkpoint(tmp_path / "two") / "model" / "model.safetensors")
+    reference = load_file(latest_checkpoint(tmp_path / "one") / "model" / "model.safetensors")
+    assert export.keys() == reference.keys()
+    assert max((export[k] - reference[k]).abs().max().item() for k in export) < TOLERANCE
+
+
+def test_a_non_finite_loss_on_one_rank_skips_the_step_on_every_rank(sft_model, tmp_path):
+    records = run_worker("grpo", tmp_path, sft_model, 2, "--nan-on-rank", "1", "--nan-at-step", "2",
+                         **{"grpo.num_iterations": "1"})
+    assert [r["skipped"] for r in records] == [0.0, 1.0, 0.0]
+    assert records[1]["weights"] == records[0]["weights"]  # step 2 moved nothing, on either rank (checked equal)
+    assert records[2]["weights"] != records[1]["weights"]
+
+
+@pytest.mark.parametrize("first, then", [(2, 1), (1, 2)])
+def test_a_checkpoint_resumes_on_another_number_of_ranks(first, then, sft_model, tmp_path):
+    """Steps 1-2 on ``first`` ranks, step 3 resumed on ``then`` through the `rlvr` command: the weights of the
+    uninterrupted one-process run. Under FSDP2 the checkpoint is sharded; it loads whole into one process."""
+    settings = {**ALGORITHM_SETTINGS["grpo"], "distributed.strategy": "fsdp2"}
+    run_worker("grpo", tmp_path / "whole", sft_model, 1)
+    run_worker("grpo", tmp_path / "cut", sft_model, first, **settings, **{"run.steps": "2"})
+    launch([RLVR, "train", "--algo", "grpo", "--resume", *overrides(sft_model, tmp_path / "cut", **settings)], then)
+    assert [p.name for p in list_checkpoints(tmp_path / "cut")] == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
+    resumed = load_file(latest_checkpoint(tmp_path / "cut") / "model" / "model.safetensors")
+    whole = load_file(latest_checkpoint(tmp_path / "whole") / "model" / "model.safetensors")
+    assert max((resumed[k] - whole[k]).abs().max().item() for k in whole) < TOLERANCE
+    assert load_config_file(tmp_path / "cut" / "config.yaml")["distributed"]["world_size"] == then
+
+
+def test_a_prompt_count_that_does_not_split_across_ranks_is_a_config_error(sft_model, tmp_path):
+    command = ["--no-python", RLVR, "train", "--algo", "grpo", *overrides(sft_model, tmp_path, **{"grpo.prompts_per_step": "3"})]
+    with pytest.raises(AssertionError, match=r"config grpo.prompts_per_step: 3 prompts do not split across 2 processes"):
+        launch(command, 2)
+    assert not (tmp_path / "config.yaml").exists()
+
+
+def test_one_rank_killed_mid_step_loses_nothing_past_the_last_checkpoint(sft_model, tmp_path):
+    """SIGKILL of rank 1 inside step 3's update: torchrun stops the run; resumed from checkpoint-2, it ends where
+    an uninterrupted run does."""
+    uninterrupted = run_worker("grpo", tmp_path / "whole", sft_model, 2, **{"run.steps": "4"})
+    args = overrides(sft_model, tmp_path / "cut", **ALGORITHM_SETTINGS["grpo"], **{"run.steps": "4"})
+    killed = subprocess.run([*torchrun(2), str(WORKER), "grpo", "--kill-rank", "1", "--kill-at-step", "3", *args],
+                            env=ENV, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    assert killed.returncode != 0 and latest_checkpoint(tmp_path / "cut").name == "checkpoint-2"
+    launch([str(WORKER), "grpo", "--resume", *args], 2)
+    resumed = [json.loads(line) for line in (tmp_path / "cut" / "weights.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in resumed] == [1, 2, 3, 4]  # the killed run's steps 1-2, then the resumed 3-4
+    assert resumed[-1]["weights"] == uninterrupted[-1]["weights"]
+
+
+@pytest.mark.slow
+def test_grpo_learns_under_torchrun(tmp_path):
+    """The learning test's GRPO run (tests/test_grpo_learning.py), by `rlvr train` on 2 ranks: held-out accuracy
+    rises by the same margin."""
+    from test_grpo_learning import MARGIN, learning_overrides, supervised_tiny_model
+
+    model = supervised_tiny_model(tmp_path / "sft")
+    values = learning_overrides(model, tmp_path / "run", **{"run.plots": "false"})
+    command = ["--no-python", RLVR, "train", "--algo", "grpo", *[p for k, v in values.items() for p in (f"--{k}", v)]]
+    summary = json.loads(launch(command, 2, timeout=900).stdout.strip().splitlines()[-1])
+    before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]
+    print(f"grpo on 2 ranks: held-out accuracy {before:.3f} -> {after:.3f}")
+    assert before < 0.5 and after >= before + MARGIN
