@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import logging
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -71,11 +72,16 @@ def init_distributed(cfg, device_name: str) -> World:
     if uses_cuda:
         torch.cuda.set_device(world.local_rank)
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.timeout_s))
+    if world.rank != 0:  # one copy of what a run reports (the machine, the precision): rank 0's
+        logging.getLogger("rlvr").setLevel(logging.WARNING)
     return current_world()
 
 
 def device_for(world: World, device_name: str) -> str:
     """The device this rank computes on: its local GPU for "auto"/"cuda" under torchrun, else ``device_name``."""
+    if world.size > 1 and device_name.startswith("cuda:"):
+        raise ValueError(f"config model.device = {device_name!r} puts every rank on one GPU: use 'auto' or 'cuda' "
+                         "(each rank takes its LOCAL_RANK's GPU), or CUDA_VISIBLE_DEVICES to choose the GPUs")
     if world.size > 1 and device_name in ("auto", "cuda") and torch.cuda.is_available():
         return f"cuda:{world.local_rank}"
     return device_name

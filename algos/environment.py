@@ -7,6 +7,7 @@ import warnings
 
 import torch
 
+from algos.distributed import current_world
 from algos.policy import stop_token_ids
 from algos.runtime import compute_dtype
 
@@ -61,11 +62,15 @@ def make_rollout_backend(config):
     if cfg.backend == "hf":
         return rollout.HFRollout(**sampling)
     if cfg.backend == "vllm":
+        engine = dict(cfg.vllm_engine_kwargs)
+        if current_world().size > 1 and torch.cuda.is_available():
+            # One engine per rank inside the rank's own process and GPU (TRL's colocate mode), not a spawned one.
+            engine.setdefault("distributed_executor_backend", "external_launcher")
         return rollout.VLLMRollout(
             resolve_model_path(config.model.path),
             **sampling,
             dtype=cfg.vllm_dtype or compute_dtype(config.model),
             gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-            **cfg.vllm_engine_kwargs,
+            **engine,
         )
     raise ValueError(f"config rollout.backend: unknown backend {cfg.backend!r} (choose 'hf' or 'vllm')")

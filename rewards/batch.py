@@ -72,6 +72,13 @@ def _in_pool(verifier: Verifier, completion: str, answer: Any, info: dict, timeo
     return VerifyResult(reply["score"], reply["status"], reply["details"])
 
 
+def default_workers() -> int:
+    """The verifier pool's size: this machine's cores shared by the training processes on it (torchrun's
+    LOCAL_WORLD_SIZE: each rank scores its own rows with its own pool), at most 8 and at least 1."""
+    processes = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    return max(1, min((os.cpu_count() or 1) // processes, 8))
+
+
 def score_batch(
     completions: Sequence[str],
     answers: Sequence[Any],
@@ -84,7 +91,7 @@ def score_batch(
     """One VerifyResult per completion, in input order.
 
     workers: None = automatic (in-process for bounded verifiers on small batches, else a
-    pool of min(cpu_count, 8) persistent worker processes); 0 = always in-process;
+    pool of default_workers() persistent worker processes); 0 = always in-process;
     n > 0 = a pool of n workers. `timeout` is the hard limit per item (seconds).
     """
     if len(completions) != len(answers):
@@ -105,7 +112,7 @@ def score_batch(
         finally:
             CHECK_TIMEOUT_S.reset(token)
     _check_sendable(verifier)
-    size = workers or min(os.cpu_count() or 1, 8)
+    size = workers or default_workers()
     # one thread per worker process: each thread waits on its own pipe with its own deadline
     with ThreadPoolExecutor(max_workers=size) as threads:
         return list(threads.map(lambda row: _in_pool(verifier, *row, timeout), zip(completions, answers, infos)))

@@ -14,10 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from safetensors.torch import load_file
 
+from algos import distributed
 from algos.checkpoint import latest_checkpoint, list_checkpoints
 from algos.config import load_file as load_config_file
+from algos.distributed import World
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "distributed_worker.py"
@@ -25,6 +28,45 @@ RUN_TIMEOUT_S = 240
 TASK_KWARGS = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
 # Parameters move ~1e-2 in these runs; one process and two ranks agree to float rounding.
 TOLERANCE = 1e-4
+
+
+def test_one_process_is_a_world_of_one_where_every_collective_is_the_identity():
+    """What the trainers call on every rank is a no-op without torchrun, so one code path serves both."""
+    assert distributed.current_world() == World() and World().is_main
+    assert World(rank=1, size=4).span(8) == range(2, 4) and World().span(8) == range(8)
+    rows = torch.arange(5.0)
+    assert distributed.gather_rows(rows) is rows and distributed.gather_objects({"a": 1}) == [{"a": 1}]
+    assert distributed.sum_over_ranks(2, 3.5) == [2.0, 3.5] and distributed.max_over_ranks(7) == [7.0]
+    assert distributed.rank_offset(6) == 0 and distributed.broadcast_from_main("x") == "x"
+    micro = [slice(0, 2), slice(2, 3)]
+    assert distributed.padded_micro_batches(micro) == micro
+    assert distributed.gather_padded(rows[None], rows[None])[1] == 0
+    with pytest.raises(KeyError, match="refused"):
+        distributed.run_on_main(lambda: {}["refused"])
+    assert distributed.run_on_main(lambda: 5) == 5
+    forward = distributed.TrainingForward(policy=torch.nn.Linear(2, 2))
+    assert distributed.wrap(forward, World(), "fsdp2", torch.device("cpu")) is forward
+    with distributed.whole_weights(forward), distributed.gradient_sync(forward, enabled=False):
+        assert forward(lambda x: x + 1, 1) == 2
+
+
+def test_a_rank_is_placed_on_its_own_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    rank_3 = World(rank=3, size=4, local_rank=3, local_size=4)
+    assert distributed.device_for(rank_3, "auto") == "cuda:3" and distributed.device_for(rank_3, "cuda") == "cuda:3"
+    assert distributed.device_for(World(), "auto") == "auto" and distributed.device_for(rank_3, "cpu") == "cpu"
+    with pytest.raises(ValueError, match=r"model.device = 'cuda:0' puts every rank on one GPU"):
+        distributed.device_for(rank_3, "cuda:0")
+
+
+def test_fsdp2_shards_the_decoder_layers_transformers_names():
+    from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+
+    model = build_tiny_model(build_char_tokenizer(), hidden_size=16, num_layers=3, num_heads=2)
+    layers = distributed.decoder_layers(distributed.TrainingForward(policy=model))
+    assert layers == list(model.model.layers)
+    with pytest.raises(ValueError, match=r"distributed.strategy = 'fsdp2': the model names no decoder layer class"):
+        distributed.decoder_layers(torch.nn.Linear(2, 2))
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +182,14 @@ def test_a_prompt_count_that_does_not_split_across_ranks_is_a_config_error(sft_m
     with pytest.raises(AssertionError, match=r"config grpo.prompts_per_step: 3 prompts do not split across 2 processes"):
         launch(command, 2)
     assert not (tmp_path / "config.yaml").exists()
+
+
+def test_rlvr_eval_splits_the_problems_across_ranks_and_scores_as_one_process(sft_model):
+    command = [RLVR, "eval", "--model", str(sft_model), "--env.kwargs", TASK_KWARGS, "--env.use_chat_template", "false",
+               "--env.max_new_tokens", "6", "--num-problems", "25", "--env.eval_batch_size", "4", "--model.autocast", "null"]
+    one, two = (launch(command, ranks) for ranks in (1, 2))
+    assert len(two.stdout.strip().splitlines()) == 1  # rank 0 prints the result
+    assert json.loads(two.stdout) == json.loads(one.stdout) and json.loads(one.stdout)["accuracy"] > 0
 
 
 def test_one_rank_killed_mid_step_loses_nothing_past_the_last_checkpoint(sft_model, tmp_path):

@@ -228,3 +228,15 @@ def test_score_batch_marks_a_hanging_verifier_as_timeout():
 
 def teardown_module():
     WORKERS.shutdown()
+
+
+def test_the_verifier_pool_shares_the_cores_among_the_ranks_of_a_machine(monkeypatch):
+    from rewards import batch
+
+    monkeypatch.setattr(batch.os, "cpu_count", lambda: 16)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert batch.default_workers() == 8  # at most 8 on one process
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun --nproc_per_node=4: 4 cores for each rank's pool
+    assert batch.default_workers() == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "32")
+    assert batch.default_workers() == 1
