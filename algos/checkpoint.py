@@ -202,7 +202,9 @@ def load_checkpoint(
     saved or not); return {'step', 'state'}. ``model`` as save_checkpoint's."""
     path = Path(path)
     if not (path / STATE_DIR).is_dir():
-        raise FileNotFoundError(f"checkpoint {path} has no {STATE_DIR}/ (the weights and optimizer state)")
+        raise FileNotFoundError(f"checkpoint {path} has no {STATE_DIR}/ (the weights and optimizer state): a checkpoint "
+                                f"written before checkpoints were sharded cannot be resumed; start a run from its "
+                                f"model/ with --model {path / 'model'}")
     weights, optimizer_state = get_state_dict(model, optimizer)
     stored = dcp.FileSystemReader(path / STATE_DIR).read_metadata().state_dict_metadata
     stored_weights = {key.removeprefix("model.") for key in stored if key.startswith("model.")}
