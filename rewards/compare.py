@@ -226,10 +226,10 @@ def equivalent(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
     # "x = 3" against "3": judge the value; both equations: compare them as equations
     if pred[0] == "eq" and gold[0] != "eq":
         return equivalent(pred[2], gold, scalar_equal)
-    if gold[0] == "eq" and pred[0] != "eq" and gold[1][0] == "sym":
+    if gold[0] == "eq" and pred[0] != "eq" and _is_name(gold[1]):  # "(p, q) = (3, 2)", "AB = 4": the value answers
         return equivalent(pred, gold[2], scalar_equal)
     kind = gold[0]
-    if kind in ("tuple", "set", "interval", "union", "matrix") or pred[0] in ("tuple", "set", "interval", "union", "matrix"):
+    if kind in _CONTAINERS or pred[0] in _CONTAINERS:
         return _containers(pred, gold, scalar_equal)
     if kind == "eq" and pred[0] == "eq":
         sides = _any((
@@ -317,6 +317,21 @@ def _symbols(node) -> set[str]:
     return set().union(*(_symbols(part) for part in node))
 
 
+_CONTAINERS = ("tuple", "ratio", "set", "interval", "union", "matrix")
+# What a name is built from: AB, x_1, \\frac{NO}{BO}, V_1:V_2, |AB|, f(x), (p, q); a number or a sum makes it an expression
+_NAME_KINDS = ("sym", "mul", "div", "ratio", "tuple", "fn")
+
+
+def _is_name(node: tuple) -> bool:
+    """Is this left side a name for the answer (letters only, no number, no sum), so that its value answers it?"""
+    if node[0] == "sym":
+        return True
+    if node[0] not in _NAME_KINDS or node[0] == "fn" and node[1] != "abs":
+        return False
+    parts = node[1] if node[0] in ("mul", "ratio", "tuple") else node[1:] if node[0] == "div" else node[2]
+    return all(_is_name(part) for part in parts)
+
+
 def _is_assignment(equation: tuple) -> bool:
     """'x = 3', 'y = \\sqrt{2}': a variable given a value, which only the same value answers."""
     return equation[1][0] == "sym" and not _symbols(equation[2])
@@ -375,7 +390,7 @@ def _containers(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
         if pred[1] != gold[1] or pred[4] != gold[4]:
             return False
         return _all((equivalent(pred[2], gold[2], scalar_equal), equivalent(pred[3], gold[3], scalar_equal)))
-    if kind == "tuple":
+    if kind in ("tuple", "ratio"):
         if len(pred[1]) != len(gold[1]):
             return False
         return _all(equivalent(p, g, scalar_equal) for p, g in zip(pred[1], gold[1]))

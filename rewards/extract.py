@@ -59,6 +59,7 @@ _EQUALS_JOINER_RE = re.compile(r"\b(?:or|and)\b|[,;]", re.I)
 _MATH_IN_ASIDE_RE = re.compile(r"[()$\\^_{}=+*/<>]")
 _WORD_RE = re.compile(r"[a-zA-Z]{3,}|[a-zA-Z]+\s+[a-zA-Z]+")  # "(not 5)", "(in cm)"; "(de)" is a product
 _NON_BLANK_RE = re.compile(r"\S")
+_QUOTED_RE = re.compile(r'^\\?"(.+?)\\?"$', re.S)  # also \" as a JSON or Python string writes it
 _BOLD_RE = re.compile(r"^\*\*(.+)\*\*$", re.S)
 _GSM8K_RE = re.compile(r"####\s*([^\n]+)")
 
@@ -248,8 +249,9 @@ def _stated_answer(text: str) -> str | None:
                 inner = marker
         if inner is not None:
             stated = stated[inner.end():].strip()
-    # a final "!" ends the sentence: "the answer is 42!" is 42 (a factorial is kept inside $5!$ or \boxed{5!})
-    return answer_in_sentence(stated.rstrip(".!").strip()) if stated else None
+    # a final "!" ends the sentence: "the answer is 42!" is 42 (a factorial is kept inside $5!$ or \boxed{5!});
+    # quotes around the value are punctuation too: 'The final answer is "$12$ and $13$".'
+    return answer_in_sentence(_QUOTED_RE.sub(r"\1", stated.rstrip(".!").strip())) if stated else None
 
 
 def _last_tagged(text: str) -> str | None:

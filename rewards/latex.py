@@ -14,6 +14,7 @@ Node shapes (all tuples, hashable):
   ("tuple", items) ("set", items) ("interval", lo_closed, lo, hi, hi_closed) ("union", items)
   ("matrix", rows) ("eq", lhs, rhs) ("rel", op, lhs, rhs)   op in "<", "<=", "!="
   ("chain", links)              links are eq/rel nodes: "1 < x <= 2", "a = b < c"
+  ("ratio", parts)              "7:32", "S_1:S_2": compared part by part, like a tuple
 A value with \\pm in it is the set of its values (see _expand_plus_minus).
 """
 
@@ -34,6 +35,7 @@ class ParseError(ValueError):
 _UNICODE = {
     "\u2212": "-", "\u2013": "-", "\u00d7": r"\times ", "\u00f7": "/", "\u00b7": r"\cdot ", "\u03c0": r"\pi ",
     "\u221e": r"\infty ", "\u221a": r"\sqrt ", "\u2264": r"\le ", "\u2265": r"\ge ", "\u2260": r"\ne ",
+    "\u20ac": "", "\u00a3": "", "\u00a5": "",  # currency signs, dropped like $
     "\u00b0": r"^\circ", "\u00b2": "^2", "\u00b3": "^3", "\u00a0": " ", "\u00b1": r"\pm ", "\u222a": r"\cup ",
 }
 _UNICODE_RE = re.compile("|".join(map(re.escape, _UNICODE)))
@@ -41,9 +43,16 @@ _UNICODE_RE = re.compile("|".join(map(re.escape, _UNICODE)))
 # Spacing, sizing and style commands that never change the value.
 _DROP_RE = re.compile(
     r"\\(?:left|right|bigl|bigr|Bigl|Bigr|biggl|biggr|big|Big|bigg|Bigg|displaystyle|textstyle|limits)(?![a-zA-Z])"
-    r"|(?<!\\)\\[!,;:> ]|\\q?quad(?![a-zA-Z])|\\(?:hspace|vspace)\*?\{[^{}]*\}|~"
+    r"|(?<!\\)\\[!,;:> ]|\\q?quad|\\(?:hspace|vspace)\*?\{[^{}]*\}|~"
 )
 _DEGREES_RE = re.compile(r"\^\s*\{\s*\\circ\s*\}|\^\s*\\circ|\\circ|\\degree|\s*degrees?\b")
+# "\\\\frac", "\\\\le": a command escaped twice (text copied out of a JSON or Python string), not a line break
+_DOUBLE_ESCAPED_RE = re.compile(
+    r"(?<!\\)\\(?=\\(?:[dtc]?frac|sqrt|left|right|le|leq|ge|geq|ne|neq|pi|infty|cdot|times|pm|in|cup|text|mathrm|boxed)"
+    r"(?![a-zA-Z]))"
+)
+# An approximation written after an exact value is a remark on it ("x = 1/3 \\approx 0.33"); alone it states the value.
+_TRAILING_APPROX_RE = re.compile(r"(=[^,;=]*?)\s*\\approx[^,;=]*")
 _FRAC_SPELLINGS_RE = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
 _STYLE_CMDS = (
     "text", "textbf", "textit", "textrm", "textnormal", "mathrm", "mathbf", "mathit", "mbox", "operatorname", "boxed", "fbox"
@@ -135,7 +144,9 @@ def normalize(answer: str) -> str:
     for left, right in (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]")):
         while len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
             s = s[len(left):len(s) - len(right)].strip()
+    s = _DOUBLE_ESCAPED_RE.sub("", s)
     s = _DROP_RE.sub(" ", _LATEX_THOUSANDS_RE.sub(",", s))
+    s = _TRAILING_APPROX_RE.sub(r"\1", s).replace(r"\approx", "=")
     s = _FRAC_SPELLINGS_RE.sub(r"\\frac", s).replace(r"\dbinom", r"\binom").replace(r"\tbinom", r"\binom")
     s = _DEGREES_RE.sub("", s)
     s = _unwrap_style_commands(s)
@@ -164,7 +175,7 @@ _TOKEN_RE = re.compile(
     r"(?P<num>\d+(?:\.\d*)?|\.\d+)"
     r"|(?P<cmd>\\[a-zA-Z]+|\\\{|\\\}|\\\\|\\\|)"
     r"|(?P<word>[a-zA-Z]+)"
-    r"|(?P<op><=|>=|!=|[-+*/^_=<>(),\[\]{}|!&;%'])"
+    r"|(?P<op><=|>=|!=|[-+*/^_=<>(),\[\]{}|!&;:%'])"
     r"|(?P<space>\s+)"
 )
 
@@ -236,14 +247,14 @@ class _Parser:
         if self.depth > MAX_DEPTH:
             raise ParseError("nesting too deep")
 
-    # relation := additive (relop additive)*
+    # relation := ratio (relop ratio)*
     def relation(self) -> tuple:
         self.enter()
-        left = self.additive()
+        left = self.ratio()
         chain = []
         while self.peek()[1] in _RELATIONS:
             op = _RELATIONS[self.take()[1]]
-            right = self.additive()
+            right = self.ratio()
             chain.append((op, left, right))
             left = right
         self.depth -= 1
@@ -255,6 +266,14 @@ class _Parser:
             # worked equalities "x = 5+5+1 = 11" state their result: the first member equals the last
             return ("eq", chain[0][1], chain[-1][2])
         return ("chain", tuple(_relation(*link) for link in chain))
+
+    # ratio := additive (":" additive)*
+    def ratio(self) -> tuple:
+        parts = [self.additive()]
+        while self.at(":"):
+            self.take()
+            parts.append(self.additive())
+        return parts[0] if len(parts) == 1 else ("ratio", tuple(parts))
 
     def additive(self) -> tuple:
         terms = [self.term()]
@@ -525,6 +544,8 @@ def _plain(node: tuple) -> str:
         return str(node[1])
     if node[0] in ("sym", "const"):
         return node[1]
+    if node[0] == "mul" and all(part[0] in ("sym", "num") for part in node[1]):  # S_{MBCN}, a_{12k}
+        return "".join(_plain(part) for part in node[1])
     raise ParseError("complex subscript")
 
 
@@ -635,7 +656,7 @@ def _parse_tree(s: str) -> tuple:
         return ("text", s)  # a label such as ABD, case and order kept
     s = _sci_to_pow(s)
     s = _join_top_level_commas(s)
-    tokens = tokenize(s)
+    tokens = _and_as_comma(tokenize(s))
     if any(kind == "text" for kind, _ in tokens):
         if all(kind in ("text", "word") for kind, _ in tokens):
             return ("text", " ".join(v for _, v in tokens).lower())
@@ -654,6 +675,21 @@ def _parse_tree(s: str) -> tuple:
         return ("union", tuple([items[0], *union]))
     # a bare comma list is the MATH convention for "all answers, any order"
     return items[0] if len(items) == 1 else ("set", tuple(items))
+
+
+def _and_as_comma(tokens: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """'12 and 13', '19, 46, and 82' -> a comma list, when "and" is the only word and stands between values
+    (so "3 or 4", a hedge, and words like "no solution" stay text)."""
+    words = [i for i, (kind, _) in enumerate(tokens) if kind == "text"]
+    if not words or any(tokens[i][1] != "and" for i in words) or words[0] == 0 or words[-1] == len(tokens) - 1:
+        return tokens
+    joined: list[tuple[str, str]] = []
+    for kind, value in tokens:
+        if kind != "text":
+            joined.append((kind, value))
+        elif joined[-1][1] != ",":  # the Oxford comma already separates "46, and 82"
+            joined.append(("op", ","))
+    return joined
 
 
 # Each \pm doubles the values of the expression around it: "\pm\sqrt{2 \pm \sqrt{3}}" is four numbers. Real
@@ -675,7 +711,7 @@ def _expand_plus_minus(node: tuple) -> tuple:
         return values[0] if len(values) == 1 else ("set", tuple(values))
     if kind == "set":
         return ("set", tuple(value for item in node[1] for value in _values(item)))
-    if kind in ("tuple", "union", "chain"):
+    if kind in ("tuple", "ratio", "union", "chain"):
         return (kind, tuple(_expand_plus_minus(item) for item in node[1]))
     if kind == "matrix":
         return ("matrix", tuple(tuple(_expand_plus_minus(entry) for entry in row) for row in node[1]))

@@ -16,13 +16,15 @@ from contextvars import ContextVar
 from typing import Any
 
 from .compare import TooLarge, equivalent, exact_scalar_equal
-from .extract import extract_answer
+from .extract import SHORT_ANSWER_CHARS, extract_answer
 from .latex import MAX_ANSWER_CHARS, ParseError, normalize, parse_answer
 from .result import ERROR, NO_ANSWER, OK, TIMEOUT, VerifyResult
 from .sandbox import CheckTimeout, WorkerError, run_limited
 
 # Integers are most answers (arithmetic, GSM8K, counting); bounded so int() stays cheap.
 _PLAIN_INTEGER = re.compile(r"[-+]?\d{1,64}")
+# "or" after a value (a digit, a bracket, a math delimiter) and before another
+_GOLD_OR_RE = re.compile(r"(?<=[\d)\]}$])\s*(?:\\text\s*\{\s*or\s*\}|\bor\b)\s*(?=[\w(\[{$\\-])")
 DEFAULT_TIMEOUT_S = 5.0  # math-verify's default per comparison
 # score_batch sets this so verifiers called without an explicit timeout use the batch's limit
 CHECK_TIMEOUT_S: ContextVar[float] = ContextVar("rewards_check_timeout_s", default=DEFAULT_TIMEOUT_S)
@@ -55,8 +57,11 @@ def _gold_text(answer: Any) -> str:
         marked = extract_answer(answer)
         if marked is None or marked == answer.strip():  # no marked answer found: only the text itself came back
             raise ValueError(f"gold answer {answer[:200]!r} marks an answer but holds none (an empty \\boxed{{}} or ####)")
-        return marked
-    return answer
+        answer = marked
+    elif len(answer) > SHORT_ANSWER_CHARS or "\n" in answer.strip():  # a worked solution: its stated final answer
+        answer = extract_answer(answer) or answer
+    # a reference names every answer: "(11,7) or (7,11)" and "$21,16$ or $11$" are lists (in a response, a hedge)
+    return _GOLD_OR_RE.sub(" and ", answer)
 
 
 def compare_answers(pred: str, gold: str, timeout: float) -> tuple[float, str, dict]:
