@@ -13,7 +13,7 @@ from rewards import (
     score_batch,
     soft_overlong_penalty,
 )
-from rewards.adapters import compute_score, make_trl_reward, reward_func
+from rewards.adapters import MissingGoldWarning, compute_score, make_trl_reward, reward_func
 from rewards.shaping import DEFAULT_FORMAT_PATTERN, MAX_FORMAT_CHARS
 
 
@@ -140,7 +140,8 @@ def test_trl_adapter_called_as_grpo_trainer_calls_it():
         reward(prompts=["q"], completions=["x"], completion_ids=[[1]], answer=["4"])
     # A multi-task batch: rows without a gold answer are not this reward's (TRL leaves None out of the sum).
     completions = ["\\boxed{4}", "def f(): pass", "7"]
-    assert reward(prompts=["q"] * 3, completions=completions, solution=["4", None, "6"]) == [1.0, None, 0.0]
+    with pytest.warns(MissingGoldWarning, match="None or blank get None"):
+        assert reward(prompts=["q"] * 3, completions=completions, solution=["4", None, "6"]) == [1.0, None, 0.0]
 
 
 def test_trl_grpo_trainer_trains_a_step_on_the_adapter(tmp_path):
