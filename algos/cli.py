@@ -1,6 +1,6 @@
 """`rlvr train` and `rlvr eval`.
 
-    rlvr train --algo grpo|dapo|ppo --env rlvr/Arithmetic-v0 --model PATH|default \
+    rlvr train --algo grpo|dapo|rloo|cispo|gmpo|ppo|reinforce_pp[_baseline] --env rlvr/Arithmetic-v0 --model PATH|default \
         [--config run.toml] [--resume] [--section.key value | --key value ...]
     rlvr eval --env rlvr/Arithmetic-v0 --model PATH|default [--num-problems N] [overrides]
 
@@ -19,11 +19,18 @@ import os
 import sys
 from typing import Any
 
+from rewards.cli import int_at_least
+
 # name -> (module, preset in that module's PRESETS or None). Add an algorithm by adding a line.
 ALGORITHMS: dict[str, tuple[str, str | None]] = {
     "grpo": ("algos.grpo", None),
     "dapo": ("algos.grpo", "dapo"),
+    "rloo": ("algos.grpo", "rloo"),
+    "cispo": ("algos.grpo", "cispo"),
+    "gmpo": ("algos.grpo", "gmpo"),
     "ppo": ("algos.ppo", None),
+    "reinforce_pp": ("algos.ppo", "reinforce_pp"),
+    "reinforce_pp_baseline": ("algos.ppo", "reinforce_pp_baseline"),
 }
 
 
@@ -37,17 +44,63 @@ class _OverridesParser(argparse.ArgumentParser):
         return namespace, []
 
 
-def _add_parser(subparsers, name: str, **kwargs) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(name, allow_abbrev=False, **kwargs)
+class _HelpWithConfigKeys(argparse.Action):
+    """-h/--help that also lists every config key with its default: ``describe(namespace)`` builds that list only
+    when help is asked for, as it imports the algorithms' modules (and torch)."""
+
+    def __init__(self, option_strings, dest, describe):
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0,
+                         help="show this help and every config key with its default, then exit")
+        self.describe = describe
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.epilog = self.describe(namespace)
+        parser.print_help()
+        parser.exit()
+
+
+def _add_parser(subparsers, name: str, describe_keys, **kwargs) -> argparse.ArgumentParser:
+    # raw: the key listing keeps its lines and columns
+    parser = subparsers.add_parser(name, allow_abbrev=False, add_help=False,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
     parser.__class__ = _OverridesParser  # the dispatcher builds subparsers; only their parsing changes
+    parser.add_argument("-h", "--help", action=_HelpWithConfigKeys, describe=describe_keys)
     return parser
+
+
+def _algorithm(name: str) -> tuple[Any, dict[str, Any] | None]:
+    """The module of algorithm ``name`` and the preset of config values it applies (None: its Config's defaults)."""
+    module_name, preset = ALGORITHMS[name]
+    module = importlib.import_module(module_name)
+    return module, getattr(module, "PRESETS", {}).get(preset)
+
+
+KEYS_USAGE = "Config keys: --section.key value, or --key value where one section has the key ('null' for none)."
+
+
+def _train_keys(namespace) -> str:
+    from algos.config import TrainConfig, describe_sections, from_dict
+
+    if namespace.algo:  # None when --help comes before --algo
+        module, preset = _algorithm(namespace.algo)
+        return f"{KEYS_USAGE}\nDefaults of --algo {namespace.algo}:\n" + describe_sections(from_dict(module.Config, preset or {}))
+    algorithm_configs = [importlib.import_module(name).Config() for name in dict.fromkeys(m for m, _ in ALGORITHMS.values())]
+    return (f"{KEYS_USAGE}\nDefaults (an algorithm may change some: rlvr train --algo NAME --help shows its own):\n"
+            + describe_sections(TrainConfig(), *algorithm_configs))
+
+
+def _eval_keys(namespace) -> str:
+    from algos.config import EvalConfig, describe_sections
+
+    return f"{KEYS_USAGE}\nDefaults:\n" + describe_sections(EvalConfig())
 
 
 def register(subparsers) -> None:
     train = _add_parser(
         subparsers,
         "train",
-        help="train a policy with GRPO, DAPO or PPO",
+        _train_keys,
+        help="train a policy with GRPO, DAPO, RLOO, CISPO, GMPO, PPO or REINFORCE++",
         description="Train a policy. Any config field can be set with --section.key value (or --key value).",
     )
     train.add_argument("--algo", required=True, choices=sorted(ALGORITHMS))
@@ -60,13 +113,14 @@ def register(subparsers) -> None:
     evaluate = _add_parser(
         subparsers,
         "eval",
+        _eval_keys,
         help="greedy accuracy of a model on held-out problems of an env",
         description="Greedy accuracy on env.eval_size held-out problems (seed env.eval_seed).",
     )
     evaluate.add_argument("--env", help="task id (config env.id)")
     evaluate.add_argument("--model", help="local transformers directory or 'default' (config model.path)")
     evaluate.add_argument("--config", help="TOML or YAML file with config sections")
-    evaluate.add_argument("--num-problems", type=int, help="held-out problems (config env.eval_size)")
+    evaluate.add_argument("--num-problems", type=int_at_least(1), help="held-out problems (config env.eval_size)")
     evaluate.set_defaults(func=_eval)
 
 
@@ -102,17 +156,15 @@ def _report(error: BaseException) -> int:
 def _train(args) -> int:
     from algos.distributed import current_world, leave
 
-    module_name, preset = ALGORITHMS[args.algo]
     try:
-        module = importlib.import_module(module_name)
+        module, preset = _algorithm(args.algo)
     except ModuleNotFoundError as err:
+        module_name = ALGORITHMS[args.algo][0]
         if err.name == module_name:
             return _fail(f"algorithm {args.algo!r} is not available: module {module_name} is missing")
         raise
     try:
-        config = _load(
-            module.Config, args, {"env.id": args.env, "model.path": args.model}, preset=getattr(module, "PRESETS", {}).get(preset)
-        )
+        config = _load(module.Config, args, {"env.id": args.env, "model.path": args.model}, preset=preset)
         summary = module.train(config, resume=args.resume)
     except (*USER_ERRORS, KeyboardInterrupt) as err:
         return _report(err)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import json
 import math
 import types
@@ -170,7 +171,10 @@ class PolicyLossConfig:
     number, the entropy bonus, and the micro-batching that computes it (an algorithm's config may change the
     defaults; PPOConfig does)."""
 
-    surrogate: str = "ppo-clip"  # POLICY_LOSSES: "ppo-clip" (the token ratio of PPO/GRPO/DAPO) or "gspo" (GSPO's sequence ratio)
+    # POLICY_LOSSES: "ppo-clip" (the token ratio of PPO/GRPO/DAPO), "gspo" (GSPO's sequence ratio), "cispo" (MiniMax-M1's
+    # clipped, detached importance weight on log pi), "gmpo" (the geometric mean of clipped token ratios; its eps_low and
+    # eps_high bound the log-ratio: the paper's 0.4)
+    surrogate: str = "ppo-clip"
     eps_low: float = 0.2  # clip(r, 1 - eps_low, 1 + eps_high): PPO's 0.2
     eps_high: float = 0.2  # DAPO's clip-higher: 0.28
     dual_clip: float | None = None  # c > 1 bounds negative-advantage loss at -c*A (Ye et al. 2020: 3); None = off
@@ -186,9 +190,11 @@ class PolicyLossConfig:
 
     def validate(self) -> None:
         require(self.surrogate in POLICY_LOSSES, "loss.surrogate", f"must be one of {POLICY_LOSSES.names}")
-        require(0 < self.eps_low < 1, "loss.eps_low", "must be in (0, 1)")
+        require(0 < self.eps_low <= 1, "loss.eps_low", "must be in (0, 1] (1: no lower bound on the ratio)")
         require(self.eps_high > 0, "loss.eps_high", "must be > 0")
         require(self.dual_clip is None or self.dual_clip > 1, "loss.dual_clip", "must be > 1 or null")
+        require(self.dual_clip is None or self.surrogate in ("ppo-clip", "gspo"), "loss.dual_clip",
+                f"bounds the clipped surrogate's loss; loss.surrogate {self.surrogate!r} has none: set it to null")
         require(self.aggregation in LOSS_AGGREGATIONS, "loss.aggregation", f"must be one of {LOSS_AGGREGATIONS.names}")
         require(self.entropy_coef >= 0, "loss.entropy_coef", "must be >= 0 (a bonus; negative would penalise entropy)")
         require(self.micro_batch_size >= 1, "loss.micro_batch_size", "must be >= 1")
@@ -321,12 +327,24 @@ def _resolve_key(cls: type, key: str) -> list[str]:
     if len(owners) == 1:
         return [owners[0], key]
     if not owners:
-        raise ValueError(f"unknown config key {key!r}")
+        sections = [name for name in hints if dataclasses.is_dataclass(hints[name])]
+        keys = [f"{section}.{name}" for section in sections for name in _field_names(hints[section])]
+        raise _unknown_key(key, keys, f"a key is section.field; sections: {', '.join(sections)}")
     raise ValueError(f"config key {key!r} is ambiguous: use one of {', '.join(o + '.' + key for o in owners)}")
 
 
 def _field_names(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
+
+
+def _unknown_key(key: str, known: list[str], listing: str) -> ValueError:
+    """The error for an unknown ``key``: the ``known`` keys whose last part is close to its own (a typo), then ``listing``."""
+    by_name: dict[str, list[str]] = {}
+    for known_key in known:
+        by_name.setdefault(known_key.rpartition(".")[2], []).append(known_key)
+    close = [k for name in difflib.get_close_matches(key.rpartition(".")[2], by_name) for k in by_name[name]]
+    guess = f"did you mean {' or '.join(close)}? " if close else ""
+    return ValueError(f"unknown config key {key!r} ({guess}{listing})")
 
 
 def _set_dotted(data: dict, path: list[str], value: Any) -> None:
@@ -439,7 +457,7 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "", defaults: Any =
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for key in data:
         if key not in fields:
-            raise ValueError(f"unknown config key {prefix + key!r} (known: {', '.join(sorted(fields))})")
+            raise _unknown_key(prefix + key, [prefix + name for name in fields], f"known: {', '.join(sorted(fields))}")
     kwargs = {}
     for name, value in data.items():
         tp = hints[name]
@@ -450,6 +468,31 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "", defaults: Any =
         else:
             kwargs[name] = _coerce(value, tp, prefix + name)
     return dataclasses.replace(defaults, **kwargs) if defaults is not None else cls(**kwargs)
+
+
+def describe_sections(*configs: Any) -> str:
+    """Each section of the config instances, once (as the first config that has it sets it), and under it one line per
+    key: its name, type and value, what `rlvr train --help` lists (the comments in this file say what each key does)."""
+    listed: dict[str, list[tuple[str, str, str]]] = {}  # section -> [(key, type, value as JSON)]
+    for config in configs:
+        for section_field in dataclasses.fields(config):
+            if section_field.name not in listed:
+                section = getattr(config, section_field.name)
+                hints = typing.get_type_hints(type(section))
+                listed[section_field.name] = [(f.name, _type_name(hints[f.name]), json.dumps(getattr(section, f.name)))
+                                              for f in dataclasses.fields(section)]
+    rows = [row for section_rows in listed.values() for row in section_rows]
+    name_width, type_width = (max((len(row[column]) for row in rows), default=0) for column in (0, 1))
+    lines = []
+    for section, section_rows in listed.items():
+        lines.append(f"{section}:")
+        lines += [f"  {name:<{name_width}}  {type_name:<{type_width}}  {value}" for name, type_name, value in section_rows]
+    return "\n".join(lines)
+
+
+def _type_name(tp: Any) -> str:
+    """``int``, ``str | None``, ``dict[str, Any]``: a type hint as it is written in this file."""
+    return tp.__name__ if isinstance(tp, type) and not typing.get_args(tp) else str(tp).replace("typing.", "")
 
 
 def to_dict(config: Any) -> dict[str, Any]:

@@ -110,6 +110,8 @@ class GRPOConfig(TrainConfig):
         super().validate()
         require(self.grpo.overlong_cache <= self.env.max_new_tokens or not self.grpo.soft_overlong,
                 "grpo.overlong_cache", f"must be <= env.max_new_tokens ({self.env.max_new_tokens})")
+        require(self.loss.surrogate != "gmpo" or not self.grpo.process_weight, "grpo.process_weight",
+                "gives per-token advantages, and loss.surrogate 'gmpo' takes one per row: set it to 0")
 
 
 # DAPO (arXiv 2503.14476) = GRPO + these four switches + no KL; each can be turned off for ablation.
@@ -126,8 +128,25 @@ DAPO_PRESET: dict[str, Any] = {
     },
 }
 
+# RLOO (Ahmadian et al. 2024, arXiv 2402.14740; verl's and OpenRLHF's rloo): each sample's baseline is the mean of
+# the other G - 1 of its prompt, no std scaling; no KL term, a token-mean loss (verl's default loss_agg_mode).
+RLOO_PRESET: dict[str, Any] = {"grpo": {"adv_estimator": "rloo", "beta": 0.0}, "loss": {"aggregation": "token-mean"}}
+# CISPO (MiniMax-M1, arXiv 2506.13585): the importance weight clipped above only (eps_low 1; eps_high 5, the ScaleRL
+# paper's and TRL's recommended epsilon_high for loss_type="cispo") and detached, on a
+# REINFORCE token loss, token-mean, no KL; two updates per batch, so the weight leaves 1.
+CISPO_PRESET: dict[str, Any] = {
+    "loss": {"surrogate": "cispo", "eps_low": 1.0, "eps_high": 5.0, "aggregation": "token-mean"},
+    "grpo": {"beta": 0.0, "num_iterations": 2},
+}
+# GMPO (arXiv 2507.20673): the geometric mean of the token ratios, each clipped in log space to (-0.4, 0.4), wider
+# than PPO's; one loss per sequence, no KL; two updates per batch.
+GMPO_PRESET: dict[str, Any] = {
+    "loss": {"surrogate": "gmpo", "eps_low": 0.4, "eps_high": 0.4, "aggregation": "seq-mean-token-mean"},
+    "grpo": {"beta": 0.0, "num_iterations": 2},
+}
+
 Config = GRPOConfig
-PRESETS = {"dapo": DAPO_PRESET}
+PRESETS = {"dapo": DAPO_PRESET, "rloo": RLOO_PRESET, "cispo": CISPO_PRESET, "gmpo": GMPO_PRESET}
 
 
 @dataclass

@@ -16,7 +16,9 @@ first `critic_warmup_steps` steps only the critic learns. The KL coefficient is
 fixed, or adaptive (PPO-Penalty) when `kl_target` is set.
 
 The critic is a scalar head on the policy's backbone (`value_model = "head"`)
-or a separate copy of the backbone (`"separate"`); see algos.value_model.
+or a separate copy of the backbone (`"separate"`); see algos.value_model. Without one (`"none"`, V = 0, gamma =
+lambda = 1) the advantages are the batch-whitened returns: REINFORCE++ (arXiv 2501.03262), the `reinforce_pp` preset;
+`ppo.score_baseline = "group_mean"` first subtracts each prompt's mean score (REINFORCE++-baseline).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import numpy as np
 import torch
 
 from algos.config import PolicyLossConfig, TrainConfig, require
-from algos.core import KL_ESTIMATORS, POLICY_LOSSES
+from algos.core import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES
 from algos.core.aggregation import aggregate_loss
 from algos.core.gae import (
     AdaptiveKLController,
@@ -71,7 +73,12 @@ class PPOSection:
     gamma: float = 1.0  # discount (TRL: 1; an episode is one completion)
     lam: float = 0.95  # GAE lambda (TRL: 0.95; verl: 1.0)
     whiten_advantages: bool = True  # masked mean/std over the batch, after returns were taken
-    value_model: str = "head"  # "head" on the policy's backbone, or a "separate" critic copied from it
+    # "head" on the policy's backbone, a "separate" critic copied from it, or "none": V = 0, so GAE's advantages are
+    # the returns (REINFORCE++ with gamma = lam = 1 and whitening)
+    value_model: str = "head"
+    # Subtracted from each sequence score before the per-token rewards: "none", or "group_mean": the mean score of the
+    # prompt's samples_per_prompt completions (REINFORCE++-baseline, OpenRLHF's reinforce_baseline; needs >= 2 samples)
+    score_baseline: str = "none"
     value_clip: float | None = 0.2  # clip V within +-c of V_old in the value loss (TRL's cliprange_value: 0.2; None = off)
     vf_coef: float = 0.1  # weight of the value loss in the total loss (TRL's PPOConfig default)
     critic_lr: float | None = None  # None = 10 x optim.lr (verl's PPO examples: critic lr 10x the actor's)
@@ -93,7 +100,14 @@ class PPOSection:
         require(self.num_minibatches <= rows, "ppo.num_minibatches", f"must be <= rows per step ({rows})")
         require(0 < self.gamma <= 1, "ppo.gamma", "must be in (0, 1]")
         require(0 <= self.lam <= 1, "ppo.lam", "must be in [0, 1]")
-        require(self.value_model in VALUE_MODEL_KINDS, "ppo.value_model", f"must be one of {VALUE_MODEL_KINDS}")
+        require(self.value_model in (*VALUE_MODEL_KINDS, "none"), "ppo.value_model",
+                f"must be one of {(*VALUE_MODEL_KINDS, 'none')}")
+        require(self.value_model != "none" or self.critic_warmup_steps == 0, "ppo.critic_warmup_steps",
+                "must be 0 when ppo.value_model is 'none': there is no critic to warm up")
+        require(self.score_baseline in ("none", "group_mean"), "ppo.score_baseline",
+                f"must be 'none' or 'group_mean', got {self.score_baseline!r}")
+        require(self.score_baseline == "none" or self.samples_per_prompt >= 2, "ppo.samples_per_prompt",
+                "must be >= 2 for ppo.score_baseline = 'group_mean' (a prompt's mean score over its samples)")
         require(self.value_clip is None or self.value_clip > 0, "ppo.value_clip", "must be > 0 or null")
         require(self.vf_coef > 0, "ppo.vf_coef", "must be > 0")
         require(self.critic_lr is None or self.critic_lr > 0, "ppo.critic_lr", "must be > 0 or null")
@@ -122,12 +136,22 @@ class PPOConfig(TrainConfig):
         super().validate()
         require(self.ppo.critic_warmup_steps < self.run.steps, "ppo.critic_warmup_steps",
                  f"must be < run.steps ({self.run.steps}), or the policy never trains")
+        require(self.loss.surrogate != "gmpo", "loss.surrogate",
+                "'gmpo' takes one advantage per row, and GAE gives one per token: use 'ppo-clip', 'gspo' or 'cispo'")
         require(self.loss.micro_batch_memory_gb is None, "loss.micro_batch_memory_gb",
                 "PPO does not size micro-batches from a memory budget yet (its critic's activations are not measured): "
                 "set loss.micro_batch_size")
 
 
 Config = PPOConfig
+# REINFORCE++ (Hu 2025, arXiv 2501.03262; verl's reinforce_plus_plus, OpenRLHF's reinforce++): no critic, the token-level
+# KL in the reward (ppo.kl_coef), the returns whitened over the batch. "_baseline" subtracts each prompt's mean score
+# first, over 4 samples per prompt (verl's reinforce_plus_plus_baseline, OpenRLHF's reinforce_baseline).
+REINFORCE_PP_PRESET: dict[str, Any] = {"ppo": {"value_model": "none", "gamma": 1.0, "lam": 1.0, "whiten_advantages": True}}
+REINFORCE_PP_BASELINE_PRESET: dict[str, Any] = {
+    "ppo": {**REINFORCE_PP_PRESET["ppo"], "score_baseline": "group_mean", "samples_per_prompt": 4},
+}
+PRESETS = {"reinforce_pp": REINFORCE_PP_PRESET, "reinforce_pp_baseline": REINFORCE_PP_BASELINE_PRESET}
 
 
 @dataclass
@@ -179,16 +203,18 @@ class PPOTrainer:
                              resume=resume, backend=backend, keep_reference=p.kl_coef > 0)
         self.config, self.policy, self.tokenizer, self.ref_model = config, self.run.model, self.run.tokenizer, self.run.ref_model
         self.env, self.backend, self.scaler = self.run.env, self.run.backend, self.run.scaler
-        self.critic = build_value_model(self.policy, p.value_model)
+        self.critic = build_value_model(self.policy, p.value_model) if p.value_model != "none" else None
         # Both trained modules in one wrapped module: one optimizer step clips and applies every gradient together
         # (a shared backbone appears once: the critic registers only what it owns), and every forward is synchronised.
-        self.forward = self.run.wrap(policy=self.policy, critic=self.critic, some_frozen=p.critic_warmup_steps > 0)
+        trained = {"policy": self.policy, **({"critic": self.critic} if self.critic is not None else {})}
+        self.forward = self.run.wrap(some_frozen=p.critic_warmup_steps > 0, **trained)
         self.modules = self.run.modules
         # Dropout off throughout (as TRL's PPO): old and new log-probs/values must come from the same function.
         self.modules.eval()
         self.optimizer = self._build_optimizer()
         # The policy's schedule starts after the critic warm-up (as verl steps the actor's only when it updates).
-        self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps, delays=(p.critic_warmup_steps, 0))
+        delays = (p.critic_warmup_steps, 0) if self.critic is not None else ()
+        self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps, delays=delays)
         self.kl_controller = AdaptiveKLController(p.kl_coef, p.kl_target, p.kl_horizon)
         self.reward_model = None
         if p.reward_source == "model":
@@ -204,10 +230,9 @@ class PPOTrainer:
         """AdamW over the policy (optim.lr) and the critic's own weights (ppo.critic_lr, default 10x)."""
         optim = self.config.optim
         critic_lr = self.config.ppo.critic_lr or 10 * optim.lr
-        groups = [
-            {"params": [q for q in self.policy.parameters() if q.requires_grad], "lr": optim.lr},
-            {"params": list(self.critic.parameters()), "lr": critic_lr},
-        ]
+        groups = [{"params": [q for q in self.policy.parameters() if q.requires_grad], "lr": optim.lr}]
+        if self.critic is not None:
+            groups.append({"params": list(self.critic.parameters()), "lr": critic_lr})
         return build_optimizer(groups, optim)
 
     # ------------------------------------------------------------ forward passes
@@ -216,8 +241,12 @@ class PPOTrainer:
         self, ids: torch.Tensor, mask: torch.Tensor, prompt_width: int, train_policy: bool = True
     ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor]:
         """[n, P+T] ids/mask -> ([n, T] log pi, [n, T] entropy, [n, T] values V(s_t)); log pi and entropy
-        are None when ``train_policy`` is False (critic warm-up)."""
+        are None when ``train_policy`` is False (critic warm-up). Without a critic the values are 0."""
         temperature = self.config.rollout.temperature
+        if self.critic is None:
+            logp, entropy = completion_logprobs(self.policy, ids, mask, prompt_width, temperature,
+                                                self.config.loss.logprob_chunk_size, len(self.tokenizer))
+            return logp, entropy, torch.zeros_like(logp)
         if self.critic.shares_policy_backbone:
             # One backbone pass serves both heads; during warm-up it runs without a graph so only the head learns.
             with torch.set_grad_enabled(torch.is_grad_enabled() and train_policy):
@@ -240,7 +269,7 @@ class PPOTrainer:
         completion_logprobs' shared-prompt KV cache), so equal weights give a KL of exactly 0. The two paths differ
         by float rounding (~5e-7): on a batch of equal rewards that was the only advantage signal, and whitening
         and AdamW's scale invariance made a full-size update of it."""
-        if self.critic.shares_policy_backbone:
+        if self.critic is not None and self.critic.shares_policy_backbone:
             hidden = last_hidden_states(policy_backbone(self.ref_model), ids, mask)[:, prompt_width - 1 : -1]
             return self._logprobs_from_hidden(self.ref_model, hidden, ids[:, prompt_width:])[0]
         return completion_logprobs(self.ref_model, ids, mask, prompt_width, self.config.rollout.temperature,
@@ -286,6 +315,8 @@ class PPOTrainer:
                 rollout = self.backend.generate(self.policy, self.env, seeds=seeds)
             scores = self._scores(rollout)
             metrics = rollout_metrics(rollout, scores)
+            if p.score_baseline == "group_mean":  # each group is on this rank: its mean is local
+                scores = ADVANTAGE_ESTIMATORS["dr-grpo"](scores, p.samples_per_prompt)
             input_ids = torch.cat([rollout.prompt_ids, rollout.response_ids], dim=1)
             attention_mask = torch.cat([rollout.prompt_mask, rollout.response_mask], dim=1)
             prompt_width = rollout.prompt_ids.shape[1]
@@ -334,8 +365,9 @@ class PPOTrainer:
         (all_advantages, all_returns, all_values, all_mask), first = gather_padded(advantages, returns, values, mask)
         metrics["advantages_mean"], metrics["advantages_std"] = masked_mean_std(all_advantages, all_mask)
         metrics["returns_mean"], metrics["returns_std"] = masked_mean_std(all_returns, all_mask)
-        metrics["values_mean"], _ = masked_mean_std(all_values, all_mask)
-        metrics["explained_variance"] = explained_variance(all_values, all_returns, all_mask).item()
+        if self.critic is not None:
+            metrics["values_mean"], _ = masked_mean_std(all_values, all_mask)
+            metrics["explained_variance"] = explained_variance(all_values, all_returns, all_mask).item()
         if p.whiten_advantages:
             rows, width = advantages.shape
             advantages = masked_whiten(all_advantages, all_mask)[first : first + rows, :width]
@@ -373,13 +405,16 @@ class PPOTrainer:
                             zero.backward()
                             continue
                         m = batch.mask[rows]
-                        value_loss_tokens, clipped = clipped_value_loss(values, batch.old_values[rows],
-                                                                        batch.returns[rows], p.value_clip)
-                        value_loss = aggregate_loss(value_loss_tokens, m, "token-mean", global_num_tokens=minibatch_tokens)
-                        loss = p.vf_coef * value_loss
                         n_tokens = m.sum().item()
-                        stats.add("value_loss", value_loss.item() * minibatch_tokens)  # this micro-batch's token sum
-                        stats.add("value_clip_frac", value_clip_fraction(clipped, m).item(), n_tokens)
+                        loss = torch.zeros((), device=m.device)
+                        if self.critic is not None:
+                            value_loss_tokens, clipped = clipped_value_loss(values, batch.old_values[rows],
+                                                                            batch.returns[rows], p.value_clip)
+                            value_loss = aggregate_loss(value_loss_tokens, m, "token-mean",
+                                                        global_num_tokens=minibatch_tokens)
+                            loss = p.vf_coef * value_loss
+                            stats.add("value_loss", value_loss.item() * minibatch_tokens)  # this micro-batch's token sum
+                            stats.add("value_clip_frac", value_clip_fraction(clipped, m).item(), n_tokens)
                         if train_policy:
                             out = surrogate(logp, batch.old_logp[rows], batch.advantages[rows], m,
                                             loss_cfg.eps_low, loss_cfg.eps_high, loss_cfg.dual_clip)
@@ -407,10 +442,11 @@ class PPOTrainer:
                                                  self.scaler)
                 skipped += not outcome.applied
                 grad_norms.append(outcome.grad_norm)
-        lr, critic_lr = advance_schedule(self.scheduler)
+        lr, *critic_lr = advance_schedule(self.scheduler)
         tokens_seen = sum_over_ranks(tokens_seen)[0]
         return {**stats.over_ranks().means(max(tokens_seen, 1.0)), "grad_norm": sum(grad_norms) / len(grad_norms),
-                "skipped_updates": skipped, "lr": lr, "critic_lr": critic_lr, "critic_warmup": float(not train_policy)}
+                "skipped_updates": skipped, "lr": lr, **({"critic_lr": critic_lr[0]} if critic_lr else {}),
+                "critic_warmup": float(not train_policy)}
 
     # ------------------------------------------------------------ loop
 

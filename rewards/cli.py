@@ -28,7 +28,9 @@ def _timeout_seconds(text: str) -> float:
     return value
 
 
-def _int_at_least(minimum: int) -> Callable[[str], int]:
+def int_at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse ``type``: a whole number >= ``minimum``, refused naming the flag (algos' `rlvr eval` uses it too)."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -51,17 +53,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     score = subparsers.add_parser(
         "score", help="score a JSONL file of completions against gold answers",
-        description="Each line is a JSON object with a completion (a string) and a gold answer (a non-blank string "
-                    "or a finite number). Bad input stops before scoring, naming the file, line and field (exit 2).")
-    score.add_argument("path", type=Path, help="JSONL file (UTF-8), one object per line")
+        description="Each line is a JSON object with a completion (a string, or a list of chat messages as TRL passes "
+                    "them: the last assistant message is scored) and a gold answer (a non-blank string or a finite "
+                    "number). Bad input stops before scoring, naming the file, line and field (exit 2).")
+    score.add_argument("path", type=Path, help="JSONL file (UTF-8, with or without a BOM), one object per line")
     score.add_argument("--completion-key", default="completion", help="field holding the completion (default: completion)")
     score.add_argument("--answer-key", default="answer", help="field holding the gold answer (default: answer)")
     score.add_argument("--output", type=Path, default=None, help="write each row with score and status to this JSONL file")
-    score.add_argument("--workers", type=_int_at_least(0), default=None,
+    score.add_argument("--workers", type=int_at_least(0), default=None,
                        help="worker processes; 0 scores in this process (default: automatic)")
     score.add_argument("--timeout", type=_timeout_seconds, default=5.0,
                        help="hard limit per completion in seconds (default 5)")
-    score.add_argument("--batch-size", type=_int_at_least(1), default=256,
+    score.add_argument("--batch-size", type=int_at_least(1), default=256,
                        help="rows scored per batch (progress granularity)")
     score.set_defaults(func=_score)
 
@@ -78,6 +81,9 @@ def _json_text(record: dict) -> str:
 def _verify(args: argparse.Namespace) -> int:
     from .mathcheck import math_verifier
 
+    if not args.gold.strip():  # would read as "not equal" (exit 1), hiding the missing answer from a script
+        print("rlvr verify: --gold is blank: give the gold answer to check against", file=sys.stderr)
+        return 2
     result = math_verifier(args.pred, answer=args.gold, timeout=args.timeout)
     print(_json_text({"equal": result.score == 1.0, "score": result.score, "status": result.status,
                       "details": result.details}))
@@ -89,6 +95,18 @@ def _json_kind(value: object) -> str:
     if isinstance(value, bool) or value is None:
         return json.dumps(value)
     return {str: "a string", int: "a number", float: "a number", list: "an array"}.get(type(value), "an object")
+
+
+def _completion_problem(completion: object) -> str | None:
+    """Why `completion` cannot be scored, or None if it can: a string, or chat messages (TRL's conversational format)."""
+    if isinstance(completion, str):
+        return None
+    if isinstance(completion, list):
+        for position, message in enumerate(completion, 1):
+            if not isinstance(message, dict):
+                return f"item {position} must be a chat message (an object with role and content), got {_json_kind(message)}"
+        return None
+    return f"must be a string or a list of chat messages, got {_json_kind(completion)}"
 
 
 def _answer_problem(answer: object) -> str | None:
@@ -114,9 +132,9 @@ def _read_rows(path: Path, completion_key: str, answer_key: str) -> list[dict]:
         for number, raw in enumerate(handle, 1):
             where = f"{path}:{number}"
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                bad_byte = f"byte 0x{raw[exc.start]:02x} at column {exc.start + 1}"
+                line = raw.decode("utf-8-sig")  # a byte-order mark (Windows editors write one) is no error
+            except UnicodeDecodeError as exc:  # exc.object: the line's bytes after a BOM
+                bad_byte = f"byte 0x{exc.object[exc.start]:02x} at column {exc.start + 1}"
                 raise BadInput(f"{where}: not valid UTF-8 ({bad_byte})") from None
             if not line.strip():
                 continue
@@ -133,12 +151,10 @@ def _read_rows(path: Path, completion_key: str, answer_key: str) -> list[dict]:
             for key in (completion_key, answer_key):
                 if key not in row:
                     raise BadInput(f"{where}: missing field {key!r}")
-            completion = row[completion_key]
-            if not isinstance(completion, str):
-                raise BadInput(f"{where}: field {completion_key!r} must be a string, got {_json_kind(completion)}")
-            problem = _answer_problem(row[answer_key])
-            if problem:
-                raise BadInput(f"{where}: field {answer_key!r} {problem}")
+            for key, problem in ((completion_key, _completion_problem(row[completion_key])),
+                                 (answer_key, _answer_problem(row[answer_key]))):
+                if problem:
+                    raise BadInput(f"{where}: field {key!r} {problem}")
             rows.append(row)
     return rows
 
@@ -154,6 +170,7 @@ def _score(args: argparse.Namespace) -> int:
 def _score_file(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
+    from .adapters import completion_text
     from .batch import score_batch
 
     rows = _read_rows(args.path, args.completion_key, args.answer_key)
@@ -163,7 +180,8 @@ def _score_file(args: argparse.Namespace) -> int:
     with tqdm(total=len(rows), desc="scoring", unit="row", file=sys.stderr) as bar:
         for start in range(0, len(rows), args.batch_size):
             chunk = rows[start:start + args.batch_size]
-            results += score_batch([r[args.completion_key] for r in chunk], [r[args.answer_key] for r in chunk],
+            completions = [completion_text(r[args.completion_key]) for r in chunk]
+            results += score_batch(completions, [r[args.answer_key] for r in chunk],
                                    workers=args.workers, timeout=args.timeout)
             bar.update(len(chunk))
     if args.output:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 DESCRIPTION = "RL with verifiable rewards for language models."
@@ -42,6 +43,19 @@ REGISTRARS = {
     "eval": _register_algos,
 }
 
+# subcommand -> its one-line help as its package registers it, kept here so that `rlvr --help` imports no
+# package (tests/test_cli.py checks the two agree)
+COMMAND_HELP = {
+    "verify": "check one predicted answer or response against a gold answer",
+    "score": "score a JSONL file of completions against gold answers",
+    "envs": "list registered environments and their task kwargs",
+    "train": "train a policy with GRPO, DAPO, RLOO, CISPO, GMPO, PPO or REINFORCE++",
+    "eval": "greedy accuracy of a model on held-out problems of an env",
+}
+
+# What a shell reports for a program killed by SIGPIPE (128 + 13), as `yes | head -1` does for `yes`.
+BROKEN_PIPE_EXIT = 141
+
 
 def build_parser(command: str) -> argparse.ArgumentParser:
     """The parser for ``command``: the commands of the package that owns it, that package imported."""
@@ -50,19 +64,37 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _command_listing() -> argparse.ArgumentParser:
+    """`rlvr` alone or `rlvr --help`: every command with its one-line help, no package imported."""
+    parser = argparse.ArgumentParser(prog="rlvr", description=DESCRIPTION, epilog="rlvr COMMAND --help shows its options.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command, text in COMMAND_HELP.items():
+        commands.add_parser(command, help=text)
+    return parser
+
+
+def _run(argv: list[str]) -> int:
     command = argv[0] if argv and argv[0] in REGISTRARS else None
     if command is None and argv and not argv[0].startswith("-"):
         print(f"rlvr: unknown command {argv[0]!r}; choose from {', '.join(REGISTRARS)}", file=sys.stderr)
         return 2
     if command is None:
-        # `rlvr` or `rlvr --help`: list every command without importing the heavy modules.
-        parser = argparse.ArgumentParser(prog="rlvr", description=DESCRIPTION)
-        parser.add_argument("command", choices=list(REGISTRARS))
-        parser.parse_args(argv)
+        _command_listing().parse_args(argv)  # prints the help and exits, or an argparse error (exit 2)
         return 2
     args = build_parser(command).parse_args(argv)
     # The library logs to the "rlvr" logger (e.g. the machine and the precision a run chose); the CLI shows it.
     logging.basicConfig(level=logging.INFO, format="rlvr: %(message)s", stream=sys.stderr)
     return int(args.func(args) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        try:
+            return _run(argv)
+        finally:
+            sys.stdout.flush()  # a reader that left (`rlvr envs | head -2`) shows up here, not at interpreter exit
+    except BrokenPipeError:
+        # Python's recipe (docs of `signal`, "Note on SIGPIPE"): stdout to devnull, so the flush at exit does not fail too
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return BROKEN_PIPE_EXIT

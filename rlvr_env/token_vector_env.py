@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import copy
 import numbers
+import sys
+import types
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
 import rewards
@@ -62,6 +64,21 @@ class RolloutResult:
     def solved(self) -> torch.Tensor:
         """Bool[B]: rows that solved their problem, by the rule Task.is_success applies (rlvr_env.task.solved)."""
         return solved(self.scores, self.reward_components)
+
+
+def _refuse_gymnasium_vector_wrapper(caller: types.FrameType) -> None:
+    """Refuse a reset called (``caller``: the calling frame) by one of Gymnasium's own vector wrappers, which
+    otherwise fail with a TypeError deep inside. They compute on numpy arrays and count an episode whenever a row ends,
+    expecting it to reset; here finished rows stay terminated until the whole batch is done, so even numpy arrays
+    would not make RecordEpisodeStatistics count right. A wrapper of the user's own is left alone."""
+    wrapper = caller.f_locals.get("self")
+    if isinstance(wrapper, VectorWrapper) and type(wrapper).__module__.startswith("gymnasium."):
+        raise TypeError(
+            f"TokenVectorEnv cannot run under Gymnasium's vector wrappers ({type(wrapper).__name__}): they compute on numpy "
+            "arrays and reset rows one at a time, while it keeps torch tensors and runs one batch from reset() until "
+            "all_done. Read each row's score and length from results(), or use the wrappers on a vector of completion or "
+            "token envs (gymnasium.make_vec('rlvr/...'), SyncVectorEnv of TokenEnv); see docs/environments.md"
+        )
 
 
 class TokenVectorEnv(VectorEnv):
@@ -137,6 +154,7 @@ class TokenVectorEnv(VectorEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         """Options: ``group_size`` G (B % G == 0; rows [k*G:(k+1)*G] share prompt k),
         ``problem_indices`` (B // G ints), ``task`` (config changes, e.g. difficulty)."""
+        _refuse_gymnasium_vector_wrapper(sys._getframe(1))
         super().reset(seed=seed)
         options = dict(options or {})
         group_size = options.pop("group_size", 1)

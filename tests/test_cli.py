@@ -1,12 +1,14 @@
 """The `rlvr` dispatcher (rlvr_cli): each command reaches its own package, and only that package."""
 
+import argparse
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from rlvr_cli import REGISTRARS, build_parser
+from rlvr_cli import BROKEN_PIPE_EXIT, COMMAND_HELP, REGISTRARS, build_parser
 
 
 @pytest.mark.parametrize("command", sorted(REGISTRARS))
@@ -17,20 +19,53 @@ def test_each_command_is_registered_by_the_package_it_dispatches_to(command, cap
     assert f"usage: rlvr {command}" in capsys.readouterr().out
 
 
-def test_verify_imports_neither_torch_nor_the_other_packages():
+def run_in_fresh_python(argv: list[str]) -> tuple[int, str, list[str]]:
+    """main(argv) in a new interpreter: its exit code, what it printed, and the heavy modules it imported."""
     script = (
         "import json, sys\n"
         "from rlvr_cli import main\n"
-        "code = main(['verify', '--pred', r'\\boxed{2}', '--gold', '2'])\n"
+        "try:\n"
+        f"    code = main({argv!r})\n"
+        "except SystemExit as exited:\n"
+        "    code = exited.code\n"
         "loaded = [m for m in ('torch', 'transformers', 'algos', 'rlvr_env') if m in sys.modules]\n"
         "print(json.dumps({'code': code, 'loaded': loaded}))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    wide = {**os.environ, "COLUMNS": "200"}  # help lines unwrapped, whatever the terminal
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=wide)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"code": 0, "loaded": []}
+    *printed, report = proc.stdout.strip().splitlines()
+    return json.loads(report)["code"], "\n".join(printed), json.loads(report)["loaded"]
+
+
+def test_verify_imports_neither_torch_nor_the_other_packages():
+    code, _, loaded = run_in_fresh_python(["verify", "--pred", r"\boxed{2}", "--gold", "2"])
+    assert (code, loaded) == (0, [])
+
+
+def test_help_lists_each_command_with_its_help_and_imports_no_package():
+    code, printed, loaded = run_in_fresh_python(["--help"])
+    assert (code, loaded) == (0, [])
+    listed = {line.split()[0]: " ".join(line.split()[1:]) for line in printed.splitlines() if line.startswith("    ")}
+    assert listed == COMMAND_HELP and set(COMMAND_HELP) == set(REGISTRARS)
+
+
+@pytest.mark.parametrize("command", sorted(REGISTRARS))
+def test_the_listing_shows_the_help_the_package_registers(command):
+    commands = next(a for a in build_parser(command)._actions if isinstance(a, argparse._SubParsersAction))
+    assert {choice.dest: choice.help for choice in commands._choices_actions}[command] == COMMAND_HELP[command]
 
 
 def test_python_m_rlvr_cli_lists_every_command():
     proc = subprocess.run([sys.executable, "-m", "rlvr_cli", "--help"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0
     assert all(command in proc.stdout for command in REGISTRARS)
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly():
+    """`rlvr envs --json | head -2` ended in a BrokenPipeError traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "rlvr_cli", "verify", "--pred", "1", "--gold", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # as `head` does once it has its lines: the command's output has nowhere to go
+    _, stderr = proc.communicate(timeout=120)
+    assert (proc.returncode, stderr) == (BROKEN_PIPE_EXIT, b"")

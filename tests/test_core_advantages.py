@@ -7,6 +7,7 @@ from algos.core.advantages import (
     ADVANTAGE_ESTIMATORS,
     batch_std_advantages,
     group_advantages,
+    leave_one_out_advantages,
     mean_only_advantages,
     process_advantages,
     step_rewards_vary,
@@ -118,3 +119,14 @@ def test_group_std_works_from_two_rows():
 def test_group_scaling_of_one_sample_groups_is_refused_in_so_many_words():
     with pytest.raises(ValueError, match=r"^the grpo advantage needs group_size >= 2 \(the std of one sample is undefined\)$"):
         group_advantages(torch.tensor([1.0, 2.0]), group_size=1)
+
+
+def test_rloo_baseline_is_the_mean_of_the_other_rows():
+    # group 1: [1, 0, 0, 1]: row 0's baseline is mean(0, 0, 1) = 1/3, so 1 - 1/3 = 2/3; row 1's is 2/3, so -2/3.
+    # group 2: all equal -> 0. Same as G / (G - 1) * (R - group mean) = 4/3 * +-0.5.
+    scores = torch.tensor([1.0, 0.0, 0.0, 1.0, 2.0, 2.0, 2.0, 2.0])
+    expected = torch.tensor([2 / 3, -2 / 3, -2 / 3, 2 / 3, 0.0, 0.0, 0.0, 0.0])
+    torch.testing.assert_close(leave_one_out_advantages(scores, group_size=4), expected)
+    torch.testing.assert_close(ADVANTAGE_ESTIMATORS["rloo"](scores, 4), expected)
+    with pytest.raises(ValueError, match="group_size >= 2"):
+        leave_one_out_advantages(torch.zeros(4), 1)

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from algos.core.policy_loss import POLICY_LOSSES, clipped_policy_loss, gspo_policy_loss
+from algos.core.policy_loss import POLICY_LOSSES, cispo_policy_loss, clipped_policy_loss, gmpo_policy_loss, gspo_policy_loss
 
 
 def _logp(ratios):
@@ -103,3 +103,37 @@ def test_gspo_clips_at_the_default_range_and_applies_the_dual_clip():
     bounded = gspo_policy_loss(high, torch.zeros(1, 2), negative, mask, dual_clip=3.0)
     torch.testing.assert_close(bounded.per_token_loss, torch.tensor([[3.0, 3.0]]))
     assert bounded.stats["dual_clip_frac"] == 1.0
+
+
+def test_cispo_clips_and_detaches_the_weight_so_every_token_keeps_its_gradient():
+    # ratios 0.5, 1.1, 1.5 with A = +1, -1, +2; eps_low 0.2, eps_high 0.28: weights 0.8, 1.1, 1.28 (detached).
+    logp = _logp([0.5, 1.1, 1.5]).requires_grad_()
+    out = cispo_policy_loss(logp, torch.zeros(1, 3), torch.tensor([[1.0, -1.0, 2.0]]), torch.ones(1, 3), 0.2, 0.28)
+    # loss = -w A log pi: [-0.8 log 0.5, 1.1 log 1.1, -2.56 log 1.5]
+    expected = torch.tensor([[-0.8 * math.log(0.5), 1.1 * math.log(1.1), -2.56 * math.log(1.5)]])
+    torch.testing.assert_close(out.per_token_loss.detach(), expected)
+    out.per_token_loss.sum().backward()
+    # d/dlogp = -w A: the clipped tokens (0.5 and 1.5) still get a gradient, unlike the clipped surrogate's
+    torch.testing.assert_close(logp.grad, torch.tensor([[-0.8, 1.1, -2.56]]))
+    assert out.stats["clip_frac_low"] == pytest.approx(1 / 3) and out.stats["clip_frac_high"] == pytest.approx(1 / 3)
+    # eps_low = 1 (the paper's): no lower bound on the weight
+    unbounded = cispo_policy_loss(_logp([0.5]), torch.zeros(1, 1), torch.tensor([1.0]), torch.ones(1, 1), 1.0, 0.28)
+    torch.testing.assert_close(unbounded.per_token_loss, torch.tensor([[-0.5 * math.log(0.5)]]))
+    assert POLICY_LOSSES["cispo"] is cispo_policy_loss
+
+
+def test_gmpo_is_the_geometric_mean_of_the_token_ratios_clipped_for_the_sign_of_a():
+    # row 0: A = +1, log-ratios 0.1, 0.6, -0.6 (eps 0.4): A > 0 caps the upper side only -> 0.1, 0.4, -0.6
+    # row 1: A = -2, log-ratios 0.6, -0.6, pad: A < 0 caps the lower side only -> 0.6, -0.4
+    log_ratio = torch.tensor([[0.1, 0.6, -0.6], [0.6, -0.6, 5.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    logp = log_ratio.clone().requires_grad_()
+    out = gmpo_policy_loss(logp, torch.zeros(2, 3), torch.tensor([1.0, -2.0]), mask, 0.4, 0.4)
+    ratio_0, ratio_1 = math.exp((0.1 + 0.4 - 0.6) / 3), math.exp((0.6 - 0.4) / 2)
+    expected = torch.tensor([[-ratio_0] * 3, [2 * ratio_1, 2 * ratio_1, 0.0]])
+    torch.testing.assert_close(out.per_token_loss.detach(), expected)
+    out.per_token_loss.sum().backward()  # each row's loss sits on its T_i tokens: T_i x -A_i ratio_i / T_i per free token
+    torch.testing.assert_close(logp.grad, torch.tensor([[-ratio_0, 0.0, -ratio_0], [2 * ratio_1, 0.0, 0.0]]))
+    assert out.stats["clip_frac_high"] == pytest.approx(1 / 5) and out.stats["clip_frac_low"] == pytest.approx(1 / 5)
+    with pytest.raises(ValueError, match="one advantage per row"):
+        gmpo_policy_loss(logp, torch.zeros(2, 3), torch.zeros(2, 3), mask)

@@ -30,7 +30,7 @@ def test_a_name_registers_once():
 
 
 def test_the_core_registries_hold_every_variant_the_configs_offer():
-    assert ADVANTAGE_ESTIMATORS.names == ("grpo", "batch-std", "dr-grpo")
-    assert POLICY_LOSSES.names == ("ppo-clip", "gspo")
+    assert ADVANTAGE_ESTIMATORS.names == ("grpo", "batch-std", "dr-grpo", "rloo")
+    assert POLICY_LOSSES.names == ("ppo-clip", "gspo", "cispo", "gmpo")
     assert LOSS_AGGREGATIONS.names == ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
     assert KL_ESTIMATORS.names == ("k1", "k2", "k3")

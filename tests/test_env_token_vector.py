@@ -1,11 +1,14 @@
 """TokenVectorEnv: groups, EOS/truncation, batch scoring, autoreset mode, device placement,
-tasks that override their verifier."""
+tasks that override their verifier, Gymnasium's vector wrappers."""
 
 from dataclasses import dataclass
 
+import gymnasium as gym
+import numpy as np
 import pytest
 import torch
-from gymnasium.vector import AutoresetMode
+from gymnasium.vector import AutoresetMode, VectorWrapper
+from gymnasium.wrappers.vector import RecordEpisodeStatistics
 
 import rlvr_env
 from rewards import VerifyResult
@@ -205,3 +208,30 @@ def test_solved_is_the_correct_component_else_the_score_at_full_credit():
     scores = torch.tensor([1.0, 0.99, 0.5])
     assert solved(scores, {}).tolist() == [True, False, False]
     assert solved(scores, {"correct": torch.tensor([0.0, 1.0, 1.0])}).tolist() == [False, True, True]
+
+
+def test_gymnasium_vector_wrappers_are_refused_with_the_reason(tokenizer):
+    """RecordEpisodeStatistics failed on the env's torch tensors with a TypeError about NumPy concatenation."""
+    with pytest.raises(TypeError, match=r"cannot run under Gymnasium's vector wrappers \(RecordEpisodeStatistics\)"):
+        RecordEpisodeStatistics(make_env(tokenizer)).reset(seed=0)
+
+    class TorchAwareWrapper(VectorWrapper):  # a user's own wrapper, written for tensors, is left alone
+        pass
+
+    obs, _ = TorchAwareWrapper(make_env(tokenizer)).reset(seed=0)
+    assert obs["input_ids"].shape[0] == 4
+
+
+def test_the_views_the_docs_name_instead_work_under_record_episode_statistics(tokenizer):
+    completions = RecordEpisodeStatistics(gym.make_vec("rlvr/Arithmetic-v0", num_envs=2, digits=1))
+    completions.reset(seed=0)
+    *_, info = completions.step(("\\boxed{1}", "\\boxed{2}"))
+    assert info["episode"]["l"].tolist() == [1, 1]
+
+    def token_env():
+        return rlvr_env.TokenEnv(rlvr_env.make_task("Arithmetic", digits=1), tokenizer, max_new_tokens=3)
+
+    tokens = RecordEpisodeStatistics(gym.vector.SyncVectorEnv([token_env, token_env]))
+    tokens.reset(seed=0)
+    *_, info = tokens.step(np.array([tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("a")]))
+    assert info["_episode"].tolist() == [True, False] and info["episode"]["l"][0] == 1

@@ -1,7 +1,9 @@
 """`rlvr train` / `rlvr eval` argument handling (the runs themselves are covered by test_grpo_loop/learning)."""
 
 import argparse
+import dataclasses
 import json
+import re
 import warnings
 from types import SimpleNamespace
 
@@ -16,6 +18,55 @@ from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 def test_unknown_override_is_rejected_by_name(capsys):
     assert main(["train", "--algo", "grpo", "--model", "x", "--grpo.gruop_size", "4"]) == 2
     assert "unknown config key 'grpo.gruop_size'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("key, hint", [
+    ("lrr", "(did you mean optim.lr?"),
+    ("seeed", "(did you mean run.seed?"),
+    ("nonsense", "(a key is section.field; sections: model, env, rollout, run, distributed, optim, loss, grpo)"),
+])
+def test_unknown_bare_key_names_the_keys_it_may_mean(key, hint, capsys):
+    """`--grpo.gruop_size` listed the known keys; `--lrr` listed nothing."""
+    assert main(["train", "--algo", "grpo", "--model", "x", f"--{key}", "1"]) == 2
+    assert f"unknown config key {key!r} {hint}" in capsys.readouterr().err
+
+
+def test_train_help_lists_every_config_key_with_its_default(capsys):
+    from algos.grpo import GRPOConfig
+    from algos.ppo import PPOConfig
+
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "--algo", "dapo", "--help"])
+    assert exited.value.code == 0
+    listing = capsys.readouterr().out
+    config = GRPOConfig()
+    for section in dataclasses.fields(config):
+        keys = re.search(rf"^{section.name}:\n((?:  .*\n?)*)", listing, re.M).group(1).splitlines()
+        assert [line.split()[0] for line in keys] == [f.name for f in dataclasses.fields(getattr(config, section.name))]
+    assert re.search(r"^  eps_high +float +0\.28$", listing, re.M)  # the dapo preset's value (GRPO's is 0.2)
+    assert re.search(r"^  dual_clip +float \| None +null$", listing, re.M)
+    assert "\nppo:" not in listing
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])  # no --algo: the shared sections and every algorithm's own
+    listing = capsys.readouterr().out
+    assert all(f"\n{f.name}:\n" in listing for config in (GRPOConfig, PPOConfig) for f in dataclasses.fields(config))
+
+
+def test_eval_help_lists_the_sections_it_reads(capsys):
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    listing = capsys.readouterr().out
+    assert re.search(r"^  eval_size +int +100$", listing, re.M) and "\noptim:" not in listing
+
+
+def test_a_bad_problem_count_names_the_flag_typed(capsys):
+    """`--num-problems 0` was refused as env.eval_size, a key the command line never named."""
+    with pytest.raises(SystemExit) as exited:
+        main(["eval", "--num-problems", "0"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --num-problems: must be >= 1, got 0" in err and "eval_size" not in err
 
 
 def test_bad_value_names_the_field(capsys):

@@ -9,7 +9,7 @@ from algos import grpo
 from algos.checkpoint import latest_checkpoint
 from algos.config import load_config
 from algos.evaluation import evaluate_saved_model
-from algos.grpo import DAPO_PRESET, GRPOConfig
+from algos.grpo import PRESETS, GRPOConfig
 from rlvr_env import make_task
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
@@ -77,9 +77,9 @@ def learning_config(model_path, output_dir, preset=None, **overrides):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algo", ["grpo", "dapo"])
+@pytest.mark.parametrize("algo", ["grpo", "dapo", "rloo", "cispo", "gmpo"])
 def test_agent_raises_held_out_accuracy(algo, sft_model, tmp_path):
-    preset = DAPO_PRESET if algo == "dapo" else None
+    preset = PRESETS.get(algo)
     config = learning_config(sft_model, tmp_path / algo, preset=preset)  # GRPO keeps its KL term (beta 0.04)
     summary = grpo.train(config)
     before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]

@@ -19,7 +19,7 @@ def sft_model(tmp_path_factory):
     return supervised_tiny_model(tmp_path_factory.mktemp("sft") / "model")
 
 
-def learning_config(model_path, output_dir, **overrides):
+def learning_overrides(model_path, output_dir, **overrides) -> dict[str, str]:
     """The GRPO learning test's task and batch (64 prompts x 8 samples); PPO's own knobs on top."""
     base = {
         "model.path": str(model_path),
@@ -39,7 +39,11 @@ def learning_config(model_path, output_dir, **overrides):
         "loss.micro_batch_size": "256",
         "ppo.ppo_epochs": "2",  # 2 epochs x 2 minibatches: 4 optimizer steps per rollout
     }
-    return load_config(ppo.PPOConfig, overrides={**base, **overrides})
+    return {**base, **overrides}
+
+
+def learning_config(model_path, output_dir, **overrides):
+    return load_config(ppo.PPOConfig, overrides=learning_overrides(model_path, output_dir, **overrides))
 
 
 @pytest.mark.slow
@@ -54,3 +58,16 @@ def test_ppo_raises_held_out_accuracy(sft_model, tmp_path):
     # The critic learns something: its loss is logged every step and the value estimates move off zero.
     assert all(r["value_loss"] is not None for r in records) and records[-1]["values_mean"] > 0.05
     assert summary["plot"] is not None and summary["plot"].is_file()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["reinforce_pp", "reinforce_pp_baseline"])
+def test_reinforce_pp_raises_held_out_accuracy_without_a_critic(preset, sft_model, tmp_path):
+    """REINFORCE++ (whitened returns, no critic) and its group-baseline variant on the same run as PPO's."""
+    config = load_config(ppo.PPOConfig, overrides=learning_overrides(sft_model, tmp_path / preset), preset=ppo.PRESETS[preset])
+    summary = ppo.train(config)
+    before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]
+    print(f"{preset}: held-out accuracy {before:.3f} -> {after:.3f}")
+    assert before < 0.5 and after >= before + MARGIN
+    records = [r for r in read_metrics(tmp_path / preset) if r["step"] > 0]
+    assert all("value_loss" not in r and "critic_lr" not in r for r in records)  # no critic was trained

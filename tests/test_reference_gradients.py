@@ -28,7 +28,7 @@ from reference_helpers import (
 )
 
 from algos.config import load_config
-from algos.grpo import DAPO_PRESET, GRPOConfig, GRPOTrainer
+from algos.grpo import PRESETS, GRPOConfig, GRPOTrainer
 from algos.metrics import MetricsLogger
 from algos.rollout import ScriptedRollout
 
@@ -99,6 +99,12 @@ SCENARIOS = {
     # GSPO: one clipped, length-normalised ratio per sequence.
     "gspo": {"loss.surrogate": "gspo", "grpo.num_iterations": "2", "loss.eps_low": "0.05", "loss.eps_high": "0.05",
              "grpo.beta": "0"},
+    # RLOO: each row's baseline is the mean of the other rows of its group.
+    "rloo": {"preset": "rloo", "grpo.num_iterations": "2"},
+    # CISPO: the clipped weight is detached, so clipped tokens keep their gradient; a tight clip so it binds.
+    "cispo": {"preset": "cispo", "loss.eps_low": "0.05", "loss.eps_high": "0.05"},
+    # GMPO: the geometric mean of log-space-clipped token ratios, one loss per row; a tight clip so it binds.
+    "gmpo": {"preset": "gmpo", "loss.eps_low": "0.05", "loss.eps_high": "0.05"},
     # Process supervision beside the outcome advantage, batch-std scaling, dual clip.
     "process": {"grpo.process_weight": "0.5", "grpo.adv_estimator": "batch-std", "loss.dual_clip": "1.5",
                 "grpo.num_iterations": "2", "grpo.beta": "0", "optim.lr": "0.05", "grpo.adv_eps": "0.1"},
@@ -118,7 +124,7 @@ def model_dir(tmp_path_factory):
 
 def make_trainer(model_dir, output_dir, scenario: dict) -> GRPOTrainer:
     scenario = dict(scenario)
-    preset = DAPO_PRESET if scenario.pop("preset", None) == "dapo" else None
+    preset = PRESETS.get(scenario.pop("preset", None))
     rounds = scenario.pop("script", SCRIPT)
     overrides = {**BASE, "model.path": model_dir, "run.output_dir": str(output_dir), **scenario}
     return GRPOTrainer(load_config(GRPOConfig, overrides=overrides, preset=preset), backend=ScriptedRollout(scripted(rounds)))
@@ -183,6 +189,8 @@ def reference_batch(rounds, g, max_new_tokens: int):
             outcome = centred / (all_scores.std() + g.adv_eps)
         elif g.adv_estimator == "dr-grpo":
             outcome = centred
+        elif g.adv_estimator == "rloo":  # RLOO: each row against the mean of the group's other rows
+            outcome = scores - (scores.sum() - scores) / (len(scores) - 1)
         else:
             raise NotImplementedError(f"no reference for grpo.adv_estimator {g.adv_estimator!r}: write it from its paper here")
         process = process_advantages_of_group(group, g.adv_eps) if g.process_weight else None
@@ -205,7 +213,13 @@ def reference_objective(model, old_model, ref_model, kept, g, lc, temperature: f
         if lc.surrogate == "gspo":  # GSPO: exp of the mean token log-ratio over the row's own tokens
             log_ratio = ((log_ratio * mask).sum() / mask.sum().clamp(min=1)).expand_as(logp)
         ratio = log_ratio.exp()
-        loss = clip_surrogate(ratio, advantage, lc.eps_low, lc.eps_high, lc.dual_clip)
+        if lc.surrogate == "cispo":  # CISPO: -sg(clip(r)) A log pi
+            loss = -ratio.detach().clamp(1 - lc.eps_low, 1 + lc.eps_high) * advantage * logp
+        elif lc.surrogate == "gmpo":  # GMPO: -A exp(mean_t of log r_t clipped for A's sign), over the row's tokens
+            bounded = log_ratio.clamp(max=lc.eps_high) if advantage[0] > 0 else log_ratio.clamp(min=-lc.eps_low)
+            loss = (-advantage * ((bounded * mask).sum() / mask.sum().clamp(min=1)).exp()).expand_as(logp)
+        else:
+            loss = clip_surrogate(ratio, advantage, lc.eps_low, lc.eps_high, lc.dual_clip)
         if g.beta:
             with torch.no_grad():
                 ref = token_logprobs(ref_model, row, temperature)[0]
@@ -220,8 +234,15 @@ def reference_objective(model, old_model, ref_model, kept, g, lc, temperature: f
         valid = mask > 0
         with torch.no_grad():
             unbounded = clip_surrogate(ratio, advantage, lc.eps_low, lc.eps_high)
-            stats["clip_frac_low"] += ((ratio < 1 - lc.eps_low) & (advantage < 0) & valid).sum().item()
-            stats["clip_frac_high"] += ((ratio > 1 + lc.eps_high) & (advantage > 0) & valid).sum().item()
+            if lc.surrogate == "cispo":  # the weight is clipped whatever the sign of A
+                stats["clip_frac_low"] += ((ratio < 1 - lc.eps_low) & valid).sum().item()
+                stats["clip_frac_high"] += ((ratio > 1 + lc.eps_high) & valid).sum().item()
+            elif lc.surrogate == "gmpo":  # PPO's rule in log space
+                stats["clip_frac_low"] += ((log_ratio < -lc.eps_low) & (advantage < 0) & valid).sum().item()
+                stats["clip_frac_high"] += ((log_ratio > lc.eps_high) & (advantage > 0) & valid).sum().item()
+            else:
+                stats["clip_frac_low"] += ((ratio < 1 - lc.eps_low) & (advantage < 0) & valid).sum().item()
+                stats["clip_frac_high"] += ((ratio > 1 + lc.eps_high) & (advantage > 0) & valid).sum().item()
             if lc.dual_clip is not None:
                 stats["dual_clip_frac"] += ((advantage < 0) & (unbounded > -lc.dual_clip * advantage) & valid).sum().item()
         ratios.append(ratio.detach()[valid])

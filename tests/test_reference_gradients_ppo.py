@@ -26,7 +26,7 @@ from test_reference_gradients import BASE, script
 
 from algos.config import load_config
 from algos.metrics import MetricsLogger
-from algos.ppo import PPOConfig, PPOTrainer
+from algos.ppo import PRESETS, PPOConfig, PPOTrainer
 from algos.rollout import ScriptedRollout
 
 PPO_BASE = {key: value for key, value in BASE.items() if not key.startswith("grpo.")}
@@ -44,6 +44,9 @@ SCENARIOS = {
                  "loss.aggregation": "seq-mean-token-mean", "ppo.num_minibatches": "4", "ppo.kl_clamp": "0.02"},
     "critic_warmup": {"ppo.value_model": "head", "ppo.critic_warmup_steps": "1", "run.steps": "3"},
     "no_kl": {"ppo.kl_coef": "0", "ppo.kl_target": "null", "run.steps": "2"},
+    # REINFORCE++: no critic (V = 0), so the advantages are the whitened returns; and its group-mean baseline.
+    "reinforce_pp": {"preset": "reinforce_pp", "run.steps": "2"},
+    "reinforce_pp_baseline": {"preset": "reinforce_pp_baseline", "ppo.samples_per_prompt": "2", "run.steps": "2"},
 }
 
 
@@ -77,8 +80,11 @@ class ReferencePPO:
         self.ref_model = copy.deepcopy(trainer.ref_model)  # None without a KL term
 
     def at(self, weights: dict[str, torch.Tensor]):
-        """(policy, values(row, detach_backbone) -> [T]) at ``weights``; the head's leaves collect its gradient."""
+        """(policy, values(row, detach_backbone) -> [T]) at ``weights``; the head's leaves collect its gradient.
+        Without a critic (value_model "none") every value is 0."""
         policy = load_weights(self.policy_template, weights, "policy.")
+        if self.kind == "none":
+            return policy, lambda row, detach_backbone=False: torch.zeros(row.length), {"policy.": policy}
         head_w = weights["critic.head.weight"].clone().requires_grad_(True)
         head_b = weights["critic.head.bias"].clone().requires_grad_(True)
         backbone = policy.model
@@ -108,18 +114,22 @@ def named_gradients(sources: dict) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_dir, tmp_path, monkeypatch):
-    overrides = {**PPO_BASE, "model.path": model_dir, "run.output_dir": str(tmp_path), **SCENARIOS[name]}
-    trainer = PPOTrainer(load_config(PPOConfig, overrides=overrides), backend=ScriptedRollout(script))
+    scenario = dict(SCENARIOS[name])
+    preset = PRESETS.get(scenario.pop("preset", None))
+    overrides = {**PPO_BASE, "model.path": model_dir, "run.output_dir": str(tmp_path), **scenario}
+    trainer = PPOTrainer(load_config(PPOConfig, overrides=overrides, preset=preset), backend=ScriptedRollout(script))
     config, p, lc = trainer.config, trainer.config.ppo, trainer.config.loss
     torch.manual_seed(1)
     assert (trainer.ref_model is None) == (p.kl_coef == 0)  # no KL term, no reference copy
     with torch.no_grad():  # a reference apart from the policy (KL > 0) and a critic that predicts something
         for param in trainer.ref_model.parameters() if trainer.ref_model is not None else ():
             param.add_(0.05 * torch.randn_like(param))
-        trainer.critic.head.weight.normal_(0, 0.3)
-        trainer.critic.head.bias.fill_(0.2)
+        if trainer.critic is not None:
+            trainer.critic.head.weight.normal_(0, 0.3)
+            trainer.critic.head.bias.fill_(0.2)
     reference = ReferencePPO(trainer)
-    spy = OptimizerSpy(trainer.optimizer, {"policy.": trainer.policy, "critic.": trainer.critic})
+    critic = trainer.critic is not None
+    spy = OptimizerSpy(trainer.optimizer, {"policy.": trainer.policy, **({"critic.": trainer.critic} if critic else {})})
     permutations = []
     randperm = torch.randperm
 
@@ -150,9 +160,13 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
         # samples_per_prompt rows answer each prompt
         assert all(torch.equal(rows[i].prompt, rows[i - i % p.samples_per_prompt].prompt) for i in range(len(rows)))
         advantages, returns = [], []
-        for row, row_kl, v in zip(rows, kl, old_values):
+        scores = [row.score for row in rows]
+        if p.score_baseline == "group_mean":  # REINFORCE++-baseline: each score minus its prompt's mean score
+            group = p.samples_per_prompt
+            scores = [s - sum(scores[i - i % group : i - i % group + group]) / group for i, s in enumerate(scores)]
+        for row, row_kl, v, score in zip(rows, kl, old_values, scores):
             rewards = row.step_rewards - coef * row_kl
-            rewards[-1] += row.score
+            rewards[-1] += score
             a, ret = gae(rewards, v, p.gamma, p.lam)
             advantages.append(a)
             returns.append(ret)
@@ -163,9 +177,12 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
         want = {
             "advantages_mean": mean.item(), "advantages_std": var.sqrt().item(),
             "returns_mean": flat_ret.mean().item(), "returns_std": flat_ret.std().item(),
-            "values_mean": flat_v.mean().item(),
-            "explained_variance": 1 - ((flat_ret - flat_v).var() / flat_ret.var()).item(),
         }
+        if critic:
+            want.update({"values_mean": flat_v.mean().item(),
+                         "explained_variance": 1 - ((flat_ret - flat_v).var() / flat_ret.var()).item()})
+        else:
+            assert not {"values_mean", "explained_variance"} & metrics.keys()
         if p.kl_coef:
             want.update({"kl": torch.cat(kl).mean().item(), "kl_sequence": sequence_kl, "kl_coef": coef})
         else:
@@ -184,13 +201,14 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
             loss = 0.0
             for i in minibatch.tolist():
                 row = rows[i]
-                v = values(row, detach_backbone=not train_policy and reference.kind == "head")
-                clipped_v = old_values[i] + (v - old_values[i]).clamp(-p.value_clip, p.value_clip)
-                unclipped_loss, clipped_loss = (v - returns[i]) ** 2, (clipped_v - returns[i]) ** 2
-                value_loss = 0.5 * torch.maximum(unclipped_loss, clipped_loss)
-                loss = loss + p.vf_coef * value_loss.sum() / tokens
-                sums["value_loss"] += value_loss.sum().item()
-                sums["value_clip_frac"] += (clipped_loss > unclipped_loss).sum().item()
+                if critic:
+                    v = values(row, detach_backbone=not train_policy and reference.kind == "head")
+                    clipped_v = old_values[i] + (v - old_values[i]).clamp(-p.value_clip, p.value_clip)
+                    unclipped_loss, clipped_loss = (v - returns[i]) ** 2, (clipped_v - returns[i]) ** 2
+                    value_loss = 0.5 * torch.maximum(unclipped_loss, clipped_loss)
+                    loss = loss + p.vf_coef * value_loss.sum() / tokens
+                    sums["value_loss"] += value_loss.sum().item()
+                    sums["value_clip_frac"] += (clipped_loss > unclipped_loss).sum().item()
                 if train_policy:
                     logp, entropy = token_logprobs(policy, row, temperature)
                     log_ratio = logp - old[i]
@@ -222,23 +240,25 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
             delay = p.critic_warmup_steps
             policy_lr = config.optim.lr * lr_factor(max(0, step - 1 - delay), 0, "linear", config.run.steps - delay)
             critic_lr = (p.critic_lr or 10 * config.optim.lr) * lr_factor(step - 1, 0, "linear", config.run.steps)
-            assert record["lr"] == [pytest.approx(policy_lr, rel=1e-6), pytest.approx(critic_lr, rel=1e-6)]
+            assert record["lr"] == [pytest.approx(policy_lr, rel=1e-6), *([pytest.approx(critic_lr, rel=1e-6)] * critic)]
         want["grad_norm"] = sum(norms) / len(norms)
         # The update's statistics: token-weighted over every micro-batch of every epoch.
         seen = sums.pop("tokens")
-        want.update({key: value / seen for key, value in sums.items() if train_policy or key.startswith("value")})
+        want.update({key: value / seen for key, value in sums.items()
+                     if (train_policy or key.startswith("value")) and (critic or not key.startswith("value"))})
         if train_policy:
             all_ratios = torch.cat(ratios)
             want.update({"ratio_min": all_ratios.min().item(), "ratio_max": all_ratios.max().item()})
         else:
             assert not (set(UPDATE_SUMS) - {"value_loss", "value_clip_frac", "tokens"}) & metrics.keys()  # no policy step
-        want.update({"skipped_updates": 0, "lr": policy_lr, "critic_lr": critic_lr})
+        want.update({"skipped_updates": 0, "lr": policy_lr, **({"critic_lr": critic_lr} if critic else {})})
         exercised |= {key for key in CLIPS if want.get(key, 0) > 0}
         for key, value in want.items():
             assert metrics[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
         assert metrics["critic_warmup"] == float(not train_policy)
     assert trainer.kl_controller.coef == pytest.approx(coef, rel=1e-6)
-    assert exercised == set(CLIPS)  # each clip was active somewhere: the reference checked it, not a constant 0
+    # each clip was active somewhere: the reference checked it, not a constant 0
+    assert exercised == set(CLIPS) - ({"value_clip_frac"} if not critic else set())
 
 
 def test_a_non_finite_micro_batch_skips_only_its_minibatchs_step(model_dir, tmp_path, monkeypatch):

@@ -1,4 +1,5 @@
 import argparse
+import codecs
 import json
 
 import pytest
@@ -19,6 +20,14 @@ def test_verify_prints_the_verdict_and_sets_the_exit_code(capsys):
     assert run(["verify", "--pred", "\\boxed{2}", "--gold", "3"]) == 1
 
 
+@pytest.mark.parametrize("gold", ["", " \t"])
+def test_verify_refuses_a_blank_gold_as_a_usage_error(gold, capsys):
+    """A blank gold exited 1, "not equal", where `rlvr score` refuses a blank gold answer (exit 2)."""
+    assert run(["verify", "--pred", "\\boxed{2}", "--gold", gold]) == 2
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("", "rlvr verify: --gold is blank: give the gold answer to check against\n")
+
+
 def test_score_summarises_a_jsonl_file(tmp_path, capsys):
     rows = [{"completion": "\\boxed{3}", "answer": "3"}, {"completion": "\\boxed{4}", "answer": "3"},
             {"completion": "I am still thinking.\nI will not commit to any value yet.", "answer": "1"}]
@@ -29,6 +38,21 @@ def test_score_summarises_a_jsonl_file(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary == {"rows": 3, "mean_score": 0.3333, "statuses": {"ok": 2, "no_answer": 1}}
     assert [json.loads(line)["score"] for line in out_path.read_text().splitlines()] == [1.0, 0.0, 0.0]
+
+
+def test_score_reads_chat_message_completions_from_a_file_with_a_byte_order_mark(tmp_path, capsys):
+    """TRL's conversational completions (the last assistant message is scored) and a BOM were refused."""
+    rows = [{"completion": [{"role": "assistant", "content": "so \\boxed{3}"}], "answer": "3"},
+            {"completion": [{"role": "assistant", "content": "\\boxed{4}"}, {"role": "user", "content": "sure?"},
+                            {"role": "assistant", "content": "\\boxed{5}"}], "answer": "4"},
+            {"completion": "\\boxed{1}", "answer": "1"}]
+    path, out_path = tmp_path / "chat.jsonl", tmp_path / "scored.jsonl"
+    path.write_bytes(codecs.BOM_UTF8 + "".join(json.dumps(r) + "\n" for r in rows).encode())
+    assert run(["score", str(path), "--output", str(out_path)]) == 0
+    assert json.loads(capsys.readouterr().out) == {"rows": 3, "mean_score": 0.6667, "statuses": {"ok": 3}}
+    scored = [json.loads(line) for line in out_path.read_text().splitlines()]
+    assert [row["completion"] for row in scored] == [row["completion"] for row in rows]  # written back as given
+    assert [row["score"] for row in scored] == [1.0, 0.0, 1.0]
 
 
 def test_score_names_the_bad_row_and_field(tmp_path, capsys):
@@ -52,7 +76,10 @@ OK_ROW = b'{"completion": "\\\\boxed{1}", "answer": "1"}\n'
     (b'{"completion": "\\\\boxed{1}", "answer": " "}\n', "field 'answer' is blank"),
     (b'{"completion": "\\\\boxed{1}", "answer": NaN}\n', "field 'answer' must be a finite number, got nan"),
     (b'{"completion": "\\\\boxed{1}", "answer": 1e400}\n', "field 'answer' must be a finite number, got inf"),
-    (b'{"completion": 5, "answer": "1"}\n', "field 'completion' must be a string, got a number"),
+    (b'{"completion": 5, "answer": "1"}\n', "field 'completion' must be a string or a list of chat messages, got a number"),
+    (b'{"completion": [{"role": "assistant", "content": "1"}, "2"], "answer": "1"}\n',
+     "field 'completion' item 2 must be a chat message (an object with role and content), got a string"),
+    (codecs.BOM_UTF8 + b'{"completion": "\xff", "answer": "1"}\n', "not valid UTF-8 (byte 0xff at column 17)"),
 ])
 def test_score_reports_a_bad_line_by_file_line_and_field(tmp_path, capsys, line, problem):
     path = tmp_path / "bad.jsonl"

@@ -1,4 +1,4 @@
-"""Critic-free advantages: GRPO group normalisation, Dr. GRPO, process supervision.
+"""Critic-free advantages: GRPO group normalisation, Dr. GRPO, RLOO, process supervision.
 
 Each outcome estimator is registered in ADVANTAGE_ESTIMATORS under the name grpo.adv_estimator takes.
 
@@ -55,6 +55,17 @@ def mean_only_advantages(scores: torch.Tensor, group_size: int, eps: float = 1e-
 
 
 ADVANTAGE_ESTIMATORS.register("dr-grpo", mean_only_advantages)
+
+
+def leave_one_out_advantages(scores: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+    """[B] scores -> [B] R - mean of the other G - 1 scores of the group = G / (G - 1) * (R - group mean)
+    (RLOO, Ahmadian et al. 2024, arXiv 2402.14740; no std division, so ``eps`` is unused)."""
+    if group_size < 2:
+        raise ValueError("the rloo advantage needs group_size >= 2 (a row's baseline is the others' mean)")
+    return _centred(scores, group_size) * (group_size / (group_size - 1))
+
+
+ADVANTAGE_ESTIMATORS.register("rloo", leave_one_out_advantages)
 
 
 def zero_std_group_fraction(scores: torch.Tensor, group_size: int) -> float:
