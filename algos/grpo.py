@@ -28,10 +28,11 @@ import torch
 
 import rewards
 from algos.config import TrainConfig, require
-from algos.core import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES
+from algos.core import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES, ROLLOUT_CORRECTIONS
 from algos.core.advantages import process_advantages, step_rewards_vary, zero_std_group_fraction
 from algos.core.aggregation import aggregate_loss
 from algos.core.kl import kl_estimate
+from algos.core.rollout_correction import mismatch_sums
 from algos.distributed import (
     gather_rows,
     gradient_sync,
@@ -76,6 +77,12 @@ class GRPOSection:
     # std-normalised group advantages ignore the map s -> 2s - 1, so 0.5 is DAPO's weighting (1.0 would make a right
     # answer ending at L_max score as a short wrong one). verl's overlong_buffer.penalty_factor.
     overlong_penalty_factor: float = 0.5
+    # Rollout/training mismatch correction (algos/core/rollout_correction.py): "tis" (per-token weights
+    # min(pi_train / pi_rollout, C)), "seq_mask" (each sequence's ratio, 0 outside [1/C, C]), "none", or "auto": tis
+    # with the vllm backend (TRL corrects vLLM's samples by default), none with hf, whose log-probs are the trainer's
+    # up to float rounding. The mismatch is logged either way whenever the backend returns log-probs.
+    rollout_correction: str = "auto"
+    rollout_correction_cap: float = 2.0  # C (verl's rollout_is_threshold 2; TRL's clip_max 3)
 
     def validate(self) -> None:
         require(self.prompts_per_step >= 1, "grpo.prompts_per_step", "must be >= 1")
@@ -98,6 +105,9 @@ class GRPOSection:
         # trainer.round_seed gives each step 101 prompt seeds; more rounds would repeat the next step's prompts
         require(1 <= self.max_sampling_rounds <= 101, "grpo.max_sampling_rounds", "must be in 1..101")
         require(self.overlong_cache >= 1, "grpo.overlong_cache", "must be >= 1")
+        require(self.rollout_correction in ("auto", "none", *ROLLOUT_CORRECTIONS.names), "grpo.rollout_correction",
+                f"must be one of {('auto', 'none', *ROLLOUT_CORRECTIONS.names)}, got {self.rollout_correction!r}")
+        require(self.rollout_correction_cap > 1, "grpo.rollout_correction_cap", "must be > 1")
 
 
 @dataclass
@@ -152,7 +162,8 @@ PRESETS = {"dapo": DAPO_PRESET, "rloo": RLOO_PRESET, "cispo": CISPO_PRESET, "gmp
 @dataclass
 class SampledRows:
     """Rows of one generation round, rewards shaped: [n, P] prompt ids/mask, [n, T] response ids/mask, [n] scores
-    (with the soft overlong penalty), [n, T] loss mask (overlong-filtered rows all 0), [n, T] step rewards and mask."""
+    (with the soft overlong penalty), [n, T] loss mask (overlong-filtered rows all 0), [n, T] step rewards and mask,
+    [n, T] the sampler's log-probs (None when the backend gives none: scripted completions)."""
 
     prompt_ids: torch.Tensor
     prompt_mask: torch.Tensor
@@ -162,15 +173,17 @@ class SampledRows:
     loss_mask: torch.Tensor
     step_rewards: torch.Tensor
     step_mask: torch.Tensor
+    rollout_logp: torch.Tensor | None
 
     def take(self, rows: torch.Tensor) -> SampledRows:
-        return SampledRows(**{f.name: getattr(self, f.name)[rows] for f in dataclasses.fields(self)})
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return SampledRows(**{name: None if value is None else value[rows] for name, value in values.items()})
 
 
 @dataclass
 class Batch:
-    """The rows one step trains on: [N, P+T] ids/mask, [N, T] loss mask, [N] scores, and [N] advantages
-    ([N, T] with process supervision)."""
+    """The rows one step trains on: [N, P+T] ids/mask, [N, T] loss mask, [N] scores, [N] advantages ([N, T] with
+    process supervision), and [N, T] the sampler's log-probs (None without)."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -178,6 +191,7 @@ class Batch:
     loss_mask: torch.Tensor
     scores: torch.Tensor
     advantages: torch.Tensor
+    rollout_logp: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:
@@ -240,6 +254,8 @@ def build_batch(kept: list[SampledRows], g: GRPOSection, pad_id: int, advantages
         loss_mask=_right_pad_cat([part.loss_mask for part in kept], width_t),
         scores=torch.cat([part.scores for part in kept]),
         advantages=advantages,
+        rollout_logp=None if any(part.rollout_logp is None for part in kept)
+        else _right_pad_cat([part.rollout_logp for part in kept], width_t),
     )
 
 
@@ -276,6 +292,8 @@ class GRPOTrainer:
         self.optimizer = build_optimizer(self.run.modules, config.optim)
         self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
         self.start_step, _ = self.run.restore(self.optimizer, self.scheduler)
+        correction = g.rollout_correction
+        self.rollout_correction = ("tis" if config.rollout.backend == "vllm" else "none") if correction == "auto" else correction
 
     # ------------------------------------------------------------ sampling
 
@@ -290,7 +308,8 @@ class GRPOTrainer:
             result = self.backend.generate(self.model, self.env, seeds=seeds)
         scores, loss_mask = shape_rewards(result, g, self.config.env.max_new_tokens)
         rows = SampledRows(result.prompt_ids, result.prompt_mask, result.response_ids, result.response_mask,
-                           scores, loss_mask, result.process_rewards, result.process_step_mask)
+                           scores, loss_mask, result.process_rewards, result.process_step_mask,
+                           getattr(result, "logprobs", None))  # a backend may return the env's RolloutResult as is
         return result, rows
 
     def collect(self, step: int) -> tuple[Batch | None, dict[str, float]]:
@@ -381,8 +400,9 @@ class GRPOTrainer:
         surrogate = POLICY_LOSSES[loss_cfg.surrogate]
 
         totals: dict[str, float] = {}
+        mismatch: dict[str, float] = {}
         applied = 0
-        for _ in range(g.num_iterations):
+        for iteration in range(g.num_iterations):
             # Policy statistics describe the last iteration, where the ratio has moved away from 1.
             stats = UpdateStats()
             loss_total, entropy_sum, finite = 0.0, 0.0, True
@@ -398,6 +418,9 @@ class GRPOTrainer:
                     out = surrogate(logp, old, batch.advantages[rows], m, loss_cfg.eps_low, loss_cfg.eps_high,
                                     loss_cfg.dual_clip)
                     per_token = out.per_token_loss
+                    if batch.rollout_logp is not None:
+                        per_token = per_token * self._rollout_weights(old, batch.rollout_logp[rows], m, mismatch,
+                                                                      measure=iteration == 0)
                     if ref_logp is not None:
                         kl = kl_estimate(logp, ref_logp[rows], g.kl_estimator, g.kl_clamp)
                         per_token = per_token + g.beta * kl * m
@@ -425,9 +448,42 @@ class GRPOTrainer:
         lr = advance_schedule(self.scheduler)[0]
         totals.update(stats.over_ranks().means(num_tokens))
         totals["entropy"] = sum_over_ranks(entropy_sum)[0] / max(1.0, response_tokens)
+        totals.update(self._mismatch_metrics(mismatch, num_tokens, num_seqs))
         totals["lr"] = lr
         totals["micro_batch_rows"] = float(size)
         return totals
+
+    def _rollout_weights(self, old: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, sums: dict[str, float],
+                         measure: bool) -> torch.Tensor | float:
+        """A micro-batch's [n, T] rollout-correction weights (pi_old / pi_rollout as grpo.rollout_correction says; 1.0
+        when off), adding its mismatch to ``sums`` once per update (``measure``)."""
+        if measure:
+            for key, value in mismatch_sums(old, rollout_logp, mask).items():
+                sums[key] = sums.get(key, 0.0) + value
+        if self.rollout_correction == "none":
+            return 1.0
+        weights, cut = ROLLOUT_CORRECTIONS[self.rollout_correction](old, rollout_logp, mask,
+                                                                    self.config.grpo.rollout_correction_cap)
+        if measure:
+            for key, value in {"rollout_is_weight": (weights * mask).sum().item(), **cut}.items():
+                sums[key] = sums.get(key, 0.0) + value
+        return weights
+
+    @staticmethod
+    def _mismatch_metrics(sums: dict[str, float], num_tokens: float, num_seqs: float) -> dict[str, float]:
+        """The update's mismatch metrics, over every rank: means per loss token, or per sequence for masked rows."""
+        keys = ("rollout_logp_abs_diff", "rollout_kl", "rollout_is_weight", "rollout_is_truncated", "rollout_is_masked")
+        present = [key for key in keys if key in sums]
+        if not sum_over_ranks(len(present))[0]:
+            return {}
+        totals = dict(zip(keys, sum_over_ranks(*(sums.get(key, 0.0) for key in keys))))
+        metrics = {"rollout_logp_abs_diff": totals["rollout_logp_abs_diff"] / num_tokens,
+                   "rollout_kl": totals["rollout_kl"] / num_tokens}
+        if "rollout_is_weight" in present:
+            metrics["rollout_is_weight_mean"] = totals["rollout_is_weight"] / num_tokens
+            metrics["rollout_is_truncated_frac"] = totals["rollout_is_truncated"] / num_tokens
+            metrics["rollout_is_masked_frac"] = totals["rollout_is_masked"] / max(1.0, num_seqs)
+        return metrics
 
     def _pass_logprobs(self, batch: Batch | None, micro: list[slice | None], reference: bool = False) -> torch.Tensor | None:
         """[n, T] log-probs of this rank's rows, one micro-batch at a time (zero-weight ones run and are dropped)."""

@@ -1,6 +1,6 @@
 import pytest
 
-from algos.core import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES
+from algos.core import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES, ROLLOUT_CORRECTIONS
 from algos.core.registry import Registry
 
 
@@ -34,3 +34,4 @@ def test_the_core_registries_hold_every_variant_the_configs_offer():
     assert POLICY_LOSSES.names == ("ppo-clip", "gspo", "cispo", "gmpo")
     assert LOSS_AGGREGATIONS.names == ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
     assert KL_ESTIMATORS.names == ("k1", "k2", "k3")
+    assert ROLLOUT_CORRECTIONS.names == ("tis", "seq_mask")

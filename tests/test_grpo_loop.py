@@ -425,3 +425,32 @@ def test_resuming_a_checkpoint_whose_config_predates_a_key_is_refused_by_name(ti
     saved["grpo"].update(overlong_penalty_factor=0.5, dynamic_sampling_metric="acc")  # what the run used
     stored.write_text(yaml.safe_dump(saved))
     assert GRPOTrainer(load_config(GRPOConfig, overrides=longer, preset=DAPO_PRESET), resume=True).start_step == 1
+
+
+def test_the_rollout_training_mismatch_is_measured_and_corrected_by_the_trainers_ratio(tiny_model_dir, tmp_path):
+    """The hf backend's log-probs are the trainer's up to rounding (mismatch ~0, "auto" corrects nothing). A top-p
+    filter makes the sampler's distribution narrower than the trainer's: pi_train / pi_rollout < 1 on every token, and
+    truncated importance sampling weights the loss by exactly that ratio (seq_mask by the row's product, or 0)."""
+    def update_metrics(name, **extra):
+        trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path / name, **extra)))
+        batch, _ = trainer.collect(1)
+        assert batch.rollout_logp is not None and batch.rollout_logp.shape == batch.loss_mask.shape
+        return trainer, batch, trainer.update(batch)
+
+    trainer, _, metrics = update_metrics("plain", **{"grpo.num_iterations": "1"})
+    assert trainer.rollout_correction == "none" and metrics["rollout_logp_abs_diff"] < 1e-5
+    assert metrics["rollout_kl"] < 1e-9 and "rollout_is_weight_mean" not in metrics
+
+    nucleus = {"rollout.top_p": "0.6", "grpo.num_iterations": "1", "grpo.rollout_correction": "tis"}
+    trainer, batch, metrics = update_metrics("tis", **nucleus)
+    mask = batch.loss_mask.float()
+    with torch.no_grad():
+        train_logp = trainer._logprobs(batch, slice(0, batch.num_rows))[0]
+    expected_weight = ((train_logp - batch.rollout_logp).exp() * mask).sum() / mask.sum()
+    assert metrics["rollout_logp_abs_diff"] > 0.01 and metrics["rollout_kl"] > 0
+    assert metrics["rollout_is_weight_mean"] == pytest.approx(expected_weight.item(), rel=1e-4)
+    assert metrics["rollout_is_weight_mean"] < 1 and metrics["rollout_is_truncated_frac"] == 0.0
+
+    _, _, metrics = update_metrics("seq_mask", **{**nucleus, "grpo.rollout_correction": "seq_mask",
+                                                  "grpo.rollout_correction_cap": "1.05"})
+    assert metrics["rollout_is_masked_frac"] > 0  # rows whose product of ratios fell below 1 / 1.05

