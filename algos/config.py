@@ -157,6 +157,9 @@ class RunConfig:
     # transformers' enable_full_determinism (HF's full_determinism): deterministic CUDA kernels, synchronous launches,
     # warnings where an op has none. CPU runs and resumes repeat bitwise without it; GPU ones need it (and are slower).
     full_determinism: bool = False
+    # A health alarm (algos/alarms.py, thresholds in the `alarms` section) saves a checkpoint and stops the run,
+    # instead of only printing its line and logging alarm/<name> in metrics.jsonl.
+    stop_on_alarm: bool = False
 
     def validate(self) -> None:
         require(self.steps >= 1, "run.steps", "must be >= 1")
@@ -227,6 +230,33 @@ class DistributedConfig:
 
 
 @dataclass
+class AlarmConfig:
+    """Thresholds of the health alarms (algos/alarms.py); 0 turns one off. run.stop_on_alarm stops the run on one."""
+
+    # Entropy collapse: the policy's entropy below this fraction of its first step's, while reward_mean gained less
+    # than `reward_stall` over the last `window` steps (a policy that stops exploring before it learns).
+    entropy_collapse: float = 0.1
+    reward_stall: float = 0.01
+    window: int = 5  # steps the stall and hacking checks look back over
+    # No signal: the share of groups whose rewards are all equal (zero_std_group_frac) at or above this.
+    zero_std_groups: float = 0.95
+    # Clip spike: clip_frac_low + clip_frac_high above this many times its mean over the previous `window` steps
+    # (and above 0.05): the update moved far from the sampling policy.
+    clip_spike: float = 5.0
+    truncation: float = 0.9  # completions hitting env.max_new_tokens (truncation_rate) at or above this share
+    # Reward hacking: reward_mean up by more than `reward_stall` over the window while held-out accuracy fell by more
+    # than this from its best (checked at each evaluation).
+    eval_drop: float = 0.05
+
+    def validate(self) -> None:
+        for name in ("entropy_collapse", "reward_stall", "zero_std_groups", "clip_spike", "truncation", "eval_drop"):
+            require(getattr(self, name) >= 0, f"alarms.{name}", "must be >= 0 (0 turns the alarm off)")
+        require(self.window >= 1, "alarms.window", "must be >= 1")
+        for name in ("entropy_collapse", "zero_std_groups", "truncation"):
+            require(getattr(self, name) <= 1, f"alarms.{name}", "is a fraction: must be <= 1")
+
+
+@dataclass
 class EvalConfig:
     """The sections every algorithm's config shares; all that `rlvr eval` reads."""
 
@@ -246,6 +276,7 @@ class TrainConfig(EvalConfig):
 
     optim: OptimConfig = field(default_factory=OptimConfig)
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    alarms: AlarmConfig = field(default_factory=AlarmConfig)
 
     def validate(self) -> None:
         validate_sections(self)

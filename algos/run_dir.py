@@ -23,6 +23,9 @@ RESUME_OVERRIDES = frozenset({
     "run.steps", "run.save_every", "run.keep_last", "run.eval_every", "run.progress", "run.tensorboard", "run.plots",
     "run.overwrite_output_dir", "run.full_determinism", "model.device", "model.autocast", "env.eval_batch_size",
     "rollout.vllm_gpu_memory_utilization", "rollout.vllm_engine_kwargs",
+    # Alarms only watch the run.
+    "run.stop_on_alarm", "alarms.entropy_collapse", "alarms.reward_stall", "alarms.window", "alarms.zero_std_groups",
+    "alarms.clip_spike", "alarms.truncation", "alarms.eval_drop",
     # Checkpoints (torch.distributed.checkpoint) load into any number of ranks, under either strategy.
     "distributed.world_size", "distributed.strategy", "distributed.backend", "distributed.timeout_s",
 })

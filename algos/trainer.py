@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import torch
 
 from algos import checkpoint as ckpt
+from algos.alarms import HealthMonitor
 from algos.config import require
 from algos.distributed import (
     TrainingForward,
@@ -211,6 +212,7 @@ def run_training(agent: Agent) -> dict[str, Any]:
     summary: dict[str, Any] = {"output_dir": str(run.output_dir)}
     # The first record says how the run ran (config.yaml records it too; a resume may run on another number of ranks).
     strategy = run.config.distributed.strategy if run.world.size > 1 else "none"
+    monitor = HealthMonitor(run.config.alarms)
     step = agent.start_step
     try:
         with mixed_precision(run.config.model, run.device):
@@ -226,9 +228,18 @@ def run_training(agent: Agent) -> dict[str, Any]:
                 metrics["step_time_s"] = time.perf_counter() - started
                 if step == cfg.steps:
                     metrics["eval_accuracy"] = summary["eval_accuracy_after"] = held_out_accuracy()
+                alarms = monitor.check(step, metrics)  # every rank sees the same (global) metrics and decides alike
+                for alarm in alarms:
+                    metrics[f"alarm/{alarm.name}"] = 1.0
+                    logger.write(f"alarm: {alarm.message}")
                 logger.log(step, metrics)
-                if step == cfg.steps or (cfg.save_every and step % cfg.save_every == 0):
+                stopping = bool(alarms) and cfg.stop_on_alarm and step != cfg.steps
+                if step == cfg.steps or stopping or (cfg.save_every and step % cfg.save_every == 0):
                     agent.save(step)
+                if stopping:
+                    summary["stopped_by_alarm"] = ", ".join(alarm.name for alarm in alarms)
+                    logger.write(f"stopped at step {step} by run.stop_on_alarm; checkpoint-{step} holds it")
+                    break
     except KeyboardInterrupt as interrupt:  # Ctrl-C: say where the run stands (the CLI prints only this line)
         logger.close(plot=False)
         last = ckpt.latest_checkpoint(run.output_dir)

@@ -1,0 +1,67 @@
+"""Health alarms (algos/alarms.py): each fires on the pattern it names and stays quiet otherwise; a run stops on one
+with run.stop_on_alarm and resumes from the checkpoint it saved."""
+
+from __future__ import annotations
+
+import pytest
+
+from algos.alarms import HealthMonitor
+from algos.checkpoint import latest_checkpoint
+from algos.config import AlarmConfig, load_config
+from algos.grpo import GRPOConfig, train
+from algos.metrics import read_metrics
+
+
+def fired(records: list[dict], **thresholds) -> list[list[str]]:
+    """The alarm names each record raises, fed in order."""
+    monitor = HealthMonitor(AlarmConfig(**thresholds))
+    return [[alarm.name for alarm in monitor.check(step, record)] for step, record in enumerate(records, 1)]
+
+
+def test_entropy_collapse_needs_both_the_collapse_and_a_stalled_reward():
+    collapsing = [{"entropy": 2.0, "reward_mean": 0.3}, {"entropy": 1.0, "reward_mean": 0.3},
+                  {"entropy": 0.15, "reward_mean": 0.305}]
+    assert fired(collapsing, window=2) == [[], [], ["entropy_collapse"]]
+    learning = [{**r, "reward_mean": 0.3 + 0.2 * i} for i, r in enumerate(collapsing)]  # entropy falls as it learns
+    assert fired(learning, window=2) == [[], [], []]
+    assert fired(collapsing, window=2, entropy_collapse=0) == [[], [], []]  # 0 turns it off
+
+
+def test_groups_without_signal_truncation_and_clip_spikes():
+    assert fired([{"zero_std_group_frac": 0.5}, {"zero_std_group_frac": 0.96}]) == [[], ["zero_std_groups"]]
+    assert fired([{"truncation_rate": 0.2}, {"truncation_rate": 0.9}]) == [[], ["truncation"]]
+    clips = [{"clip_frac_low": 0.01, "clip_frac_high": 0.01}] * 3 + [{"clip_frac_low": 0.05, "clip_frac_high": 0.12}]
+    assert fired(clips) == [[], [], [], ["clip_spike"]]  # 0.17 > 5 x 0.02
+    assert fired(clips[:3] + [{"clip_frac_low": 0.04, "clip_frac_high": 0.0}]) == [[], [], [], []]  # under 0.05
+
+
+def test_reward_up_while_held_out_accuracy_falls_is_flagged_as_reward_hacking():
+    records = [{"reward_mean": 0.2, "eval_accuracy": 0.5}, {"reward_mean": 0.4}, {"reward_mean": 0.6, "eval_accuracy": 0.4}]
+    assert fired(records, window=2) == [[], [], ["reward_hacking"]]
+    honest = [*records[:2], {"reward_mean": 0.6, "eval_accuracy": 0.55}]
+    assert fired(honest, window=2) == [[], [], []]
+
+
+def test_alarm_thresholds_are_validated_by_name():
+    with pytest.raises(ValueError, match=r"config alarms.truncation: is a fraction: must be <= 1"):
+        load_config(GRPOConfig, overrides={"alarms.truncation": "2"})
+    with pytest.raises(ValueError, match=r"config alarms.window: must be >= 1"):
+        load_config(GRPOConfig, overrides={"alarms.window": "0"})
+
+
+def test_a_run_stops_on_an_alarm_with_a_checkpoint_and_the_alarm_logged(tmp_path):
+    from reference_helpers import save_tiny_model
+
+    model = save_tiny_model(tmp_path / "model")
+    overrides = {
+        "model.path": model, "model.autocast": "null", "env.max_new_tokens": "2", "env.use_chat_template": "false",
+        "env.eval_size": "4", "run.steps": "3", "run.output_dir": str(tmp_path / "run"), "run.progress": "false",
+        "run.tensorboard": "false", "run.plots": "false", "grpo.prompts_per_step": "2", "grpo.group_size": "2",
+        "grpo.beta": "0", "grpo.overlong_cache": "1", "run.stop_on_alarm": "true",
+        "alarms.truncation": "0.5", "alarms.zero_std_groups": "0",  # a 2-token budget truncates nearly every row
+    }
+    summary = train(load_config(GRPOConfig, overrides=overrides))
+    assert summary["stopped_by_alarm"] == "truncation" and "eval_accuracy_after" not in summary
+    assert latest_checkpoint(tmp_path / "run").name == "checkpoint-1"
+    records = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in records] == [0, 1] and records[-1]["alarm/truncation"] == 1.0
