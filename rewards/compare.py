@@ -67,6 +67,8 @@ def exact_value(node: tuple) -> Fraction | None:
         for k in range(2, int(arg) + 1):
             result *= k
         return Fraction(result)
+    if kind == "fn" and node[1] in _BIG_OPERATORS:
+        return _big_operator_value(node)
     if kind == "fn" and node[1] == "binom" and len(node[2]) == 2:
         n, k = exact_value(node[2][0]), exact_value(node[2][1])
         if n is None or k is None:
@@ -79,6 +81,39 @@ def exact_value(node: tuple) -> Fraction | None:
         check_binom_size(n, k)
         return Fraction(math.comb(int(n), int(k)))
     return None
+
+
+_BIG_OPERATORS = ("sum", "prod")
+MAX_BIG_OPERATOR_WORK = 20_000  # terms times body size: a finite \sum or \prod is evaluated only this small
+
+
+def _big_operator_value(node: tuple) -> Fraction | None:
+    """Exact value of \\sum_{k=a}^{b} body / \\prod with integer bounds and a rational body; else None."""
+    body, (_, index), lower, upper = node[2]
+    low, high = exact_value(lower), exact_value(upper)
+    if low is None or high is None or low.denominator != 1 or high.denominator != 1:
+        return None
+    terms = max(int(high - low) + 1, 0)
+    size = len(repr(body))
+    if terms * size > MAX_BIG_OPERATOR_WORK or "'sum'" in repr(body) or "'prod'" in repr(body):
+        return None
+    total = Fraction(0) if node[1] == "sum" else Fraction(1)
+    for k in range(int(low), int(high) + 1):
+        value = exact_value(_substitute(body, index, ("num", Fraction(k), None)))
+        if value is None:
+            return None
+        total = total + value if node[1] == "sum" else total * value
+        _guard(total)
+    return total
+
+
+def _substitute(node, name: str, value: tuple):
+    """The tree with the symbol `name` replaced by `value`."""
+    if not isinstance(node, tuple):
+        return node
+    if node == ("sym", name):
+        return value
+    return tuple(_substitute(part, name, value) for part in node)
 
 
 def check_binom_size(n, k) -> None:
@@ -185,8 +220,8 @@ def is_scalar(node: tuple) -> bool:
         return is_scalar(node[1])
     if kind in ("div", "pow"):
         return is_scalar(node[1]) and is_scalar(node[2])
-    if kind == "fn":
-        return all(is_scalar(arg) for arg in node[2])
+    if kind == "fn":  # a \sum or \prod without a value is compared as written
+        return node[1] not in _BIG_OPERATORS and all(is_scalar(arg) for arg in node[2])
     return True  # num, sym, const
 
 
@@ -222,7 +257,7 @@ def equivalent(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
         sides = _all((equivalent(pred[2], gold[2], scalar_equal), equivalent(pred[3], gold[3], scalar_equal)))
         # the same inequality with terms moved or scaled by a positive constant: x < 1 and -x > -1
         return True if sides is True else _same_up_to_factor(pred, gold, scalar_equal, positive=pred[1] != "!=")
-    pred, gold = _as_interval(pred), _as_interval(gold)
+    pred, gold = _matrix_value(_as_interval(pred)), _matrix_value(_as_interval(gold))
     # "x = 3" against "3": judge the value; both equations: compare them as equations
     if pred[0] == "eq" and gold[0] != "eq":
         return equivalent(pred[2], gold, scalar_equal)
@@ -371,9 +406,24 @@ def _as_interval(node: tuple) -> tuple:
             return ("interval", closed, node[2], inf, False)
     if node[0] == "chain" and len(node[1]) == 2 and node[1][0][0] == node[1][1][0] == "rel":  # links may be eq
         (_, op1, lo, var1), (_, op2, var2, hi) = node[1]
-        if var1 == var2 and var1[0] == "sym":
+        if var1 == var2 and var1[0] == "fn" and var1[1] == "abs" and var1[2][0][0] == "sym":
+            return _abs_between(lo, op1 == "<=", hi, op2 == "<=") or node
+        # the range of a variable or of a named quantity: 0 < f(x) < 1 is (0, 1); 0 < 2x < 1 is not
+        if var1 == var2 and (var1[0] == "sym" or _is_name(var1) and not (_symbols(lo) or _symbols(hi))):
             return ("interval", op1 == "<=", lo, hi, op2 == "<=")
     return node
+
+
+def _abs_between(lo: tuple, lo_closed: bool, hi: tuple, hi_closed: bool) -> tuple | None:
+    """1 <= |z| <= 3/2 -> [-3/2, -1] U [1, 3/2]: the values of z, for exact bounds 0 <= lo < hi (else None)."""
+    try:
+        low, high = exact_value(lo), exact_value(hi)
+    except TooLarge:
+        return None
+    if low is None or high is None or low < 0 or low >= high or (low == 0 and lo_closed):
+        return None  # 0 <= |z| < 1 is (-1, 1), one interval: not rewritten here
+    left = ("interval", hi_closed, ("neg", hi), ("neg", lo), lo_closed)
+    return ("union", (left, ("interval", lo_closed, lo, hi, hi_closed)))
 
 
 def _containers(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
@@ -430,3 +480,100 @@ def _has_matching(table: list[list[Verdict]], usable: Callable[[Verdict], bool])
         return False
 
     return all(augment(p, set()) for p in range(len(table)))
+
+
+MAX_MATRIX_ENTRY_NODES = 20_000  # size guard on the entries a sum or product of symbolic matrices builds
+
+
+def _matrix_value(node: tuple) -> tuple:
+    """A sum, product or negation of matrices as the matrix it is: [[1,2],[3,4]] + [[5,6],[7,8]] is [[6,8],[10,12]].
+
+    Exact entries are computed as fractions; other entries become add/mul trees for the scalar test. Shapes
+    that do not fit, a scalar added to a matrix, or a result too large leave the node as written (no value).
+    """
+    kind = node[0]
+    if kind == "neg":
+        inner = _matrix_value(node[1])
+        return _map_entries(inner, lambda x: ("neg", x)) if inner[0] == "matrix" else node
+    if kind not in ("add", "mul") or not _has_matrix(node):
+        return node
+    parts = [_matrix_value(part) for part in node[1]]
+    if kind == "add":
+        if any(part[0] != "matrix" for part in parts) or len({_shape(part) for part in parts}) != 1:
+            return node
+        rows, cols = _shape(parts[0])
+        return _matrix_of(
+            [[_sum([part[1][r][c] for part in parts]) for c in range(cols)] for r in range(rows)], node
+        )
+    value = parts[0]
+    for part in parts[1:]:
+        if value[0] == "matrix" and part[0] == "matrix":
+            (m, k), (k2, n) = _shape(value), _shape(part)
+            if k != k2 or n * _size(value) + m * _size(part) > MAX_MATRIX_ENTRY_NODES:
+                return node
+            value = _matrix_of(
+                [[_sum([_product(value[1][r][i], part[1][i][c]) for i in range(k)]) for c in range(n)] for r in range(m)],
+                node,
+            )
+        elif value[0] == "matrix" or part[0] == "matrix":
+            matrix, scalar = (value, part) if value[0] == "matrix" else (part, value)
+            if not is_scalar(scalar):
+                return node
+            value = _map_entries(matrix, lambda x, scalar=scalar: _product(scalar, x))
+        else:
+            value = ("mul", (value, part))
+        if value[0] == "mul" and not is_scalar(value):
+            return node
+    return value
+
+
+def _has_matrix(node: tuple) -> bool:
+    kind = node[0]
+    if kind == "matrix":
+        return True
+    if kind in ("add", "mul"):
+        return any(_has_matrix(part) for part in node[1])
+    return kind == "neg" and _has_matrix(node[1])
+
+
+def _shape(matrix: tuple) -> tuple[int, int]:
+    return len(matrix[1]), len(matrix[1][0])
+
+
+def _size(matrix: tuple) -> int:
+    """Nodes in a matrix's entries (bounded by the guard that built it)."""
+
+    def count(node) -> int:
+        return 1 + sum(count(part) for part in node if isinstance(part, tuple)) if isinstance(node, tuple) else 0
+
+    return sum(count(entry) for row in matrix[1] for entry in row)
+
+
+def _map_entries(matrix: tuple, function) -> tuple:
+    return ("matrix", tuple(tuple(function(entry) for entry in row) for row in matrix[1]))
+
+
+def _matrix_of(rows: list[list[tuple]], written: tuple) -> tuple:
+    matrix = ("matrix", tuple(tuple(row) for row in rows))
+    return matrix if _size(matrix) <= MAX_MATRIX_ENTRY_NODES else written
+
+
+def _exact_or_none(node: tuple) -> Fraction | None:
+    try:
+        return exact_value(node)
+    except TooLarge:
+        return None
+
+
+def _sum(terms: list[tuple]) -> tuple:
+    values = [_exact_or_none(term) for term in terms]
+    if all(value is not None for value in values):
+        return ("num", sum(values, Fraction(0)), None)
+    return terms[0] if len(terms) == 1 else ("add", tuple(terms))
+
+
+def _product(a: tuple, b: tuple) -> tuple:
+    x, y = _exact_or_none(a), _exact_or_none(b)
+    if x is not None and y is not None:
+        return ("num", x * y, None)
+    return ("mul", (a, b))

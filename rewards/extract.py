@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 
 SHORT_ANSWER_CHARS = 80  # a response this short with no marker is itself the answer
+SHORT_STATEMENT_CHARS = 300  # one line this short ending "...: $v$" or "... is $v$" states v
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*(\{)|\\boxed +([^\s${}]+)")
 _BRACE_RE = re.compile(r"(?<!\\)[{}]")
@@ -48,11 +49,18 @@ _ANSWER_IS_RE = re.compile(
 _SENTENCE_END_RE = re.compile(r"[.!?](?:\s|$)|\n\s*\n")
 _HEDGE_RE = re.compile(r"\bor\b", re.I)
 _JOINER_RE = re.compile(r"\b(?:or|and)\b", re.I)
+_AND_RE = re.compile(r"\band\b", re.I)
+_REVISION_RE = re.compile(
+    r"\b(?:not|no|nor|but|wait|actually|instead|rather|than|correct(?:ed|ion)?|wrong|mistake|sorry|oops|hmm|should|"
+    r"change[ds]?|fix(?:ed)?|recheck|however|then)\b",
+    re.I,
+)
 _LIST_JOINER_RE = re.compile(r"(?:\s|\$|\\[()\[\]]|[,;&]|\\q?quad\b|\\text\s*\{\s*and\s*\}|\band\b)*")
 _MATH_OPENER_RE = re.compile(r"\$|\\[(\[]")
 _MATH_CLOSER = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
 _PROSE_RE = re.compile(r"(?<![\\a-zA-Z])(?!(?:or|and)\b)[a-zA-Z]{2,}")  # "or"/"and" join values: no reduction
-_COPULA_RE = re.compile(r"\s(?:is|are|was|equals)\s(?!not\b)", re.I)
+_COPULA_RE = re.compile(r"\s(?:is|are|was|equals|it's|that's)\s(?!not\b)", re.I)
+_LEADS_TO_VALUE_RE = re.compile(r"(?:[:=]|\b(?:is|are|equals))\s*$", re.I)  # prose that hands over to the value
 _EQUALS_RE = re.compile(r"(?<![<>!=:])=(?!=)")  # "=", not "<=", "==", ":="
 # Between two "=": a list of values ("x = 1, x = 2"); between two words: "or"/"and" only ("2, since 3 is 3").
 _EQUALS_JOINER_RE = re.compile(r"\b(?:or|and)\b|[,;]", re.I)
@@ -97,8 +105,8 @@ def _matching_braces(text: str) -> dict[int, int]:
 
 def final_boxed(text: str, or_is_list: bool = False) -> tuple[str, int] | None:
     """The boxed answer of the final sentence and where it ends: a hedge, a list, or the last box.
-    ``or_is_list``: boxes joined by "or" are a list too, as in a reference solution, where
-    "$x = \\boxed{3}$ or $x = \\boxed{-3}$" names every answer (in a response it is a hedge)."""
+    ``or_is_list``: the text is a reference solution, whose boxes in the final sentence are all its answers:
+    "$x = \\boxed{3}$ or $x = \\boxed{-3}$" names every answer (in a response "or" is a hedge)."""
     group: list[tuple[int, int, int, int]] = []  # boxes of the final sentence, last first
     for box in _boxes_from_last(text):
         if group and box[1] > group[-1][0]:  # encloses the box after it: "\\boxed{\\boxed{1}}" is 1
@@ -116,9 +124,17 @@ def final_boxed(text: str, or_is_list: bool = False) -> tuple[str, int] | None:
     hedged = any(_HEDGE_RE.search(joiner) for joiner in joiners)
     if hedged and not or_is_list:
         return " or ".join(contents), end  # "either 4 or 6": not a value, so it scores wrong
-    if hedged or all(_LIST_JOINER_RE.fullmatch(joiner) for joiner in joiners):
-        return ", ".join(contents), end  # "\\boxed{-2} and \\boxed{1}": the answers together
+    # "\\boxed{-2} and \\boxed{1}", "\\boxed{(3,3)} for part (a) and \\boxed{(1,1)}": the answers together (in a
+    # reference, boxes joined by anything but a revision: it names every answer)
+    if hedged or all(_LIST_JOINER_RE.fullmatch(joiner) or _listing(joiner, or_is_list) for joiner in joiners):
+        return ", ".join(contents), end
     return text[group[0][2]:group[0][3]].strip(), end  # a revision within the sentence
+
+
+def _listing(joiner: str, reference: bool) -> bool:
+    """Text between two boxes that lists them: no word of a revision ("and not", "but", "no"), and in a response
+    an "and" ("for part (a) and"); a reference's boxes are listed by anything else ("papers and", "++++")."""
+    return _REVISION_RE.search(joiner) is None and (reference or _AND_RE.search(joiner) is not None)
 
 
 def _last_match(pattern: re.Pattern, text: str) -> str | None:
@@ -240,7 +256,16 @@ def _stated_answer(text: str) -> str | None:
     """The value after the last "the answer is" / "Final Answer:" / "Answer $...$", if any."""
     if "answer" not in text.lower():
         return None
-    stated = _last_match(_ANSWER_IS_RE, text)
+    last = None
+    for last in _ANSWER_IS_RE.finditer(text):
+        pass
+    stated = last.group(1).strip() if last else None
+    if last and text.startswith(("$$", "\\["), last.start(1)):
+        # display maths over several lines ("Answer \\[ \n 9 \n \\]") is the value whole, not its first line
+        # (inline $...$ and \\(...\\) stay on one line)
+        spans = _math_spans(text[last.start(1):])
+        if spans and spans[0][0] == 0 and spans[0][1] > last.end(1) - last.start(1):
+            stated = text[last.start(1):last.start(1) + spans[0][1]].strip()
     if stated:
         # "Final Answer: The final answer is 28" -> the innermost statement: what follows its last marker
         inner = None
@@ -251,7 +276,38 @@ def _stated_answer(text: str) -> str | None:
             stated = stated[inner.end():].strip()
     # a final "!" ends the sentence: "the answer is 42!" is 42 (a factorial is kept inside $5!$ or \boxed{5!});
     # quotes around the value are punctuation too: 'The final answer is "$12$ and $13$".'
-    return answer_in_sentence(_QUOTED_RE.sub(r"\1", stated.rstrip(".!").strip())) if stated else None
+    if not stated:
+        return None
+    value = answer_in_sentence(_QUOTED_RE.sub(r"\1", stated.rstrip(".!").strip()))
+    return value if _parses(value) else _one_number(value) or value
+
+
+def _parses(value: str) -> bool:
+    """Does the value read as an answer ("14 miles" keeps its unit, so only a sentence is reduced to a number)?"""
+    from .latex import ParseError, parse_answer
+
+    try:
+        parse_answer(value)
+    except (ParseError, RecursionError):
+        return False
+    return True
+
+
+_NUMBER_IN_WORDS_RE = re.compile(r"(?<![\w.,/^$\\])-?\d+(?:\.\d+)?(?![\w.,/^$%])")
+_QUALIFIER_RE = re.compile(
+    r"\b(?:or|not|no|nor|never|than|more|less|least|most|about|approximately|around|roughly|maybe|possibly|between|"
+    r"from|to|until|except|up|over|under|below|above|nearly|almost)\b",
+    re.I,
+)
+
+
+def _one_number(sentence: str) -> str | None:
+    """'Jane started growing Sphere 3 hours ago' -> '3': a stated answer in words around one plain number and no
+    maths. A qualifier ("at least 3", "3 or more", "not 3") or a second number keeps the sentence whole."""
+    if _MATH_IN_ASIDE_RE.search(sentence) or _QUALIFIER_RE.search(sentence) or not _PROSE_RE.search(sentence):
+        return None
+    numbers = _NUMBER_IN_WORDS_RE.findall(sentence)
+    return numbers[0] if len(numbers) == 1 and len(re.findall(r"\d", sentence)) == len(numbers[0].lstrip("-").replace(".", "")) else None
 
 
 def _last_tagged(text: str) -> str | None:
@@ -283,11 +339,12 @@ def tagged_answer(text: str) -> str | None:
     return _stated_answer(tagged) or tagged.strip()
 
 
-def extract_answer(text: str) -> str | None:
-    """The final answer of a response, or None when it gives none."""
+def extract_answer(text: str, reference: bool = False) -> str | None:
+    """The final answer of a response, or None when it gives none. ``reference``: the text is a gold solution
+    (its boxes in the final sentence are all answers, see final_boxed)."""
     if not isinstance(text, str) or not text.strip():
         return None
-    boxed = final_boxed(text)
+    boxed = final_boxed(text, or_is_list=reference)
     if boxed is not None:
         after = text[boxed[1]:]
         restated = _stated_answer(after) if "final answer" in after.lower() else None
@@ -304,6 +361,14 @@ def extract_answer(text: str) -> str | None:
         if marked:
             return marked
     stripped = text.strip()
-    if len(stripped) <= SHORT_ANSWER_CHARS and "\n" not in stripped:
+    if "\n" in stripped:
+        return None
+    if len(stripped) <= SHORT_ANSWER_CHARS:
         return answer_in_sentence(stripped)
+    # one line that states one value at its end: "The sum is $...$", "Matrix with fractions: $...$"
+    if len(stripped) <= SHORT_STATEMENT_CHARS:
+        statement = stripped.rstrip(".").rstrip()
+        spans = _math_spans(statement)
+        if len(spans) == 1 and spans[0][1] == len(statement) and _LEADS_TO_VALUE_RE.search(statement, 0, spans[0][0]):
+            return spans[0][2].strip()
     return None

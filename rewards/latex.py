@@ -65,9 +65,10 @@ _UNITS = (
     "degrees?|radians?|rad|people|students|apples|marbles|points|times|ways|liters?|litres?|gallons?"
 )
 _UNIT_TAIL_RE = re.compile(r"^(.*?[\d}.])\s*((?:(?:square|cubic|sq)\s+)?(?:" + _UNITS + r")(?:\s*\^\s*\{?[23]\}?)?)$")
-_MIXED_PLAIN_RE = re.compile(r"^([+-]?)(\d+)\s+(\d+)\s*/\s*(\d+)$")
+_MIXED_PLAIN_RE = re.compile(r"^([+-]?)(\d{1,3}(?: \d{3})+|\d+)\s+(\d+)\s*/\s*(\d+)$")  # also 1 000 4/9
 _MIXED_LATEX_RE = re.compile(r"^([+-]?)(\d+)\s*\\frac\s*\{?\s*(\d+)\s*\}?\s*\{?\s*(\d+)\s*\}?$")
 _SPACED_THOUSANDS_RE = re.compile(r"^[+-]?\d{1,3}(?: \d{3})+(?:\.\d+)?$")
+_BRACED_COMMA_RE = re.compile(r"(?<=\d)\s*\{\s*,\s*\}\s*(?=\d)|\{,\}")  # 14{,}916 and 14 {, }916: a thousands comma
 _NUMBER_RE = re.compile(r"\d+(?:\.\d*)?|\.\d+")
 _THOUSANDS_RE = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\d,])")
 _BRACKET_OR_THOUSANDS_RE = re.compile(r"(\\\{|[(\[])|(\\\}|[)\]])|" + _THOUSANDS_RE.pattern)
@@ -150,7 +151,7 @@ def normalize(answer: str) -> str:
     s = _FRAC_SPELLINGS_RE.sub(r"\\frac", s).replace(r"\dbinom", r"\binom").replace(r"\tbinom", r"\binom")
     s = _DEGREES_RE.sub("", s)
     s = _unwrap_style_commands(s)
-    s = s.replace("{,}", ",").replace(r"\$", "").replace("$", "").replace(r"\%", "%")
+    s = _BRACED_COMMA_RE.sub(",", s).replace(r"\$", "").replace("$", "").replace(r"\%", "%")
     s = re.sub(r"\s*(?:percent(?:age)?|pct)\b", "%", s)
     s = re.sub(r"\s+", " ", s).strip().rstrip(".,;").strip()  # sentence punctuation after the answer
     s = re.sub(r"^[a-zA-Z]\s*\\in\s*", "", s)  # "x \in [2,5)" -> "[2,5)"
@@ -193,6 +194,8 @@ def tokenize(s: str) -> list[tuple[str, str]]:
             word = match.group()
             if len(tokens) >= 2 and tokens[-1][1] == "{" and tokens[-2][1] in (r"\begin", r"\end"):
                 tokens.append(("env", word))
+            elif len(tokens) >= 2 and tokens[-1][1] == "{" and tokens[-2][1] in ("_", "^", r"\frac") and word.isupper():
+                tokens.extend(("word", ch) for ch in word)  # points, not words: S_{MBCN}, \frac{NO}{BO}
             elif word in ("or", "and"):
                 tokens.append(("text", word))  # hedged answers ("3 or 4") are not values
             elif word in _FUNCTIONS or word in ("sqrt", "pi", "inf", "infinity", "oo"):
@@ -456,6 +459,8 @@ class _Parser:
             return _CONSTANT_CMDS[bare]
         if bare == "frac":
             return ("div", self.group(), self.group())
+        if bare in ("sum", "prod"):
+            return self.big_operator(bare)
         if bare == "binom":
             return ("fn", "binom", (self.group(), self.group()))
         if bare == "sqrt":
@@ -485,6 +490,19 @@ class _Parser:
         if bare in ("emptyset", "varnothing"):
             return ("set", ())
         raise ParseError(f"unsupported command {name}")
+
+    def big_operator(self, name: str) -> tuple:
+        """\\sum_{k=0}^{n-1} F_k F_{n-k-1} -> ("fn", "sum", (body, k, 0, n-1)); the body is the product that follows."""
+        self.expect("_")
+        bound = self.group()
+        self.expect("^")
+        upper = self.group()
+        if bound[0] != "eq" or bound[1][0] != "sym":
+            raise ParseError(f"\\{name} without an index")
+        self.enter()
+        body = self.term()
+        self.depth -= 1
+        return ("fn", name, (body, bound[1], bound[2], upper))
 
     def matrix(self) -> tuple:
         self.expect("{")
@@ -546,6 +564,10 @@ def _plain(node: tuple) -> str:
         return node[1]
     if node[0] == "mul" and all(part[0] in ("sym", "num") for part in node[1]):  # S_{MBCN}, a_{12k}
         return "".join(_plain(part) for part in node[1])
+    if node[0] in ("add", "neg", "mul", "div", "pow", "fn"):  # F_{n-k-1}: named by its canonical form (F_{n-1-k} alike)
+        from .compare import canonical
+
+        return "{" + repr(canonical(node)) + "}"
     raise ParseError("complex subscript")
 
 
@@ -648,7 +670,7 @@ def _parse_tree(s: str) -> tuple:
     mixed = _MIXED_PLAIN_RE.match(s) or _MIXED_LATEX_RE.match(s)
     if mixed and int(mixed.group(3)) < int(mixed.group(4)):
         sign, whole, num, den = mixed.groups()
-        value = int(whole) + Fraction(int(num), int(den))
+        value = int(whole.replace(" ", "")) + Fraction(int(num), int(den))
         return _num(-value if sign == "-" else value)
     if _SPACED_THOUSANDS_RE.match(s):
         s = s.replace(" ", "")
@@ -663,18 +685,39 @@ def _parse_tree(s: str) -> tuple:
         raise ParseError("words mixed with math")
     parser = _Parser(tokens)
     items = [parser.relation()]
-    union = []
+    union, separators = [], []
     while parser.at(",", ";", r"\cup"):
         sep = parser.take()[1]
         (union if sep == r"\cup" else items).append(parser.relation())
+        if sep != r"\cup":
+            separators.append(sep)
     if parser.peek()[0] != "eof":
         raise ParseError(f"trailing {parser.peek()[1]!r}")
     if union:
         if len(items) != 1:
             raise ParseError("union mixed with a list")
         return ("union", tuple([items[0], *union]))
+    if ";" in separators and "," in separators:
+        solutions = _solutions(items, separators)
+        if solutions is not None:
+            return solutions
     # a bare comma list is the MATH convention for "all answers, any order"
     return items[0] if len(items) == 1 else ("set", tuple(items))
+
+
+def _solutions(items: list[tuple], separators: list[str]) -> tuple | None:
+    """'p=5,q=2;p=7,q=2' -> {(5, 2), (7, 2)}: solutions separated by ';', each giving the same variables in order."""
+    groups: list[list[tuple]] = [[items[0]]]
+    for sep, item in zip(separators, items[1:]):
+        if sep == ";":
+            groups.append([])
+        groups[-1].append(item)
+    names = [tuple(item[1] if item[0] == "eq" else None for item in group) for group in groups]
+    if len(set(names)) != 1 or len(names[0]) < 2 or len(set(names[0])) != len(names[0]):
+        return None
+    if any(name is None or name[0] != "sym" for name in names[0]):
+        return None
+    return ("set", tuple(("tuple", tuple(item[2] for item in group)) for group in groups))
 
 
 def _and_as_comma(tokens: list[tuple[str, str]]) -> list[tuple[str, str]]:

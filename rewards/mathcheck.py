@@ -54,12 +54,12 @@ def _gold_text(answer: Any) -> str:
     if not answer.strip():
         raise ValueError("gold answer is blank")
     if "\\boxed" in answer or "\\fbox" in answer or "####" in answer:
-        marked = extract_answer(answer)
+        marked = extract_answer(answer, reference=True)
         if marked is None or marked == answer.strip():  # no marked answer found: only the text itself came back
             raise ValueError(f"gold answer {answer[:200]!r} marks an answer but holds none (an empty \\boxed{{}} or ####)")
         answer = marked
     elif len(answer) > SHORT_ANSWER_CHARS or "\n" in answer.strip():  # a worked solution: its stated final answer
-        answer = extract_answer(answer) or answer
+        answer = extract_answer(answer, reference=True) or answer
     # a reference names every answer: "(11,7) or (7,11)" and "$21,16$ or $11$" are lists (in a response, a hedge)
     return _GOLD_OR_RE.sub(" and ", answer)
 

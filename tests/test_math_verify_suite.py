@@ -19,42 +19,21 @@ CASES_FILE = Path(__file__).parent / "data" / "math_verify_cases.json"
 _DECIMAL_COMMA = "policy: decimal comma"
 # A response without a box, tag or "the answer is" has no answer: a number in the working never counts.
 _NO_MARKER = "policy: no marked answer"
-# Boxes joined by words ("for part (a) and", "papers and") are not one list answer: the last box is the answer.
-_PROSE_BETWEEN_BOXES = "policy: boxes joined by prose"
-# The stated final answer is the answer, even when it cannot be read; a stray value after it does not count.
+# The stated final answer is the answer (here a \sum with a symbolic bound, not 42); a stray value after it does not count.
 _STATED_ANSWER_FIRST = "policy: stated answer wins"
 
 DISAGREEMENTS: dict[int, str] = {
     5: _DECIMAL_COMMA,
     6: _DECIMAL_COMMA,
     7: _DECIMAL_COMMA,
-    16: "policy: a value in a sentence without 'is'/'='/a marker (\"it's 1,000.99\") is not reduced",
     17: _DECIMAL_COMMA,
-    33: "gap: 'Answer' followed by display maths over several lines",
-    34: "gap: 'Answer' followed by display maths over several lines",
-    67: "gap: thousands separator written '14 {, }916'",
     115: "policy: the gold chain '1 = \\zzz = x = 0' states first = last, 1 = 0",
-    128: _NO_MARKER,
-    129: "gap: arithmetic on matrices is not evaluated",
-    130: "gap: arithmetic on matrices is not evaluated",
     147: _NO_MARKER,
     148: _NO_MARKER,
     149: _NO_MARKER,
-    162: "policy: 'Final Answer: Jane started growing Sphere 3 hours ago' is a sentence, not a value",
     168: "policy: {1,3} is a set (any order), (1,3) an ordered pair",
     169: _NO_MARKER,
-    210: "policy: gold boxes joined by '++++++' are not a list: the last box is the gold",
-    216: "gap: inequalities in |z| are not solved into intervals",
-    220: "gap: a subscript of more than three letters (S_{MBCN}) reads as a word",
-    221: "policy: NO in \\frac{NO}{BO} is the answer word 'no'",
-    222: "gap: 'p=5,q=2;p=7,q=2' is not grouped into the pairs (5,2),(7,2)",
     237: "policy: 'W(x)=1 or W(x)=-1' in a response is a hedge",
-    240: "gap: '0<f(x)<1' is not read as the interval (0,1) (f(x) is not a variable)",
-    257: _PROSE_BETWEEN_BOXES,
-    267: _PROSE_BETWEEN_BOXES,
-    270: _PROSE_BETWEEN_BOXES,
-    279: "gap: \\sum is not parsed",
-    298: "gap: a mixed number with a spaced thousands whole part ('1 000 4/9')",
     329: _NO_MARKER,
     331: _NO_MARKER,
     356: _NO_MARKER,
@@ -62,12 +41,12 @@ DISAGREEMENTS: dict[int, str] = {
     358: _STATED_ANSWER_FIRST,
     359: _STATED_ANSWER_FIRST,
     360: _STATED_ANSWER_FIRST,
-    361: "policy: a list of an unreadable \\sum and 42 is not 42",
-    362: "policy: a list of 42 and an unreadable \\sum is not 42",
+    361: "policy: a list of a \\sum (symbolic bound) and 42 is not 42",
+    362: "policy: a list of 42 and a \\sum (symbolic bound) is not 42",
     367: _NO_MARKER,
     369: _NO_MARKER,
 }
-MIN_ACCURACY = {"0.9.0": 0.889, "all": 0.888}  # reached; raise them with each fix
+MIN_ACCURACY = {"0.9.0": 0.953, "all": 0.940}  # reached; raise them with each fix
 
 
 @pytest.fixture(scope="module")
@@ -98,3 +77,26 @@ def test_accuracy(verdicts, since):
     chosen = [(case, equal) for case, equal in verdicts if since == "all" or case["since"] == since]
     accuracy = sum(equal == case["equal"] for case, equal in chosen) / len(chosen)
     assert accuracy >= MIN_ACCURACY[since]
+
+
+# The rules behind the cases that flipped, with their limits (docs/math_verify_conformance.md, "Gaps fixed").
+_M = "\\begin{pmatrix}%s & %s \\\\ %s & %s\\end{pmatrix}"
+
+
+@pytest.mark.parametrize("pred, gold, equal", [
+    ("\\boxed{" + _M % (1, 2, 3, 4) + _M % (5, 6, 7, 8) + "}", _M % (19, 22, 43, 50), True),  # matrix product
+    ("\\boxed{" + _M % (5, 6, 7, 8) + _M % (1, 2, 3, 4) + "}", _M % (19, 22, 43, 50), False),  # not commutative
+    ("\\boxed{" + _M % (1, 2, 3, 4) + " + 1}", _M % (2, 3, 4, 5), False),  # a scalar plus a matrix has no value
+    ("\\boxed{\\sum_{k=1}^{10} k^2}", "385", True),
+    ("\\boxed{\\sum_{k=1}^{n} k}", "\\frac{n(n+1)}{2}", False),  # a symbolic sum is compared as written
+    ("\\boxed{\\sum_{k=1}^{10^9} k}", "500000000500000000", False),  # too many terms: not evaluated
+    ("$[-2, -1) \\cup [1, 2]$", "1 \\le |z| \\le 2", False),
+    ("(0, 1)", "0 < 2x < 1", False),  # only a variable or a name ranges over the interval
+    ("(2,5),(7,2)", "p=5,q=2;p=7,q=2", False),
+    ("Answer: 14 miles", "14\\text{ km}", False),  # a stated answer that reads keeps its unit
+    ("The answer is at least 3 apples.", "3", False),  # a qualified number is not the number
+    ("\\boxed{3} and not \\boxed{4}", "3, 4", False),  # a revision between boxes, not a list
+    ("Answer $ \n 9 \n $", "9", False),  # inline maths does not run over lines
+])
+def test_new_rules_keep_their_limits(pred, gold, equal):
+    assert rewards.math_equal(pred, gold) is equal
