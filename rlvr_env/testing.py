@@ -55,3 +55,40 @@ def build_tiny_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_
     )
     torch.manual_seed(seed)
     return LlamaForCausalLM(config)
+
+
+# The learning tests' task: 1-digit sums, the prompt alone ("3+4="), no format credit.
+ADDITION_KWARGS = {"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}
+
+
+def biased_addition_model(path, steps: int = 400, seed: int = 0, wrong_fraction: float = 0.65,
+                          rambling_fraction: float = 0.0, rambling_length: int = 12):
+    """Save (to ``path``) a tiny model supervised ``steps`` AdamW steps on 1-digit sums whose answers are often wrong:
+    a ``wrong_fraction`` of them is the true sum + 1, so the model learns that bias (greedy accuracy ~20% at 0.65) but
+    still samples right answers often enough for a verifiable reward to reinforce. A ``rambling_fraction`` of answers
+    run on for ``rambling_length`` characters before their end, so completions are truncated at a small token budget
+    (what DAPO's overlong filtering and soft penalty act on)."""
+    import torch
+
+    from rlvr_env import make_task
+
+    tokenizer = build_char_tokenizer()
+    task = make_task("rlvr/Arithmetic-v0", **ADDITION_KWARGS)
+    model = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, seed=seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        problems = [task.problem(int(i), 999) for i in torch.randint(0, 10**6, (32,), generator=generator)]
+        off_by_one = (torch.rand(len(problems), generator=generator) < wrong_fraction).tolist()
+        rambling = (torch.rand(len(problems), generator=generator) < rambling_fraction).tolist()
+        answers = [str(int(p.answer) + wrong) + (" so" * rambling_length if ramble else "")
+                   for p, wrong, ramble in zip(problems, off_by_one, rambling)]
+        texts = [p.prompt + answer + tokenizer.eos_token for p, answer in zip(problems, answers)]
+        batch = tokenizer(texts, return_tensors="pt", padding=True)
+        labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
+        model(**batch, labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

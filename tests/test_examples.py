@@ -32,6 +32,18 @@ def test_compare_algorithms_writes_a_table_and_a_plot_for_each_algorithm(tmp_pat
     assert (out / "comparison.png").stat().st_size > 0
 
 
+@pytest.mark.slow
+def test_dapo_ablation_writes_a_row_per_part_with_each_seed(tmp_path):
+    out = tmp_path / "ablation"
+    run_example("dapo_ablation.py", "--seeds", "2", "--steps", "1", "--prompts", "2", "--group-size", "2",
+                "--eval-size", "4", "--out", str(out))
+    rows = [line for line in (out / "ablation.md").read_text().splitlines() if line.startswith("| ") and "---" not in line]
+    assert [row.split("|")[1].strip() for row in rows[1:]] == [
+        "GRPO", "+ overlong filtering", "+ clip-higher", "+ soft overlong punishment", "+ token-level loss",
+        "+ dynamic sampling"]
+    assert (out / "ablation.png").stat().st_size > 0
+
+
 def test_train_reward_model_saves_the_model_it_reports_on(tmp_path):
     import random
     import runpy

@@ -3,45 +3,22 @@
 by a clear margin within a couple of minutes on CPU."""
 
 import pytest
-import torch
 
 from algos import grpo
 from algos.checkpoint import latest_checkpoint
 from algos.config import load_config
 from algos.evaluation import evaluate_saved_model
 from algos.grpo import PRESETS, GRPOConfig
-from rlvr_env import make_task
-from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+from rlvr_env.testing import ADDITION_KWARGS, biased_addition_model
 
-TASK_KWARGS = {"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}
-SFT_STEPS = 400
-# The supervised data is systematically off: 65% of its answers are the true sum + 1. The model
-# learns that bias (greedy accuracy ~20%) but still samples right answers often enough (~30%)
-# for a verifiable reward to find and reinforce them.
-SFT_WRONG_FRACTION = 0.65
+TASK_KWARGS = ADDITION_KWARGS
 MARGIN = 0.2
 
 
-def supervised_tiny_model(path, steps: int = SFT_STEPS, seed: int = 0):
-    """Save a tiny model trained `steps` AdamW steps on prompt -> (often off-by-one) answer pairs."""
-    tokenizer = build_char_tokenizer()
-    task = make_task("rlvr/Arithmetic-v0", **TASK_KWARGS)
-    model = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, seed=seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    generator = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
-        problems = [task.problem(int(i), 999) for i in torch.randint(0, 10**6, (32,), generator=generator)]
-        off_by_one = (torch.rand(len(problems), generator=generator) < SFT_WRONG_FRACTION).tolist()
-        answers = [str(int(p.answer) + wrong) for p, wrong in zip(problems, off_by_one)]
-        texts = [p.prompt + answer + tokenizer.eos_token for p, answer in zip(problems, answers)]
-        batch = tokenizer(texts, return_tensors="pt", padding=True)
-        labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
-        model(**batch, labels=labels).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+def supervised_tiny_model(path, steps: int = 400, seed: int = 0):
+    """The tiny model every learning test starts from: ~20% greedy accuracy, right answers still sampled
+    (rlvr_env.testing.biased_addition_model)."""
+    return biased_addition_model(path, steps=steps, seed=seed)
 
 
 @pytest.fixture(scope="module")
