@@ -80,7 +80,9 @@ def biased_addition_model(path, steps: int = 400, seed: int = 0, wrong_fraction:
     for _ in range(steps):
         problems = [task.problem(int(i), 999) for i in torch.randint(0, 10**6, (32,), generator=generator)]
         off_by_one = (torch.rand(len(problems), generator=generator) < wrong_fraction).tolist()
-        rambling = (torch.rand(len(problems), generator=generator) < rambling_fraction).tolist()
+        # drawn only when asked for: the learning tests' models (no rambling) keep their random stream
+        rambling = ((torch.rand(len(problems), generator=generator) < rambling_fraction).tolist() if rambling_fraction
+                    else [False] * len(problems))
         answers = [str(int(p.answer) + wrong) + (" so" * rambling_length if ramble else "")
                    for p, wrong, ramble in zip(problems, off_by_one, rambling)]
         texts = [p.prompt + answer + tokenizer.eos_token for p, answer in zip(problems, answers)]
