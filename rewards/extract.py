@@ -256,9 +256,7 @@ def _stated_answer(text: str) -> str | None:
     """The value after the last "the answer is" / "Final Answer:" / "Answer $...$", if any."""
     if "answer" not in text.lower():
         return None
-    last = None
-    for last in _ANSWER_IS_RE.finditer(text):
-        pass
+    last = next(reversed(list(_ANSWER_IS_RE.finditer(text))), None)
     stated = last.group(1).strip() if last else None
     if last and text.startswith(("$$", "\\["), last.start(1)):
         # display maths over several lines ("Answer \\[ \n 9 \n \\]") is the value whole, not its first line
@@ -307,7 +305,9 @@ def _one_number(sentence: str) -> str | None:
     if _MATH_IN_ASIDE_RE.search(sentence) or _QUALIFIER_RE.search(sentence) or not _PROSE_RE.search(sentence):
         return None
     numbers = _NUMBER_IN_WORDS_RE.findall(sentence)
-    return numbers[0] if len(numbers) == 1 and len(re.findall(r"\d", sentence)) == len(numbers[0].lstrip("-").replace(".", "")) else None
+    # every digit of the sentence belongs to that one number (no "3rd", no digits glued to words)
+    whole = len(numbers) == 1 and len(re.findall(r"\d", sentence)) == len(numbers[0].lstrip("-").replace(".", ""))
+    return numbers[0] if whole else None
 
 
 def _last_tagged(text: str) -> str | None:
