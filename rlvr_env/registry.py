@@ -23,8 +23,9 @@ _TASKS: dict[str, tuple[type[Task], dict[str, Any]]] = {}
 def register_task(name: str, task_cls: type[Task], version: int = 0, **default_kwargs: Any) -> str:
     """Register ``task_cls`` as ``rlvr/<name>-v<version>``; returns the id.
 
-    ``gymnasium.make(id, **kwargs)`` then builds a CompletionEnv; ``kwargs`` are task
-    config fields (over ``default_kwargs``) plus CompletionEnv's own arguments.
+    ``gymnasium.make(id, **kwargs)`` then builds a CompletionEnv (a MultiTurnEnv for a task class that
+    names its own ``env_entry_point``); ``kwargs`` are task config fields (over ``default_kwargs``) plus
+    the env's own arguments.
     """
     if not _NAME.fullmatch(name):
         raise ValueError(f"task name {name!r} must be letters, digits, '_' or '.', starting with a letter (no ':', '/', '-')")
@@ -38,7 +39,8 @@ def register_task(name: str, task_cls: type[Task], version: int = 0, **default_k
         raise ValueError(f"{task_cls.config_cls.__name__} has no field {unknown[0]!r}")
     env_id = f"{NAMESPACE}/{name}-v{version}"
     _TASKS[env_id] = (task_cls, dict(default_kwargs))
-    gymnasium.register(id=env_id, entry_point="rlvr_env.completion_env:make_completion_env", kwargs={"task_id": env_id})
+    entry_point = getattr(task_cls, "env_entry_point", "rlvr_env.completion_env:make_completion_env")
+    gymnasium.register(id=env_id, entry_point=entry_point, kwargs={"task_id": env_id})
     return env_id
 
 

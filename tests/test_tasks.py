@@ -20,6 +20,9 @@ TASKS = {
     "Countdown": {},
     "GSM8K": {"data_path": str(GSM8K)},
     "MATH": {"data_path": str(MATH)},
+    "CalculatorArithmetic": {},
+    "Code": {},
+    "GuessNumber": {},
 }
 
 

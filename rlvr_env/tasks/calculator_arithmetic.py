@@ -1,0 +1,29 @@
+"""rlvr/CalculatorArithmetic-v0: products too large to do in one's head, with a calculator tool."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlvr_env.multiturn_env import MultiTurnConfig, MultiTurnTask
+from rlvr_env.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
+from rlvr_env.tools import Toolbox, calculator
+
+
+@dataclass
+class CalculatorArithmeticConfig(ArithmeticConfig, MultiTurnConfig):
+    """Arithmetic's knobs and reward, with a default no one does in their head (the product of two 6-digit
+    numbers) and a turn budget: the calculator is the way to the exact value."""
+
+    digits: int = 6
+    operators: str = "*"
+    prompt_template: str = (
+        "What is {expression}? Use the calculator tool for exact arithmetic, then put your final answer within \\boxed{{}}."
+    )
+
+
+class CalculatorArithmeticTask(MultiTurnTask, ArithmeticTask):
+    config_cls = CalculatorArithmeticConfig
+
+    @property
+    def tools(self) -> Toolbox:
+        return Toolbox.of(calculator)
