@@ -48,8 +48,17 @@ def make_env(config, tokenizer, num_envs: int, device: torch.device, problem_see
     )
 
 
+def is_multiturn_task(env_id: str) -> bool:
+    """Whether the task registered as ``env_id`` is a MultiTurnTask (its rollouts are whole episodes)."""
+    from rlvr_env.multiturn_env import MultiTurnTask
+    from rlvr_env.registry import registered_tasks, resolve_id
+
+    return issubclass(registered_tasks()[resolve_id(env_id)][0], MultiTurnTask)
+
+
 def make_rollout_backend(config):
-    """The rollout backend named by config.rollout.backend, sampling as config.rollout says.
+    """The rollout backend named by config.rollout.backend, sampling as config.rollout says; on a multi-turn task
+    (is_multiturn_task) the hf backend plays whole episodes (algos.multiturn.MultiTurnHFRollout).
 
     Both draw from torch's global RNG (HFRollout its samples, VLLMRollout its per-row seeds), which
     checkpoints save, so resumed runs sample the same tokens.
@@ -59,8 +68,17 @@ def make_rollout_backend(config):
 
     cfg = config.rollout
     sampling = {"temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k}
+    multiturn = is_multiturn_task(config.env.id)
+    if cfg.backend == "hf" and multiturn:
+        from algos.multiturn import MultiTurnHFRollout
+
+        grpo = getattr(config, "grpo", None)  # GRPO's config names the episode budget; others take the default
+        return MultiTurnHFRollout(**sampling, max_episode_tokens=grpo.max_episode_tokens if grpo else None)
     if cfg.backend == "hf":
         return rollout.HFRollout(**sampling)
+    if cfg.backend == "vllm" and multiturn:
+        raise ValueError(f"config rollout.backend = 'vllm': {config.env.id} is a multi-turn task, whose episodes only "
+                         f"the hf backend plays (algos/multiturn.py); set rollout.backend = 'hf'")
     if cfg.backend == "vllm":
         engine = dict(cfg.vllm_engine_kwargs)
         if current_world().size > 1 and torch.cuda.is_available():

@@ -8,6 +8,10 @@ signal (DAPO dynamic sampling, bounded rounds); advantages from grpo.adv_estimat
 frozen reference when beta > 0. DAPO is the `dapo` preset (DAPO_PRESET); each of its parts is a
 switch. The formulas: docs/formulas.md.
 
+On a multi-turn task (a MultiTurnTask: tool calls, env replies) the backend plays whole episodes
+(algos/multiturn.py) and the same loop trains on them: a row is the episode after its initial prompt, groups are
+per initial prompt, and lengths and the loss count the policy's own tokens (tool outputs and env messages masked).
+
 Dynamic sampling bound: at most `max_sampling_rounds` generation rounds per step.
 A group is informative when its task scores (accuracy, before the soft overlong penalty)
 differ, or with process supervision its step rewards do, and at least one of its rows is
@@ -44,6 +48,7 @@ from algos.distributed import (
 )
 from algos.memory import activation_cost
 from algos.metrics import MetricsLogger, UpdateStats, rollout_metrics
+from algos.multiturn import episode_metrics
 from algos.policy import completion_logprobs
 from algos.rollout import RolloutBackend
 from algos.runtime import advance_schedule, build_optimizer, build_scheduler, guarded_optimizer_step
@@ -83,6 +88,9 @@ class GRPOSection:
     # up to float rounding. The mismatch is logged either way whenever the backend returns log-probs.
     rollout_correction: str = "auto"
     rollout_correction_cap: float = 2.0  # C (verl's rollout_is_threshold 2; TRL's clip_max 3)
+    # Multi-turn tasks (algos/multiturn.py): each episode's tokens after its initial prompt, the policy's and the tool
+    # outputs' together; env.max_new_tokens bounds the policy's alone. None: twice env.max_new_tokens.
+    max_episode_tokens: int | None = None
 
     def validate(self) -> None:
         require(self.prompts_per_step >= 1, "grpo.prompts_per_step", "must be >= 1")
@@ -108,6 +116,8 @@ class GRPOSection:
         require(self.rollout_correction in ("auto", "none", *ROLLOUT_CORRECTIONS.names), "grpo.rollout_correction",
                 f"must be one of {('auto', 'none', *ROLLOUT_CORRECTIONS.names)}, got {self.rollout_correction!r}")
         require(self.rollout_correction_cap > 1, "grpo.rollout_correction_cap", "must be > 1")
+        require(self.max_episode_tokens is None or self.max_episode_tokens >= 1, "grpo.max_episode_tokens",
+                "must be >= 1 or null")
 
 
 @dataclass
@@ -198,16 +208,25 @@ class Batch:
         return self.input_ids.shape[0]
 
 
+def policy_token_mask(result) -> torch.Tensor:
+    """[B, T] 1 on the response tokens the policy sampled: a multi-turn rollout's policy_mask (tool outputs and env
+    messages 0), every response token of a single-turn one."""
+    mask = getattr(result, "policy_mask", None)  # a backend may return the env's RolloutResult, which has none
+    return result.response_mask if mask is None else mask
+
+
 def shape_rewards(result, g: GRPOSection, max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """A rollout's ([B] scores with DAPO's soft overlong penalty, [B, T] loss mask without overlong-filtered rows)."""
-    lengths = result.response_mask.sum(-1)
+    """A rollout's ([B] scores with DAPO's soft overlong penalty, [B, T] loss mask without overlong-filtered rows).
+    Lengths and the loss mask count the policy's tokens only (policy_token_mask)."""
+    policy_mask = policy_token_mask(result)
+    lengths = policy_mask.sum(-1)
     scores = result.scores.float().clone()
     if g.soft_overlong:
         scores += g.overlong_penalty_factor * torch.tensor(
             [rewards.soft_overlong_penalty(int(n), max_new_tokens, g.overlong_cache) for n in lengths.tolist()],
             device=scores.device,
         )
-    loss_mask = result.response_mask.clone()
+    loss_mask = policy_mask.clone()
     if g.overlong_filter:
         keep = rewards.overlong_filter_mask(lengths.tolist(), max_new_tokens, truncated=result.truncated.tolist())
         loss_mask *= torch.tensor(keep, device=loss_mask.device, dtype=loss_mask.dtype).unsqueeze(-1)
@@ -321,7 +340,7 @@ class GRPOTrainer:
         for round_index in range(g.max_sampling_rounds):
             result, rows = self.sample_round(step, round_index)
             if round_index == 0:
-                stats = rollout_metrics(result, rows.scores)
+                stats = {**rollout_metrics(result, rows.scores), **episode_metrics(result)}
             sampled_scores.append(rows.scores)
             if g.dynamic_sampling:
                 groups, kept_groups = first_groups(informative_groups(result, rows.loss_mask, g), kept_groups,

@@ -173,6 +173,15 @@ class Batch:
         return self.input_ids.shape[0]
 
 
+def _refuse_multiturn(config: PPOConfig, task) -> None:
+    """PPO's GAE runs over every response token: on a multi-turn episode it would train on the tool outputs."""
+    from rlvr_env.multiturn_env import MultiTurnTask
+
+    if isinstance(task, MultiTurnTask):
+        raise ValueError(f"config env.id = {config.env.id!r} is a multi-turn task (tool calls between turns): PPO does "
+                         "not mask tool outputs yet; train it with --algo grpo or dapo")
+
+
 def _check_reward_model(p: PPOSection) -> None:
     """A ValueError naming ppo.reward_model unless it is a local one-label ...ForSequenceClassification directory:
     a causal LM would get a score head initialised at random (PPO would chase noise)."""
@@ -200,7 +209,8 @@ class PPOTrainer:
         if p.reward_source == "model":  # before setup_run writes (or deletes) anything
             _check_reward_model(p)
         self.run = setup_run(config, prompts=("ppo.prompts_per_step", p.prompts_per_step), group_size=p.samples_per_prompt,
-                             resume=resume, backend=backend, keep_reference=p.kl_coef > 0)
+                             resume=resume, backend=backend, keep_reference=p.kl_coef > 0,
+                             check_task=lambda task: _refuse_multiturn(config, task))
         self.config, self.policy, self.tokenizer, self.ref_model = config, self.run.model, self.run.tokenizer, self.run.ref_model
         self.env, self.backend, self.scaler = self.run.env, self.run.backend, self.run.scaler
         self.critic = build_value_model(self.policy, p.value_model) if p.value_model != "none" else None

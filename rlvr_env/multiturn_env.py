@@ -122,7 +122,14 @@ class MultiTurnEnv(gym.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        index, self.problem = problem_from_options(self.task, self.np_random, self.problem_seed, options)
+        index, problem = problem_from_options(self.task, self.np_random, self.problem_seed, options)
+        observation, info = self.start(problem)
+        return observation, {**info, "problem_index": int(index)}
+
+    def start(self, problem: Problem):
+        """Begin an episode on ``problem`` itself, as reset does on the one it draws (a batched rollout's rows play
+        problems drawn elsewhere): reset's observation and info, less ``problem_index``."""
+        self.problem = problem
         self.messages = self.task.messages(self.problem)
         if self.toolbox and not supports_tools(self.tokenizer):
             system = [m["content"] for m in self.messages[:1] if m["role"] == "system"]
@@ -130,9 +137,10 @@ class MultiTurnEnv(gym.Env):
             self.messages = [{"role": "system", "content": "\n\n".join([*system, tool_instructions(self.toolbox)])}, *rest]
         too_long = [m for m in self.messages if len(m["content"]) > self.max_message_chars]
         if too_long:
-            raise ValueError(f"problem {index} has a message of {len(too_long[0]['content'])} characters > max_message_chars")
+            raise ValueError(f"problem {problem.metadata.get('index', '')} has a message of "
+                             f"{len(too_long[0]['content'])} characters > max_message_chars")
         self.turn, self.tool_calls = 0, []
-        return self._observation(), {**self._info(), "problem_index": int(index), "tools": self.toolbox.schemas}
+        return self._observation(), {**self._info(), "tools": self.toolbox.schemas}
 
     def step(self, action: str):
         if self.problem is None:

@@ -1,0 +1,154 @@
+"""Multi-turn rollouts (algos/multiturn.py) and GRPO on them: the policy's tokens are masked exactly, the sampler's
+log-probs are the trainer's, the cache's holes change nothing, and the loop trains and logs episodes."""
+
+import pytest
+import torch
+from calculator_models import TASK_KWARGS, tool_tokenizer
+
+from algos import grpo, multiturn
+from algos.config import load_config
+from algos.environment import is_multiturn_task
+from algos.grpo import GRPOConfig, GRPOSection, shape_rewards
+from algos.multiturn import MultiTurnHFRollout, observation_text
+from algos.policy import completion_logprobs, position_ids_from_mask
+from algos.rollout import row_seeds
+from rlvr_env import TokenVectorEnv
+from rlvr_env.multiturn_env import Reply
+from rlvr_env.tasks.calculator_arithmetic import CalculatorArithmeticTask
+from rlvr_env.testing import build_tiny_model
+
+REPLY = "ok"
+
+
+class ChattyCalculator(CalculatorArithmeticTask):
+    """Answers every message without a tool call with REPLY (reward 0.25): a random model's episodes run to max_turns,
+    env messages between its own."""
+
+    def reply(self, problem, messages):
+        return Reply(REPLY, 0.25)
+
+
+def tiny_policy():
+    tokenizer = tool_tokenizer()
+    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=2, num_heads=2)
+    model.config.max_position_embeddings = 1024
+    return model.eval(), tokenizer
+
+
+def chatty_rollout(model, tokenizer, rows=8, group_size=4, max_new_tokens=24, max_episode_tokens=60, **sampling):
+    task = ChattyCalculator(ChattyCalculator.config_cls(**TASK_KWARGS))
+    env = TokenVectorEnv(task, tokenizer, num_envs=rows, max_new_tokens=max_new_tokens)
+    env.reset(seed=0, options={"group_size": group_size})
+    backend = MultiTurnHFRollout(max_episode_tokens=max_episode_tokens)
+    seeds = None if sampling.get("greedy") else row_seeds(0, range(rows))
+    return backend.generate(model, env, seeds=seeds, **sampling)
+
+
+def test_the_policy_mask_covers_the_sampled_tokens_and_nothing_else():
+    torch.manual_seed(0)
+    model, tokenizer = tiny_policy()
+    result = chatty_rollout(model, tokenizer)
+    observation = tokenizer(f"\nU:{REPLY}\nA:", add_special_tokens=False)["input_ids"]
+    eos = tokenizer.eos_token_id
+    assert (result.turns > 1).any()
+    for row in range(result.response_ids.shape[0]):
+        length = int(result.response_mask[row].sum())
+        ids, policy = result.response_ids[row, :length].tolist(), result.policy_mask[row, :length].tolist()
+        # Each message ends with EOS (or the budget); the observation, and only it, follows each ended message.
+        segments, start = [], 0
+        for t in range(1, length + 1):
+            if t == length or policy[t] != policy[start]:
+                segments.append((policy[start], ids[start:t]))
+                start = t
+        for kind, tokens in segments:
+            if kind == 0:
+                assert tokens == observation
+        messages = [tokens for kind, tokens in segments if kind == 1]
+        assert len(messages) == int(result.turns[row])
+        assert all(tokens[-1] == eos for tokens in messages[:-1])
+        # No final answer: a budget or max_turns ended the episode; the score is its return, 0.25 per reply.
+        assert bool(result.truncated[row])
+        assert result.scores[row] == pytest.approx(0.25 * len(messages))
+    scores, loss_mask = shape_rewards(result, GRPOSection(), max_new_tokens=24)
+    assert torch.equal(loss_mask, result.policy_mask)
+    assert (result.logprobs[result.policy_mask == 0] == 0).all()
+
+
+def test_the_samplers_logprobs_are_a_full_forwards_on_the_policy_tokens(monkeypatch):
+    squeezes = []
+    squeeze = multiturn.squeeze_cache_holes
+    monkeypatch.setattr(multiturn, "squeeze_cache_holes", lambda *a: squeezes.append(1) or squeeze(*a))
+    monkeypatch.setattr(MultiTurnHFRollout, "squeeze_above", 1.0)  # squeeze whenever the cache has a hole
+    torch.manual_seed(0)
+    model, tokenizer = tiny_policy()
+    result = chatty_rollout(model, tokenizer, rows=12, group_size=3, max_new_tokens=40, max_episode_tokens=90)
+    assert squeezes, "the rollout should have squeezed its cache's holes"
+    ids = torch.cat([result.prompt_ids, result.response_ids], 1)
+    mask = torch.cat([result.prompt_mask, result.response_mask], 1)
+    width = result.prompt_ids.shape[1]
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits
+        full = torch.log_softmax(logits[:, width - 1 : -1].float(), -1).gather(-1, result.response_ids[..., None])[..., 0]
+        trainer, _ = completion_logprobs(model, ids, mask, width, vocab_size=len(tokenizer))
+    policy = result.policy_mask.bool()
+    assert torch.allclose(result.logprobs[policy], full[policy], atol=1e-4)
+    assert torch.allclose(trainer[policy], full[policy], atol=1e-4)
+
+
+def test_greedy_episodes_do_not_depend_on_the_other_rows():
+    torch.manual_seed(0)
+    model, tokenizer = tiny_policy()
+    together = chatty_rollout(model, tokenizer, rows=4, group_size=1, greedy=True)
+    alone = chatty_rollout(model, tokenizer, rows=1, group_size=1, greedy=True)
+    length = int(alone.response_mask[0].sum())
+    assert together.response_ids[0, :length].tolist() == alone.response_ids[0, :length].tolist()
+
+
+def test_a_template_that_rewrites_earlier_turns_is_refused():
+    assert observation_text("A:", "hi", "A:hi\nT:3\nA:", "</s>") == "\nT:3\nA:"
+    assert observation_text("A:", "hi", "A:hi<|im_end|>\nU:x\nA:", "<|im_end|>") == "\nU:x\nA:"
+    with pytest.raises(ValueError, match="append-only"):
+        observation_text("A:", " hi ", "A:hi\nT:3\nA:", "")
+
+
+def test_grpo_trains_on_a_multiturn_task_and_logs_its_episodes(tmp_path):
+    assert is_multiturn_task("rlvr/CalculatorArithmetic-v0") and not is_multiturn_task("rlvr/Arithmetic-v0")
+    model, tokenizer = tiny_policy()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    overrides = {
+        "model.path": str(tmp_path / "model"), "env.id": "rlvr/CalculatorArithmetic-v0",
+        "env.kwargs": '{"digits": 2, "operators": "*", "prompt_template": "{expression}=", "max_turns": 2}',
+        "env.max_new_tokens": "16", "env.eval_size": "4", "grpo.max_episode_tokens": "40", "run.steps": "1",
+        "run.output_dir": str(tmp_path / "run"), "run.save_every": "0", "run.progress": "false",
+        "run.tensorboard": "false", "run.plots": "false", "grpo.prompts_per_step": "2", "grpo.group_size": "2",
+        "model.autocast": "null",
+    }
+    trainer = grpo.GRPOTrainer(load_config(GRPOConfig, overrides=overrides))
+    assert isinstance(trainer.backend, MultiTurnHFRollout) and trainer.backend.max_episode_tokens == 40
+    metrics = trainer.train_step(1, logger=type("Quiet", (), {"write": lambda self, line: None})())
+    for key in ("turns_mean", "tool_calls_mean", "tool_errors_mean", "policy_len_mean", "loss"):
+        assert key in metrics
+    assert 1 <= metrics["turns_mean"] <= 2 and metrics["policy_len_mean"] <= 16
+
+
+def test_vllm_is_refused_on_a_multiturn_task(tmp_path):
+    from algos.environment import make_rollout_backend
+
+    config = load_config(GRPOConfig, overrides={"env.id": "rlvr/CalculatorArithmetic-v0", "rollout.backend": "vllm"})
+    with pytest.raises(ValueError, match="rollout.backend"):
+        make_rollout_backend(config)
+
+
+def test_ppo_refuses_a_multi_turn_task_by_name(tmp_path):
+    from reference_helpers import save_tiny_model
+
+    from algos.config import load_config
+    from algos.ppo import PPOConfig, PPOTrainer
+
+    overrides = {"model.path": save_tiny_model(tmp_path / "m"), "env.id": "rlvr/CalculatorArithmetic-v0",
+                 "run.output_dir": str(tmp_path / "run"), "model.autocast": "null"}
+    config = load_config(PPOConfig, overrides=overrides)
+    with pytest.raises(ValueError, match=r"config env.id = 'rlvr/CalculatorArithmetic-v0' is a multi-turn task"):
+        PPOTrainer(config)
+    assert not (tmp_path / "run").exists()
