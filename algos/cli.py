@@ -2,7 +2,7 @@
 
     rlvr train --algo grpo|dapo|rloo|cispo|gmpo|ppo|reinforce_pp[_baseline] --env rlvr/Arithmetic-v0 --model PATH|default \
         [--config run.toml] [--resume] [--section.key value | --key value ...]
-    rlvr eval --env rlvr/Arithmetic-v0 --model PATH|default [--num-problems N] [overrides]
+    rlvr eval --env rlvr/Arithmetic-v0 --model PATH|default [--num-problems N] [--zero-shot] [overrides]
 
 Algorithms are looked up lazily in ALGORITHMS: name -> (module, preset). A module exposes
 `Config` (a dataclass loadable by algos.config.load_config), `train(config, *, resume)` and
@@ -121,6 +121,13 @@ def register(subparsers) -> None:
     evaluate.add_argument("--model", help="local transformers directory or 'default' (config model.path)")
     evaluate.add_argument("--config", help="TOML or YAML file with config sections")
     evaluate.add_argument("--num-problems", type=int_at_least(1), help="held-out problems (config env.eval_size)")
+    evaluate.add_argument(
+        "--zero-shot", action="store_true",
+        help="score the same held-out problems zero-shot: the task's few-shot examples removed (env.eval_kwargs.few_shot "
+             "= []) and the prompt rendered with the chat template (env.use_chat_template = true); the prompt template, "
+             "system prompt and reward stay the config's. E.g. a few-shot-trained run asked the bare question: "
+             "rlvr eval --config runs/x/config.yaml --model runs/x --zero-shot",
+    )
     evaluate.set_defaults(func=_eval)
 
 
@@ -185,11 +192,13 @@ def _eval(args) -> int:
         f.name for module, _ in ALGORITHMS.values() for f in dataclasses.fields(importlib.import_module(module).Config)
     } - {f.name for f in dataclasses.fields(EvalConfig)}
     extra = {"env.id": args.env, "model.path": args.model, "env.eval_size": args.num_problems}
-    from algos.evaluation import eval_task, evaluate_saved_model
+    from algos.evaluation import eval_task, evaluate_saved_model, zero_shot
     from algos.models import resolve_model_path
 
     try:
         config = _load(EvalConfig, args, extra, unused_sections=training_sections)
+        if args.zero_shot:
+            config = zero_shot(config)
         eval_set = eval_task(config)  # built once: it reads a dataset's file
         # what "default", a checkpoint or a run directory names now (a run's latest checkpoint's model/), resolved once
         model_dir = str(resolve_model_path(config.model.path))
@@ -204,5 +213,5 @@ def _eval(args) -> int:
     indices = eval_set[1]
     problems = config.env.eval_size if indices is None else len(indices)
     print(json.dumps({"env": config.env.id, "model": config.model.path, "model_dir": model_dir, "problems": problems,
-                      "accuracy": accuracy}))
+                      "prompt": "zero-shot" if args.zero_shot else "config", "accuracy": accuracy}))
     return 0

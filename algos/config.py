@@ -80,12 +80,54 @@ class EnvConfig:
     # Task arguments for evaluation, over env.kwargs: a dataset task's held-out file (verl's data.val_files),
     # e.g. {data_path: gsm8k_test.jsonl}; without it a dataset task is evaluated on its training file.
     eval_kwargs: dict[str, Any] = field(default_factory=dict)
+    # Task config fields ramped over the training steps, each {from, to, end_step[, start_step]} (linear; integers
+    # when both ends are: rlvr_env.curriculum.StepSchedule), set on the training task before each step's rollouts,
+    # a pure function of the step (a resume repeats it) and logged as schedule/<field>. E.g.
+    # {few_shot_keep: {from: 1.0, to: 0.0, end_step: 40}} fades few-shot examples out (Arithmetic, GSM8K);
+    # {format_weight: {from: 0.1, to: 0.0, end_step: 60}} withdraws format credit. Evaluation is never scheduled:
+    # it scores env.kwargs updated by env.eval_kwargs. {} = none.
+    schedule: dict[str, Any] = field(default_factory=dict)
+    # A second held-out accuracy, eval_accuracy_transfer, logged wherever eval_accuracy is (before, every
+    # run.eval_every steps, after), on the same problems under another prompt: the task built with env.kwargs,
+    # then env.eval_kwargs, then these, e.g. {few_shot: []} (zero-shot: what `rlvr eval --zero-shot` scores).
+    # {} with transfer_eval_chat_template null = no second evaluation. Reporting only: a resume may change it.
+    transfer_eval_kwargs: dict[str, Any] = field(default_factory=dict)
+    # env.use_chat_template of that second evaluation; null = the same as env.use_chat_template.
+    transfer_eval_chat_template: bool | None = None
 
     def validate(self) -> None:
         require(self.max_new_tokens >= 1, "env.max_new_tokens", "must be >= 1")
         require(self.max_prompt_tokens is None or self.max_prompt_tokens >= 1, "env.max_prompt_tokens", "must be >= 1 or null")
         require(self.eval_size >= 1, "env.eval_size", "must be >= 1")
         require(self.eval_batch_size >= 0, "env.eval_batch_size", "must be >= 0 (0 = all at once)")
+        from rlvr_env.curriculum import StepSchedule
+
+        try:
+            schedule = StepSchedule(self.schedule, "env.schedule")
+        except ValueError as error:
+            raise ValueError(f"config {error}") from None
+        for changes in schedule.endpoints():
+            self._check_task_fields(changes, "env.schedule", self.kwargs)
+        self._check_task_fields(self.transfer_eval_kwargs, "env.transfer_eval_kwargs", {**self.kwargs, **self.eval_kwargs})
+
+    def _check_task_fields(self, changes: dict[str, Any], key: str, base: dict[str, Any]) -> None:
+        """Refuse, naming ``key``, task config ``changes`` that env.id's config class has no field for or
+        does not validate, on top of ``base``: before a run starts, not at its first step. Skipped when env.id
+        or ``base`` alone is wrong (building the task reports those) and for ids this check cannot resolve."""
+        if not changes:
+            return
+        from rlvr_env.registry import registered_tasks, resolve_id
+        from rlvr_env.task import build_config
+
+        try:
+            task_cls, defaults = registered_tasks()[resolve_id(self.id)]
+            build_config(task_cls.config_cls, None, {**defaults, **base})
+        except Exception:  # noqa: BLE001 - an unknown id or bad env.kwargs: the task build names them
+            return
+        try:
+            build_config(task_cls.config_cls, None, {**defaults, **base, **changes})
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"config {key} {changes} on {self.id}: {error}") from None
 
 
 # vllm.LLM arguments rollout.vllm_engine_kwargs may not carry: VLLMRollout or their own config keys set them.

@@ -3,6 +3,7 @@ from env.eval_seed; a dataset's first env.eval_size, from env.eval_kwargs' file 
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 import torch
@@ -19,6 +20,38 @@ def eval_task(config):
     procedural task, whose problems are drawn from the seed env.eval_seed that training never uses."""
     task = build_task(config, held_out=True)
     return task, None if task.size is None else list(range(min(config.env.eval_size, task.size)))
+
+
+# What `rlvr eval --zero-shot` and a transfer evaluation of {few_shot: []} change: the task's worked examples go.
+ZERO_SHOT_KWARGS = {"few_shot": []}
+
+
+def with_eval_prompt(config, task_kwargs: dict, use_chat_template: bool | None = None):
+    """A copy of ``config`` whose evaluation scores the same held-out problems under another prompt:
+    env.eval_kwargs updated by ``task_kwargs``, and env.use_chat_template set when ``use_chat_template``
+    is not None. ``config`` itself is left as it is."""
+    env = dataclasses.replace(
+        config.env,
+        eval_kwargs={**config.env.eval_kwargs, **task_kwargs},
+        use_chat_template=config.env.use_chat_template if use_chat_template is None else use_chat_template,
+    )
+    return dataclasses.replace(config, env=env)
+
+
+def zero_shot(config):
+    """``config`` evaluated zero-shot (`rlvr eval --zero-shot`): the task's few-shot examples removed
+    (env.eval_kwargs.few_shot = []) and the prompt rendered with the chat template (env.use_chat_template =
+    true); the prompt template, system prompt, problems and reward stay the config's."""
+    return with_eval_prompt(config, ZERO_SHOT_KWARGS, use_chat_template=True)
+
+
+def transfer_eval_config(config):
+    """The config of training's second held-out evaluation (metric eval_accuracy_transfer): env.eval_kwargs
+    updated by env.transfer_eval_kwargs, under env.transfer_eval_chat_template; None when neither is set."""
+    env = config.env
+    if not env.transfer_eval_kwargs and env.transfer_eval_chat_template is None:
+        return None
+    return with_eval_prompt(config, env.transfer_eval_kwargs, env.transfer_eval_chat_template)
 
 
 def warn_if_eval_reads_training_data(config, task) -> None:

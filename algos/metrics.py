@@ -18,10 +18,11 @@ from algos.distributed import gather_objects
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "curves.png"
 # Shown in the progress bar when present (short names keep the bar on one line).
-PROGRESS_KEYS = {"reward_mean": "reward", "accuracy": "acc", "entropy": "ent", "kl": "kl", "eval_accuracy": "eval"}
+PROGRESS_KEYS = {"reward_mean": "reward", "accuracy": "acc", "entropy": "ent", "kl": "kl", "eval_accuracy": "eval",
+                 "eval_accuracy_transfer": "xfer"}
 # Curves drawn at the end, in this order, when the run logged them.
 PLOT_KEYS = (
-    "reward_mean", "accuracy", "eval_accuracy", "entropy", "kl", "clip_frac_low", "clip_frac_high",
+    "reward_mean", "accuracy", "eval_accuracy", "eval_accuracy_transfer", "entropy", "kl", "clip_frac_low", "clip_frac_high",
     "grad_norm", "completion_len_mean", "truncation_rate", "zero_std_group_frac", "generation_rounds",
     "value_loss", "explained_variance",
 )

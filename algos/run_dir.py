@@ -22,6 +22,8 @@ from algos.config import from_dict, load_file, save_config, to_dict
 RESUME_OVERRIDES = frozenset({
     "run.steps", "run.save_every", "run.keep_last", "run.eval_every", "run.progress", "run.tensorboard", "run.plots",
     "run.overwrite_output_dir", "run.full_determinism", "model.device", "model.autocast", "env.eval_batch_size",
+    # A second evaluation under another prompt only reports.
+    "env.transfer_eval_kwargs", "env.transfer_eval_chat_template",
     "rollout.vllm_gpu_memory_utilization", "rollout.vllm_engine_kwargs",
     # Alarms only watch the run.
     "run.stop_on_alarm", "alarms.entropy_collapse", "alarms.reward_stall", "alarms.window", "alarms.zero_std_groups",

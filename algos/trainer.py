@@ -34,13 +34,14 @@ from algos.distributed import (
     wrap,
 )
 from algos.environment import build_task, make_env, make_rollout_backend
-from algos.evaluation import eval_task, evaluate, warn_if_eval_reads_training_data
+from algos.evaluation import eval_task, evaluate, transfer_eval_config, warn_if_eval_reads_training_data
 from algos.hardware import resolve_precision
 from algos.metrics import MetricsLogger, SilentLogger
 from algos.policy import check_lm_head
 from algos.rollout import RolloutBackend, row_seeds
 from algos.run_dir import open_run_dir
 from algos.runtime import DTYPES, grad_scaler, mixed_precision, resolve_device, seed_everything
+from rlvr_env.curriculum import StepSchedule
 
 
 @dataclass
@@ -197,14 +198,25 @@ class Agent(Protocol):
 
 
 def run_training(agent: Agent) -> dict[str, Any]:
-    """The loop every agent shares: held-out eval before (fresh runs) and after, `run.steps` steps
-    from `agent.start_step`, metrics logged each step, checkpoints every `run.save_every` and at
-    the end, curves plotted; under model.autocast's mixed precision when set. Every rank runs it; rank 0 logs."""
+    """The loop every agent shares: held-out eval before (fresh runs) and after (eval_accuracy, and
+    eval_accuracy_transfer under env.transfer_eval_kwargs' prompt when set), `run.steps` steps
+    from `agent.start_step`, each under env.schedule's task config for it, metrics logged each step,
+    checkpoints every `run.save_every` and at the end, curves plotted; under model.autocast's mixed precision
+    when set. Every rank runs it; rank 0 logs."""
     run, cfg = agent.run, agent.run.config.run
+    schedule = StepSchedule(run.config.env.schedule, "env.schedule")
+    transfer_config = transfer_eval_config(run.config)  # env.transfer_eval_kwargs: the same problems, another prompt
+    transfer_set = eval_task(transfer_config) if transfer_config is not None else None
 
-    def held_out_accuracy() -> float:
+    def held_out_accuracy() -> dict[str, float]:
+        """eval_accuracy, and eval_accuracy_transfer when env.transfer_eval_kwargs asks for it."""
         with whole_weights(run.forward):
-            return evaluate(run.model, run.tokenizer, run.config, agent.backend, device=run.device, eval_set=run.eval_set)
+            scores = {"eval_accuracy": evaluate(run.model, run.tokenizer, run.config, agent.backend, device=run.device,
+                                                eval_set=run.eval_set)}
+            if transfer_config is not None:
+                scores["eval_accuracy_transfer"] = evaluate(run.model, run.tokenizer, transfer_config, agent.backend,
+                                                            device=run.device, eval_set=transfer_set)
+        return scores
 
     logger_type = MetricsLogger if run.world.is_main else SilentLogger
     logger = logger_type(run.output_dir, cfg.steps, start_step=agent.start_step, tensorboard=cfg.tensorboard,
@@ -217,17 +229,24 @@ def run_training(agent: Agent) -> dict[str, Any]:
     try:
         with mixed_precision(run.config.model, run.device):
             if agent.start_step == 0:
-                summary["eval_accuracy_before"] = held_out_accuracy()
-                logger.log(0, {"eval_accuracy": summary["eval_accuracy_before"], "world_size": run.world.size,
-                               "distributed_strategy": strategy})
+                scores = held_out_accuracy()
+                summary.update({f"{key}_before": value for key, value in scores.items()})
+                logger.log(0, {**scores, "world_size": run.world.size, "distributed_strategy": strategy})
             for step in range(agent.start_step + 1, cfg.steps + 1):
                 started = time.perf_counter()
+                # env.schedule: this step's task config, a pure function of the step (so a resume repeats it)
+                scheduled = schedule.at(step) if schedule else {}
+                if scheduled:
+                    run.env.task.configure(**scheduled)
                 metrics = agent.train_step(step, logger)
+                metrics.update({f"schedule/{key}": value for key, value in scheduled.items()})
                 if cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:
-                    metrics["eval_accuracy"] = held_out_accuracy()
+                    metrics.update(held_out_accuracy())
                 metrics["step_time_s"] = time.perf_counter() - started
                 if step == cfg.steps:
-                    metrics["eval_accuracy"] = summary["eval_accuracy_after"] = held_out_accuracy()
+                    scores = held_out_accuracy()
+                    metrics.update(scores)
+                    summary.update({f"{key}_after": value for key, value in scores.items()})
                 alarms = monitor.check(step, metrics)  # every rank sees the same (global) metrics and decides alike
                 for alarm in alarms:
                     metrics[f"alarm/{alarm.name}"] = 1.0

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
+
+import numpy as np
 
 
 def render_prompt(messages: Sequence[dict[str, str]], tokenizer=None, use_chat_template: bool = True) -> str:
@@ -22,3 +25,38 @@ def encode_prompts(texts: Sequence[str], tokenizer, chat_rendered: bool) -> list
 
 def uses_chat_template(tokenizer, use_chat_template: bool) -> bool:
     return tokenizer is not None and use_chat_template and bool(getattr(tokenizer, "chat_template", None))
+
+
+# The stream of few-shot keep draws: a constant so they never coincide with a task's own problem draws.
+_FEW_SHOT_STREAM = 0x5F5E
+
+
+def validate_few_shot_keep(value) -> None:
+    """Raise ValueError naming few_shot_keep unless it is a number in [0, 1]."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"few_shot_keep must be a number in [0, 1] (the chance each few-shot example is shown), got {value!r}")
+
+
+def shown_few_shot(few_shot: Sequence[tuple[str, str]], keep: float, problem) -> list[tuple[str, str]]:
+    """The few-shot pairs ``problem``'s prompt shows: each one (in order) when its draw is below ``keep``.
+
+    The draws are a pure function of the problem (its metadata ``index`` and prompt text, never a
+    process' hash seed), so a given problem shows the same examples wherever and whenever it is rendered;
+    and as ``keep`` falls a problem's shown examples only shrink. ``keep = 1`` shows them all and
+    ``keep = 0`` none (zero-shot); in between a prompt shows ``len(few_shot) * keep`` of them on average,
+    some prompts all, some none, so a scheduled ``keep`` fades the examples out prompt by prompt."""
+    if keep >= 1.0 or not few_shot:
+        return list(few_shot)
+    if keep <= 0.0:
+        return []
+    key = [_FEW_SHOT_STREAM, int(problem.metadata.get("index", 0)), zlib.crc32(problem.prompt.encode("utf-8"))]
+    draws = np.random.default_rng(key).random(len(few_shot))
+    return [pair for pair, draw in zip(few_shot, draws) if draw < keep]
+
+
+def chat_turns(system_prompt: str | None, few_shot: Sequence[tuple[str, str]], prompt: str) -> list[dict[str, str]]:
+    """Chat turns: the system prompt, each (prompt, completion) pair as a user and an assistant turn, the prompt."""
+    turns = [{"role": "system", "content": system_prompt}] if system_prompt else []
+    for example_prompt, completion in few_shot:
+        turns += [{"role": "user", "content": example_prompt}, {"role": "assistant", "content": completion}]
+    return turns + [{"role": "user", "content": prompt}]

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from rlvr_env.answers import answer_reward, validate_answer_weights
+from rlvr_env.prompting import chat_turns, shown_few_shot, validate_few_shot_keep
 from rlvr_env.task import Problem, Task, TaskConfig, validate_flags, validate_prompt_template
 
 OPERATORS = "+-*/"
@@ -22,7 +23,9 @@ class ArithmeticConfig(TaskConfig):
     Reward: ``correct_weight`` for the right value (extracted from ``\\boxed``/"answer
     is", else the last number when ``fallback_last_number``) plus ``format_weight``
     for filling ``\\boxed{}`` (defaults sum to 1.0, so a perfect answer scores 1.0;
-    a base model gets signal from the last-number fallback before it learns ``\\boxed{}``)."""
+    a base model gets signal from the last-number fallback before it learns ``\\boxed{}``).
+    ``few_shot_keep``: the chance each ``few_shot`` example is shown in a prompt (1 = all, 0 = zero-shot),
+    drawn per problem (rlvr_env.prompting.shown_few_shot); a trainer's ``env.schedule`` fades it out."""
 
     digits: int = 2
     terms: int = 2
@@ -32,6 +35,7 @@ class ArithmeticConfig(TaskConfig):
     format_weight: float = 0.1
     fallback_last_number: bool = True
     literal_answer: bool = True  # the value as a number: "86 + 67" or \frac{306}{2} for 153 scores 0
+    few_shot_keep: float = 1.0  # chance each few-shot example is shown (per problem): 1 = all, 0 = none
 
     def validate(self) -> None:
         super().validate()
@@ -44,6 +48,7 @@ class ArithmeticConfig(TaskConfig):
         validate_prompt_template(self.prompt_template, "expression")
         validate_answer_weights(self.correct_weight, self.format_weight)
         validate_flags(fallback_last_number=self.fallback_last_number, literal_answer=self.literal_answer)
+        validate_few_shot_keep(self.few_shot_keep)
 
 
 def prime_factors(n: int) -> Counter:
@@ -123,6 +128,11 @@ class ArithmeticTask(Task):
     def verifier(self):
         cfg = self.config
         return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number, cfg.literal_answer)
+
+    def messages(self, problem: Problem) -> list[dict[str, str]]:
+        """The system prompt, the few-shot pairs this problem shows (``few_shot_keep``), then the problem."""
+        cfg = self.config
+        return chat_turns(cfg.system_prompt, shown_few_shot(cfg.few_shot, cfg.few_shot_keep, problem), problem.prompt)
 
     def gold_completion(self, problem: Problem) -> str:
         return f"{problem.metadata['expression']} = {problem.answer}, so the answer is \\boxed{{{problem.answer}}}."

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rlvr_env.answers import answer_reward, validate_answer_weights
 from rlvr_env.data import DataFileError, DatasetTask, require_str
+from rlvr_env.prompting import chat_turns, shown_few_shot, validate_few_shot_keep
 from rlvr_env.task import Problem, Task, TaskConfig, validate_flags, validate_prompt_template
 
 ENV_VAR = "RLVR_GSM8K_PATH"
@@ -19,7 +20,9 @@ ENV_VAR = "RLVR_GSM8K_PATH"
 class GSM8KConfig(TaskConfig):
     """``data_path``: a .jsonl or .parquet file (default: $RLVR_GSM8K_PATH). Reward as in
     Arithmetic: ``correct_weight`` for the right number (last number as fallback when
-    ``fallback_last_number``, the usual GSM8K grading) plus ``format_weight`` for ``\\boxed{}``."""
+    ``fallback_last_number``, the usual GSM8K grading) plus ``format_weight`` for ``\\boxed{}``.
+    ``few_shot_keep``: the chance each ``few_shot`` example is shown in a prompt (1 = all, 0 = zero-shot),
+    drawn per problem (rlvr_env.prompting.shown_few_shot); a trainer's ``env.schedule`` fades it out."""
 
     data_path: str | None = None
     prompt_template: str = "{question}\nPlease reason step by step, and put your final answer within \\boxed{{}}."
@@ -27,12 +30,14 @@ class GSM8KConfig(TaskConfig):
     format_weight: float = 0.0
     fallback_last_number: bool = True
     literal_answer: bool = True  # the value as a number: "86 + 67" or \frac{306}{2} for 153 scores 0
+    few_shot_keep: float = 1.0  # chance each few-shot example is shown (per problem): 1 = all, 0 = none
 
     def validate(self) -> None:
         super().validate()
         validate_prompt_template(self.prompt_template, "question")
         validate_answer_weights(self.correct_weight, self.format_weight)
         validate_flags(fallback_last_number=self.fallback_last_number, literal_answer=self.literal_answer)
+        validate_few_shot_keep(self.few_shot_keep)
 
 
 def final_answer(solution: str) -> str | None:
@@ -62,6 +67,11 @@ class GSM8KTask(DatasetTask, Task):
     def verifier(self):
         cfg = self.config
         return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number, cfg.literal_answer)
+
+    def messages(self, problem: Problem) -> list[dict[str, str]]:
+        """The system prompt, the few-shot pairs this problem shows (``few_shot_keep``), then the question."""
+        cfg = self.config
+        return chat_turns(cfg.system_prompt, shown_few_shot(cfg.few_shot, cfg.few_shot_keep, problem), problem.prompt)
 
     def gold_completion(self, problem: Problem) -> str:
         return f"The answer is \\boxed{{{problem.answer}}}."

@@ -1,0 +1,114 @@
+"""Learning that transfers (issue 18): a tiny character model that answers 1-digit sums well when worked examples
+precede the question and badly when asked the bare question. GRPO on few-shot prompts alone leaves its zero-shot
+accuracy about where it was; the same run with env.schedule fading the examples out (few_shot_keep 1 -> 0) raises
+it. Measured (200 held-out problems, greedy): zero-shot 0.195 -> 0.305 few-shot only, 0.195 -> 0.670 faded.
+The runs log the zero-shot score as eval_accuracy_transfer (env.transfer_eval_kwargs = {few_shot: []})."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from algos import grpo
+from algos.config import load_config
+from algos.evaluation import evaluate_saved_model, transfer_eval_config
+from algos.grpo import GRPOConfig
+from algos.metrics import read_metrics
+from rlvr_env import make_task
+from rlvr_env.prompting import render_prompt
+from rlvr_env.testing import ADDITION_KWARGS, build_char_tokenizer, build_tiny_model
+
+# Two worked examples, prepended to the question as earlier turns: plain text joins turns with blank lines, so a
+# few-shot prompt reads "1+2=\n\n3\n\n4+4=\n\n8\n\n5+3=" and a zero-shot one "5+3=".
+FEW_SHOT = [["1+2=", "3"], ["4+4=", "8"]]
+TASK_KWARGS = {**ADDITION_KWARGS, "few_shot": FEW_SHOT}
+
+
+def few_shot_savvy_model(path, steps: int = 800, seed: int = 0, zero_shot_wrong: float = 0.65,
+                         few_shot_wrong: float = 0.05):
+    """Save a tiny model supervised on half few-shot, half zero-shot prompts of 1-digit sums (rendered as the env
+    renders them): after examples its answers are right but for ``few_shot_wrong`` of them, on a bare question a
+    ``zero_shot_wrong`` share is the sum + 1 (greedy zero-shot accuracy ~20%, right answers still sampled)."""
+    import torch
+
+    tokenizer = build_char_tokenizer()
+    few, bare = make_task("Arithmetic", **TASK_KWARGS), make_task("Arithmetic", **{**TASK_KWARGS, "few_shot": []})
+    model = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, seed=seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        indices = torch.randint(0, 10**6, (32,), generator=generator).tolist()
+        with_examples = (torch.rand(32, generator=generator) < 0.5).tolist()
+        draws = torch.rand(32, generator=generator).tolist()
+        texts = []
+        for index, shown, draw in zip(indices, with_examples, draws):
+            task = few if shown else bare
+            problem = task.problem(index, 999)
+            wrong = draw < (few_shot_wrong if shown else zero_shot_wrong)
+            prompt = render_prompt(task.messages(problem), tokenizer, use_chat_template=False)
+            texts.append(prompt + str(int(problem.answer) + wrong) + tokenizer.eos_token)
+        batch = tokenizer(texts, return_tensors="pt", padding=True)
+        labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
+        model(**batch, labels=labels).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def savvy_model(tmp_path_factory):
+    return few_shot_savvy_model(tmp_path_factory.mktemp("savvy") / "model")
+
+
+def run_config(model_path, output_dir, **overrides):
+    base = {
+        "model.path": str(model_path),
+        "model.autocast": "null",
+        "env.kwargs": json.dumps(TASK_KWARGS),
+        "env.max_new_tokens": "6",
+        "env.use_chat_template": "false",
+        "env.eval_size": "200",
+        "env.transfer_eval_kwargs": "{few_shot: []}",
+        "optim.lr": "1e-3",
+        "run.steps": "10",
+        "run.output_dir": str(output_dir),
+        "run.save_every": "0",
+        "run.progress": "false",
+        "run.tensorboard": "false",
+        "run.plots": "false",
+        "grpo.prompts_per_step": "64",
+        "grpo.group_size": "8",
+        "grpo.beta": "0",
+        "loss.micro_batch_size": "256",
+    }
+    return load_config(GRPOConfig, overrides={**base, **overrides})
+
+
+def test_the_tiny_model_answers_few_shot_prompts_well_and_bare_questions_badly(savvy_model):
+    config = run_config(savvy_model, "unused")
+    # transfer_eval_config: the examples removed, the plain-text format kept (--zero-shot would also turn the chat
+    # template on, a prompt format this model never saw).
+    few_shot, bare = evaluate_saved_model(config, savvy_model), evaluate_saved_model(transfer_eval_config(config), savvy_model)
+    print(f"tiny model before training: few-shot {few_shot:.3f}, zero-shot {bare:.3f}")
+    assert few_shot >= 0.75 and bare <= 0.3
+
+
+@pytest.mark.slow
+def test_fading_the_examples_moves_zero_shot_accuracy_and_few_shot_training_does_not(savvy_model, tmp_path):
+    fixed = grpo.train(run_config(savvy_model, tmp_path / "few-shot"))
+    faded = grpo.train(run_config(savvy_model, tmp_path / "faded",
+                                  **{"env.schedule": "{few_shot_keep: {from: 1.0, to: 0.0, end_step: 6}}"}))
+    for name, summary in (("few-shot only", fixed), ("faded", faded)):
+        print(f"{name}: few-shot {summary['eval_accuracy_before']:.3f} -> {summary['eval_accuracy_after']:.3f}, "
+              f"zero-shot {summary['eval_accuracy_transfer_before']:.3f} -> {summary['eval_accuracy_transfer_after']:.3f}")
+    assert faded["eval_accuracy_transfer_before"] == fixed["eval_accuracy_transfer_before"] <= 0.4
+    assert faded["eval_accuracy_transfer_after"] >= faded["eval_accuracy_transfer_before"] + 0.3
+    assert faded["eval_accuracy_transfer_after"] >= fixed["eval_accuracy_transfer_after"] + 0.2
+    # Not asserted: the faded run's few-shot accuracy. Measured: 0.84 -> 0.355, its last 4 steps being zero-shot only
+    # (the few-shot-only run: 0.84 -> 1.0). Fading trades the prompt it leaves for the one it moves to.
+    records = read_metrics(tmp_path / "faded")
+    assert [r["schedule/few_shot_keep"] for r in records[1:]] == pytest.approx([1 - s / 6 for s in range(1, 7)] + [0.0] * 4)
+    assert "eval_accuracy_transfer" in records[0] and "eval_accuracy_transfer" in records[-1]
