@@ -60,6 +60,8 @@ MODULES: dict[str, list[str]] = {
     "algos/core/kl.py": ["tests/test_core_kl.py", *CORE_USERS],
     "algos/core/policy_loss.py": ["tests/test_core_policy_loss.py", "tests/test_core_aggregation.py", *CORE_USERS],
     "algos/core/logprobs.py": ["tests/test_core_logprobs.py", "tests/test_grpo_machinery.py", *CORE_USERS],
+    "algos/core/rollout_correction.py": ["tests/test_core_rollout_correction.py", "tests/test_grpo_loop.py"],
+    "algos/alarms.py": ["tests/test_alarms.py"],
     "algos/grpo.py": ["tests/test_grpo_loop.py", "tests/test_grpo_machinery.py", "tests/test_ppo.py", "tests/test_config.py",
                       *GRPO_REFERENCE, *RESUME],
     "algos/ppo.py": ["tests/test_ppo.py", "tests/test_config.py", *PPO_REFERENCE, *RESUME],
