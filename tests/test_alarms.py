@@ -65,3 +65,48 @@ def test_a_run_stops_on_an_alarm_with_a_checkpoint_and_the_alarm_logged(tmp_path
     assert latest_checkpoint(tmp_path / "run").name == "checkpoint-1"
     records = read_metrics(tmp_path / "run")
     assert [r["step"] for r in records] == [0, 1] and records[-1]["alarm/truncation"] == 1.0
+
+
+def test_each_alarm_says_what_it_saw_and_the_key_to_turn():
+    def message(records, **thresholds):
+        monitor, said = HealthMonitor(AlarmConfig(**thresholds)), []
+        for step, record in enumerate(records, 1):
+            said += [alarm.message for alarm in monitor.check(step, record)]
+        return said
+
+    assert message([{"entropy": 2.0, "reward_mean": 0.5}, {"entropy": 0.1, "reward_mean": 0.5}]) == [
+        "step 2: entropy 0.1 is below 0.1 x its start (2) and reward_mean gained 0 over 1 steps (alarms.entropy_collapse)"]
+    assert message([{"zero_std_group_frac": 0.95}]) == [  # at the threshold: fires
+        "step 1: 95% of groups have all-equal rewards, no learning signal (alarms.zero_std_groups = 0.95): raise "
+        "grpo.group_size, sample at a temperature, or use grpo.dynamic_sampling"]
+    assert message([{"clip_frac_high": 0.0625}, {"clip_frac_low": 0.5}]) == [
+        "step 2: clip fraction 0.5 is over 5 x its recent mean 0.0625 (alarms.clip_spike): lower optim.lr or "
+        "grpo.num_iterations"]
+    assert message([{"truncation_rate": 0.95}]) == [
+        "step 1: 95% of completions reach env.max_new_tokens (alarms.truncation = 0.9): raise env.max_new_tokens or "
+        "penalise length (grpo.soft_overlong)"]
+    assert message([{"reward_mean": 0.25, "eval_accuracy": 0.5}, {"reward_mean": 0.75, "eval_accuracy": 0.25}]) == [
+        "step 2: reward_mean rose 0.5 over 1 steps while held-out accuracy fell to 0.25 from 0.5 (alarms.eval_drop): "
+        "the reward is being gamed"]
+
+
+def test_alarm_edges_are_strict_where_the_docs_say_below_or_above():
+    # entropy exactly 0.1 x its start is not below it; a low start entropy (< 1) collapses too
+    assert fired([{"entropy": 2.0, "reward_mean": 0.5}, {"entropy": 0.2, "reward_mean": 0.5}]) == [[], []]
+    assert fired([{"entropy": 0.5, "reward_mean": 0.5}, {"entropy": 0.01, "reward_mean": 0.5}]) == [[], ["entropy_collapse"]]
+    # a reward gain of exactly reward_stall is not a stall, and not a rise either
+    gain = [{"entropy": 2.0, "reward_mean": 0.5, "eval_accuracy": 0.5},
+            {"entropy": 0.01, "reward_mean": 0.75, "eval_accuracy": 0.0}]
+    assert fired(gain, reward_stall=0.25) == [[], []]
+    # clip: exactly 0.05, exactly k x the mean, or above 0.05 but under k x the mean: no spike; one side alone counts
+    assert fired([{"clip_frac_low": 0.005}, {"clip_frac_low": 0.05}]) == [[], []]
+    assert fired([{"clip_frac_low": 0.0625, "clip_frac_high": 0.0}, {"clip_frac_high": 0.25}], clip_spike=4) == [[], []]
+    assert fired([{"clip_frac_high": 0.1}, {"clip_frac_high": 0.2}]) == [[], []]
+    assert fired([{"clip_frac_low": 0.0, "clip_frac_high": 0.01}, {"clip_frac_high": 0.3}]) == [[], ["clip_spike"]]
+    # held-out accuracy: a fall of exactly eval_drop is not past it; a small dip within it is not hacking; the best is
+    # kept, so a partial recovery still below it alarms again
+    rising = [{"reward_mean": 0.0, "eval_accuracy": 0.5}, {"reward_mean": 0.5, "eval_accuracy": 0.25}]
+    assert fired(rising, eval_drop=0.25) == [[], []]
+    assert fired([rising[0], {"reward_mean": 0.5, "eval_accuracy": 0.52}]) == [[], []]
+    again = [rising[0], {**rising[1], "eval_accuracy": 0.3}, {"reward_mean": 1.0, "eval_accuracy": 0.35}]
+    assert fired(again, window=2) == [[], ["reward_hacking"], ["reward_hacking"]]

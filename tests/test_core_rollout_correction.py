@@ -37,3 +37,23 @@ def test_mismatch_sums_are_the_absolute_log_ratio_and_the_k3_kl():
     d = math.log(2)
     assert sums["rollout_logp_abs_diff"] == pytest.approx(d)
     assert sums["rollout_kl"] == pytest.approx(2 - d - 1)  # exp(d) - d - 1 on the first token, 0 on the second
+
+
+def test_padding_never_reaches_a_weight_or_a_count():
+    """A padded position (mask 0) may hold anything the sampler left there, NaN or a huge ratio: it changes no weight,
+    no sequence ratio, no mismatch sum and no count. Ratios exactly at the cap are neither truncated nor masked."""
+    train = torch.tensor([[math.log(2.0), 0.0, 30.0]], dtype=torch.float64)
+    rollout = torch.tensor([[0.0, 0.0, float("nan")]], dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64)
+    weights, cut = truncated_is_weights(train, rollout, mask, cap=2.0)
+    assert weights.tolist() == [[2.0, 1.0, 0.0]] and cut == {"rollout_is_truncated": 0}
+    weights, cut = sequence_masked_is_weights(train, rollout, mask, cap=2.0)
+    assert weights.tolist() == [[2.0, 2.0, 0.0]] and cut == {"rollout_is_masked": 0}
+    sums = mismatch_sums(train, rollout, mask)
+    assert sums["rollout_logp_abs_diff"] == pytest.approx(math.log(2.0))
+    assert sums["rollout_kl"] == pytest.approx(1.0 - math.log(2.0))
+    huge = torch.tensor([[30.0]], dtype=torch.float64)
+    capped, cut = truncated_is_weights(huge, torch.zeros(1, 1, dtype=torch.float64), torch.ones(1, 1), cap=2.0)
+    assert capped.tolist() == [[2.0]] and cut == {"rollout_is_truncated": 1}
+    # a log-ratio past 20 counts as 20 in the KL: exp(20) - 30 - 1, not exp(30) - 31
+    assert mismatch_sums(huge, torch.zeros(1, 1), torch.ones(1, 1))["rollout_kl"] == pytest.approx(math.exp(20) - 31)
