@@ -75,9 +75,9 @@ def biased_addition_model(path, steps: int = 400, seed: int = 0, wrong_fraction:
     tokenizer = build_char_tokenizer()
     task = make_task("rlvr/Arithmetic-v0", **ADDITION_KWARGS)
     model = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, seed=seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     generator = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
+
+    def batch() -> list[str]:
         problems = [task.problem(int(i), 999) for i in torch.randint(0, 10**6, (32,), generator=generator)]
         off_by_one = (torch.rand(len(problems), generator=generator) < wrong_fraction).tolist()
         # drawn only when asked for: the learning tests' models (no rambling) keep their random stream
@@ -85,8 +85,20 @@ def biased_addition_model(path, steps: int = 400, seed: int = 0, wrong_fraction:
                     else [False] * len(problems))
         answers = [str(int(p.answer) + wrong) + (" so" * rambling_length if ramble else "")
                    for p, wrong, ramble in zip(problems, off_by_one, rambling)]
-        texts = [p.prompt + answer + tokenizer.eos_token for p, answer in zip(problems, answers)]
-        batch = tokenizer(texts, return_tensors="pt", padding=True)
+        return [p.prompt + answer + tokenizer.eos_token for p, answer in zip(problems, answers)]
+
+    return supervise_and_save(model, tokenizer, (batch() for _ in range(steps)), path)
+
+
+def supervise_and_save(model, tokenizer, batches, path, lr: float = 3e-3, add_special_tokens: bool = True):
+    """One AdamW step (``lr``) per list of texts in ``batches``, next-token loss on every token but padding; then
+    ``model`` and ``tokenizer`` saved to ``path``, which is returned. How the tiny models of tests and examples learn
+    a behaviour to start RL from."""
+    import torch
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    for texts in batches:
+        batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=add_special_tokens)
         labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
         model(**batch, labels=labels).loss.backward()
         optimizer.step()

@@ -8,7 +8,7 @@ import torch
 
 from rlvr_env import make_task
 from rlvr_env.multiturn_env import render_conversation
-from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+from rlvr_env.testing import build_char_tokenizer, build_tiny_model, supervise_and_save
 
 # 2-digit products: out of a tiny model's reach, one calculator call away.
 TASK_KWARGS = {"digits": 2, "operators": "*", "prompt_template": "{expression}=", "format_weight": 0.0, "max_turns": 3}
@@ -41,9 +41,9 @@ def calculator_model(path, steps: int = 300, tool_fraction: float = 0.5, seed: i
     task = make_task("rlvr/CalculatorArithmetic-v0", **TASK_KWARGS)
     model = build_tiny_model(tokenizer, hidden_size=hidden_size, num_layers=2, seed=seed)
     model.config.max_position_embeddings = 1024
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     generator = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
+
+    def batch() -> list[str]:
         texts = []
         for index in torch.randint(0, 10**6, (32,), generator=generator).tolist():
             problem = task.problem(index, 999)
@@ -57,11 +57,6 @@ def calculator_model(path, steps: int = 300, tool_fraction: float = 0.5, seed: i
             else:
                 guess = str(int(torch.randint(100, 9999, (1,), generator=generator)))
                 texts.append(render_conversation(messages, tokenizer, task.tools) + guess + tokenizer.eos_token)
-        batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-        labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
-        model(**batch, labels=labels).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+        return texts
+
+    return supervise_and_save(model, tokenizer, (batch() for _ in range(steps)), path, add_special_tokens=False)

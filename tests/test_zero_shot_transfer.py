@@ -9,15 +9,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_grpo_learning import learning_config  # the learning tests' run, on another prompt
 
 from algos import grpo
-from algos.config import load_config
 from algos.evaluation import evaluate_saved_model, transfer_eval_config
-from algos.grpo import GRPOConfig
 from algos.metrics import read_metrics
 from rlvr_env import make_task
 from rlvr_env.prompting import render_prompt
-from rlvr_env.testing import ADDITION_KWARGS, build_char_tokenizer, build_tiny_model
+from rlvr_env.testing import ADDITION_KWARGS, build_char_tokenizer, build_tiny_model, supervise_and_save
 
 # Two worked examples, prepended to the question as earlier turns: plain text joins turns with blank lines, so a
 # few-shot prompt reads "1+2=\n\n3\n\n4+4=\n\n8\n\n5+3=" and a zero-shot one "5+3=".
@@ -35,9 +34,9 @@ def few_shot_savvy_model(path, steps: int = 800, seed: int = 0, zero_shot_wrong:
     tokenizer = build_char_tokenizer()
     few, bare = make_task("Arithmetic", **TASK_KWARGS), make_task("Arithmetic", **{**TASK_KWARGS, "few_shot": []})
     model = build_tiny_model(tokenizer, hidden_size=64, num_layers=2, seed=seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     generator = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
+
+    def batch() -> list[str]:
         indices = torch.randint(0, 10**6, (32,), generator=generator).tolist()
         with_examples = (torch.rand(32, generator=generator) < 0.5).tolist()
         draws = torch.rand(32, generator=generator).tolist()
@@ -48,14 +47,9 @@ def few_shot_savvy_model(path, steps: int = 800, seed: int = 0, zero_shot_wrong:
             wrong = draw < (few_shot_wrong if shown else zero_shot_wrong)
             prompt = render_prompt(task.messages(problem), tokenizer, use_chat_template=False)
             texts.append(prompt + str(int(problem.answer) + wrong) + tokenizer.eos_token)
-        batch = tokenizer(texts, return_tensors="pt", padding=True)
-        labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
-        model(**batch, labels=labels).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+        return texts
+
+    return supervise_and_save(model, tokenizer, (batch() for _ in range(steps)), path)
 
 
 @pytest.fixture(scope="module")
@@ -64,27 +58,12 @@ def savvy_model(tmp_path_factory):
 
 
 def run_config(model_path, output_dir, **overrides):
-    base = {
-        "model.path": str(model_path),
-        "model.autocast": "null",
-        "env.kwargs": json.dumps(TASK_KWARGS),
-        "env.max_new_tokens": "6",
-        "env.use_chat_template": "false",
-        "env.eval_size": "200",
-        "env.transfer_eval_kwargs": "{few_shot: []}",
-        "optim.lr": "1e-3",
-        "run.steps": "10",
-        "run.output_dir": str(output_dir),
-        "run.save_every": "0",
-        "run.progress": "false",
-        "run.tensorboard": "false",
-        "run.plots": "false",
-        "grpo.prompts_per_step": "64",
-        "grpo.group_size": "8",
-        "grpo.beta": "0",
-        "loss.micro_batch_size": "256",
-    }
-    return load_config(GRPOConfig, overrides={**base, **overrides})
+    """The learning tests' run (tests/test_grpo_learning.py) on the few-shot task, without a KL term, scoring the
+    bare question too (eval_accuracy_transfer)."""
+    return learning_config(model_path, output_dir, **{
+        "env.kwargs": json.dumps(TASK_KWARGS), "env.transfer_eval_kwargs": "{few_shot: []}", "run.plots": "false",
+        "grpo.beta": "0", **overrides,
+    })
 
 
 def test_the_tiny_model_answers_few_shot_prompts_well_and_bare_questions_badly(savvy_model):
