@@ -3,9 +3,11 @@
 Order: the last \\boxed{} / \\fbox{} (balanced braces), then the last
 <answer>...</answer>, then "the (final) answer is ...", "Final Answer:",
 "Answer:" (also markdown "**Answer:**", "**Final Answer**:"), GSM8K's "#### 42",
-then a short response taken whole (a bare answer such as "(2,4)" or "3+2x"). A
-long response with none of these has no answer: a number that appears only in
-the working never counts. A blank box or tag pair is the prompt's "within
+then a response opening with a choice letter ("A. Because ..."), then a short
+response taken whole (a bare answer such as "(2,4)" or "3+2x"), then the value of
+a finished response's concluding sentence ("... Therefore, x is 4."). A long
+response with none of these has no answer: a number that appears only in the
+working never counts. A blank box or tag pair is the prompt's "within
 \\boxed{}" echoed back and is skipped. All scans are linear in the response's
 length (math spans and <answer> tags are paired by hand: a lazy regex rescans the
 rest of the text from every unclosed opener, and a lazy match tries its ending at
@@ -70,6 +72,15 @@ _NON_BLANK_RE = re.compile(r"\S")
 _QUOTED_RE = re.compile(r'^\\?"(.+?)\\?"$', re.S)  # also \" as a JSON or Python string writes it
 _BOLD_RE = re.compile(r"^\*\*(.+)\*\*$", re.S)
 _GSM8K_RE = re.compile(r"####\s*([^\n]+)")
+# What a raw decode leaves after a finished turn ("<|im_start|>user", "<|eot_id|>", "</s>") and a closing formula
+_END_OF_TURN_RE = re.compile(r"(?:\s*(?:<\|[a-z_]+\|>|</s>)(?:\s*(?:user|assistant|system)\b)?)+\s*$", re.I)
+_CLOSING_FORMULA_RE = re.compile(r"\s*I hope (?:it|this) is correct[.!]?\s*$", re.I)
+# A conclusion opens the sentence, or follows maths written without a full stop ("... = 6$ So, the pair is ...")
+_CONCLUSION_RE = re.compile(
+    r"(?:^|(?<=[$.!?:)\]])\s+)(?:Therefore|Thus|Hence|So|Consequently|In conclusion)\b,?\s*(?=\S)"
+)
+# "A. Because B is not valid", "(C) since ...": a multiple-choice response that opens with its letter
+_CHOICE_FIRST_RE = re.compile(r"\(?([A-J])[.):]\s+[A-Za-z]")
 
 
 def last_boxed(text: str) -> str | None:
@@ -291,7 +302,7 @@ def _parses(value: str) -> bool:
     return True
 
 
-_NUMBER_IN_WORDS_RE = re.compile(r"(?<![\w.,/^$\\])-?\d+(?:\.\d+)?(?![\w.,/^$%])")
+_NUMBER_IN_WORDS_RE = re.compile(r"(?<![\w.,/^$\\])-?\d+(?:\.\d+)?%?(?![\w.,/^$%])")
 _QUALIFIER_RE = re.compile(
     r"\b(?:or|not|no|nor|never|than|more|less|least|most|about|approximately|around|roughly|maybe|possibly|between|"
     r"from|to|until|except|up|over|under|below|above|nearly|almost)\b",
@@ -306,8 +317,28 @@ def _one_number(sentence: str) -> str | None:
         return None
     numbers = _NUMBER_IN_WORDS_RE.findall(sentence)
     # every digit of the sentence belongs to that one number (no "3rd", no digits glued to words)
-    whole = len(numbers) == 1 and len(re.findall(r"\d", sentence)) == len(numbers[0].lstrip("-").replace(".", ""))
+    whole = len(numbers) == 1 and len(re.findall(r"\d", sentence)) == len(re.findall(r"\d", numbers[0]))
     return numbers[0] if whole else None
+
+
+def concluding_answer(text: str) -> str | None:
+    """'... Therefore, the probability that Alice wins is 2/3.' -> '2/3': the value of a finished response's last
+    sentence when it opens with a conclusion (therefore, thus, hence, so, consequently, in conclusion) and states one
+    value. Finished: it ends with a full stop (after any end-of-turn text and "I hope it is correct."), so a response
+    cut off mid-sentence is not read; any earlier sentence is working and never counts."""
+    body = _CLOSING_FORMULA_RE.sub("", _END_OF_TURN_RE.sub("", text)).rstrip()
+    if not body.endswith((".", "!")):
+        return None
+    body = body[:-1]
+    last_end = max((end.end() for end in _SENTENCE_END_RE.finditer(body)), default=0)
+    sentence = body[max(last_end, body.rfind("\n") + 1):].strip()
+    conclusion = max(_CONCLUSION_RE.finditer(sentence), key=lambda match: match.start(), default=None)
+    if conclusion is None:
+        return None
+    value = answer_in_sentence(sentence[conclusion.end():])
+    if not re.search(r"[\d$\\]", value):
+        return None
+    return _one_number(value) or (value if _parses(value) and not _has_prose(*_unbolded(value)) else None)
 
 
 def _last_tagged(text: str) -> str | None:
@@ -361,10 +392,14 @@ def extract_answer(text: str, reference: bool = False) -> str | None:
         if marked:
             return marked
     stripped = text.strip()
-    if "\n" in stripped:
-        return None
-    if len(stripped) <= SHORT_ANSWER_CHARS:
+    choice = _CHOICE_FIRST_RE.match(stripped)
+    if choice:
+        return choice.group(1)
+    if "\n" not in stripped and len(stripped) <= SHORT_ANSWER_CHARS:
         return answer_in_sentence(stripped)
+    concluded = concluding_answer(stripped)
+    if concluded or "\n" in stripped:
+        return concluded
     # one line that states one value at its end: "The sum is $...$", "Matrix with fractions: $...$"
     if len(stripped) <= SHORT_STATEMENT_CHARS:
         statement = stripped.rstrip(".").rstrip()

@@ -17,7 +17,8 @@ CASES_FILE = Path(__file__).parent / "data" / "math_verify_cases.json"
 
 # A comma between digits is a list or a thousands separator, never a decimal comma: "1,22" is the list 1, 22.
 _DECIMAL_COMMA = "policy: decimal comma"
-# A response without a box, tag or "the answer is" has no answer: a number in the working never counts.
+# A response without a box, tag, "the answer is" or concluding sentence ("Therefore, ... is 2/3.") has no answer:
+# a number in the working never counts.
 _NO_MARKER = "policy: no marked answer"
 # The stated final answer is the answer (here a \sum with a symbolic bound, not 42); a stray value after it does not count.
 _STATED_ANSWER_FIRST = "policy: stated answer wins"
@@ -28,11 +29,7 @@ DISAGREEMENTS: dict[int, str] = {
     7: _DECIMAL_COMMA,
     17: _DECIMAL_COMMA,
     115: "policy: the gold chain '1 = \\zzz = x = 0' states first = last, 1 = 0",
-    147: _NO_MARKER,
-    148: _NO_MARKER,
-    149: _NO_MARKER,
     168: "policy: {1,3} is a set (any order), (1,3) an ordered pair",
-    169: _NO_MARKER,
     237: "policy: 'W(x)=1 or W(x)=-1' in a response is a hedge",
     329: _NO_MARKER,
     331: _NO_MARKER,
@@ -43,10 +40,9 @@ DISAGREEMENTS: dict[int, str] = {
     360: _STATED_ANSWER_FIRST,
     361: "policy: a list of a \\sum (symbolic bound) and 42 is not 42",
     362: "policy: a list of 42 and a \\sum (symbolic bound) is not 42",
-    367: _NO_MARKER,
     369: _NO_MARKER,
 }
-MIN_ACCURACY = {"0.9.0": 0.953, "all": 0.940}  # reached; raise them with each fix
+MIN_ACCURACY = {"0.9.0": 0.971, "all": 0.953}  # reached; raise them with each fix
 
 
 @pytest.fixture(scope="module")

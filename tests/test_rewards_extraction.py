@@ -131,3 +131,39 @@ def test_reasoning_gym_prefers_its_answer_tag_over_an_earlier_box():
     result = task.verifier(completion, answer=problem.answer)
     assert (result.score, result.details["statuses"]["correct"]) == (1.0, "ok")
     assert task.verifier("So the answer is \\boxed{0}.", answer=problem.answer).score == 0.0  # no tag: the box still counts
+
+
+WORKING = "Let x be the number of apples. Then 3x + 2 = 14, so 3x = 12 and x = 4. Each basket holds 4 apples too. "
+
+
+@pytest.mark.parametrize("text, expected", [
+    # a finished response's last sentence that opens with a conclusion states its value
+    (WORKING + "Therefore, the number of apples is 4.", "4"),
+    (WORKING + "Thus there are 12 baskets in all.", "12"),
+    (WORKING + "Hence the probability is $\\frac{2}{3}$.", "$\\frac{2}{3}$"),
+    (WORKING + "So the error increases by 100%.", "100%"),
+    (WORKING + "$y = 8.8 - 2.8 = 6$ So, the pair $(x, y)$ that solves it is $(7, 6)$.", "$(7, 6)$"),
+    (WORKING + "Therefore, the answer follows.\n\nIn conclusion, x = 4.", "x = 4"),
+    # end-of-turn text from a raw decode and the closing formula do not hide it
+    (WORKING + "Therefore, x is 4. I hope it is correct. <|im_start|>user", "4"),
+    (WORKING + "Therefore, x is 4.<|im_end|>", "4"),
+    # cut off mid-sentence, no conclusion, or a conclusion that is not the last sentence: working, no answer
+    (WORKING + "Therefore, x is 4", None),
+    (WORKING + "Therefore, x is 4. Now check the second basket.", None),
+    (WORKING + "The number of apples is 4.", None),
+    (WORKING + "Therefore, we have 4 apples and 3 pears.", None),
+    (WORKING + "Therefore, the result follows.", None),
+    (WORKING + "We add them, so 4 + 3 = 7.", None),  # "so" inside a sentence is not its opening
+    # a multiple-choice response that opens with its letter
+    ("A. Because B is not valid", "A"),
+    ("(C) since the other options fail", "C"),
+    ("A farmer has 4 apples and buys 3 more.", "A farmer has 4 apples and buys 3 more."),  # short: taken whole
+])
+def test_a_long_response_without_a_marker_answers_only_in_its_concluding_sentence(text, expected):
+    assert extract_answer(text) == expected
+
+
+def test_a_concluding_sentence_scores_its_value():
+    assert math_verifier(WORKING + "Therefore, the answer follows.\n\nIn conclusion, x = 4.", answer="4").score == 1.0
+    assert math_verifier(WORKING + "Therefore, the number of apples is 5.", answer="4").score == 0.0
+    assert math_verifier(WORKING + "Therefore, the number of apples is", answer="4").status == "no_answer"
