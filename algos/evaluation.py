@@ -78,6 +78,23 @@ def procedural_eval_indices(config) -> list[int]:
 
 
 @torch.no_grad()
+def greedy_rollouts(model, tokenizer, config, backend, device: torch.device, task, indices):
+    """Greedy rollouts of ``task``'s held-out problems ``indices`` (seed env.eval_seed), env.eval_batch_size rows
+    at a time: one RolloutResult per batch, the model in eval mode meanwhile."""
+    batch = config.env.eval_batch_size or len(indices)
+    was_training = model.training
+    model.eval()
+    try:
+        for start in range(0, len(indices), batch):
+            chunk = indices[start : start + batch]
+            env = make_env(config, tokenizer, num_envs=len(chunk), device=device, problem_seed=config.env.eval_seed,
+                           task=task, model=model)
+            env.reset(seed=config.env.eval_seed, options={"group_size": 1, "problem_indices": chunk})
+            yield backend.generate(model, env, greedy=True)
+    finally:
+        model.train(was_training)
+
+
 def evaluate(model, tokenizer, config, backend, device: torch.device, eval_set=None) -> float:
     """Greedy accuracy on the held-out problems of ``eval_set`` (default: ``eval_task(config)``, built now),
     generated env.eval_batch_size rows at a time. Under torchrun each rank generates its share of the problems
@@ -86,19 +103,8 @@ def evaluate(model, tokenizer, config, backend, device: torch.device, eval_set=N
     every_index = procedural_eval_indices(config) if every_index is None else every_index
     world = current_world()
     indices = every_index[world.rank * len(every_index) // world.size : (world.rank + 1) * len(every_index) // world.size]
-    batch = config.env.eval_batch_size or len(indices)
-    was_training = model.training
-    model.eval()
     solved = [torch.zeros(0, device=device)]
-    try:
-        for start in range(0, len(indices), batch):
-            chunk = indices[start : start + batch]
-            env = make_env(config, tokenizer, num_envs=len(chunk), device=device, problem_seed=config.env.eval_seed,
-                           task=task, model=model)
-            env.reset(seed=config.env.eval_seed, options={"group_size": 1, "problem_indices": chunk})
-            solved.append(backend.generate(model, env, greedy=True).solved.float())
-    finally:
-        model.train(was_training)
+    solved += [result.solved.float() for result in greedy_rollouts(model, tokenizer, config, backend, device, task, indices)]
     right, total = sum_over_ranks(torch.cat(solved).sum().item(), len(indices))
     return right / total
 
