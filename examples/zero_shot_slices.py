@@ -2,8 +2,8 @@
 
 Asks a model held-out rlvr/Arithmetic-v0 problems the plain way a user asks them: the chat template, one user
 message "What is 87 + 53? Put your final answer within \\boxed{}." (no system prompt beyond what the template adds,
-no examples), greedy, --max-new-tokens new tokens. Four slices of --per-slice problems each: 2-digit addition,
-subtraction and multiplication, and 3-term 2-digit expressions with + and -. Per slice and overall it reports
+no examples), greedy, --max-new-tokens new tokens. Three slices of --per-slice problems each: 2-digit addition,
+2-digit subtraction or multiplication, and 3-term 2-digit expressions with + and -. Per slice and overall it reports
 
     strict   the last \\boxed{} of the response holds the right integer
     lenient  the last number anywhere in the response is right
@@ -14,7 +14,7 @@ prints a table and, with --out, writes it and every response as JSON. The i-th s
 prompts and greedy batched generation are `rlvr eval`'s (algos.evaluation.greedy_rollouts); answer extraction is the rewards'
 (rewards.extract.last_boxed, rlvr_env.answers.last_number, rewards.math_equal).
 
-    python examples/zero_shot_slices.py --model default --per-slice 75 --out zero_shot.json
+    python examples/zero_shot_slices.py --model default --per-slice 100 --out zero_shot.json
 """
 
 from __future__ import annotations
@@ -37,10 +37,9 @@ from rewards.extract import last_boxed
 from rlvr_env.answers import last_number, unevaluated
 
 PROMPT = "What is {expression}? Put your final answer within \\boxed{{}}."
-SLICES = {  # name -> rlvr/Arithmetic-v0 config
+SLICES = {  # name -> rlvr/Arithmetic-v0 config: the three kinds of question a user asks, as issue 18 lists them
     "2-digit +": {"digits": 2, "terms": 2, "operators": "+"},
-    "2-digit -": {"digits": 2, "terms": 2, "operators": "-"},
-    "2-digit *": {"digits": 2, "terms": 2, "operators": "*"},
+    "2-digit - or *": {"digits": 2, "terms": 2, "operators": "-*"},
     "3-term +-": {"digits": 2, "terms": 3, "operators": "+-"},
 }
 HELD_OUT_SEED = 18_018  # issue 18's own held-out problems
@@ -82,16 +81,16 @@ def run_slice(model, tokenizer, config, device) -> list[dict]:
 
 
 def table(report: dict[str, dict]) -> str:
-    lines = [f"{'slice':<10} {'n':>4} {'strict':>7} {'lenient':>8} {'boxed':>7}"]
+    lines = [f"{'slice':<14} {'n':>4} {'strict':>7} {'lenient':>8} {'boxed':>7}"]
     for name, row in report.items():
-        lines.append(f"{name:<10} {row['n']:>4} {row['strict']:>7.1%} {row['lenient']:>8.1%} {row['boxed']:>7.1%}")
+        lines.append(f"{name:<14} {row['n']:>4} {row['strict']:>7.1%} {row['lenient']:>8.1%} {row['boxed']:>7.1%}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="default", help="local transformers directory, run directory or 'default'")
-    parser.add_argument("--per-slice", type=int, default=75, help="held-out problems per slice")
+    parser.add_argument("--per-slice", type=int, default=100, help="held-out problems per slice")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--seed", type=int, default=HELD_OUT_SEED, help="held-out problem seed")
     parser.add_argument("--batch-size", type=int, default=64, help="rows generated at once (env.eval_batch_size)")
