@@ -72,8 +72,9 @@ def make_rollout_backend(config):
     if cfg.backend == "hf" and multiturn:
         from algos.multiturn import MultiTurnHFRollout
 
-        grpo = getattr(config, "grpo", None)  # GRPO's config names the episode budget; others take the default
-        return MultiTurnHFRollout(**sampling, max_episode_tokens=grpo.max_episode_tokens if grpo else None)
+        # the algorithm's section (grpo or ppo) names the episode budget; evaluation takes the default
+        section = getattr(config, "grpo", None) or getattr(config, "ppo", None)
+        return MultiTurnHFRollout(**sampling, max_episode_tokens=section.max_episode_tokens if section else None)
     if cfg.backend == "hf":
         return rollout.HFRollout(**sampling)
     if cfg.backend == "vllm" and multiturn:

@@ -19,6 +19,9 @@ The critic is a scalar head on the policy's backbone (`value_model = "head"`)
 or a separate copy of the backbone (`"separate"`); see algos.value_model. Without one (`"none"`, V = 0, gamma =
 lambda = 1) the advantages are the batch-whitened returns: REINFORCE++ (arXiv 2501.03262), the `reinforce_pp` preset;
 `ppo.score_baseline = "group_mean"` first subtracts each prompt's mean score (REINFORCE++-baseline).
+
+On a multi-turn task (tool calls, env replies: algos/multiturn.py) a row is a whole episode; its actions are the
+tokens the policy sampled, and the tool outputs between them are context that neither the losses nor GAE count.
 """
 
 from __future__ import annotations
@@ -54,7 +57,9 @@ from algos.distributed import (
     sum_over_ranks,
     whole_weights,
 )
+from algos.grpo import policy_token_mask
 from algos.metrics import MetricsLogger, UpdateStats, rollout_metrics
+from algos.multiturn import episode_metrics
 from algos.policy import completion_logprobs, lm_head_of
 from algos.rollout import RolloutBackend
 from algos.runtime import advance_schedule, build_optimizer, build_scheduler, guarded_optimizer_step
@@ -91,6 +96,9 @@ class PPOSection:
     reward_source: str = "env"  # "env": the task's verifiers; "model": a learned reward model's score
     reward_model: str | None = None  # local AutoModelForSequenceClassification directory (reward_source=model)
     reward_model_batch_size: int = 16
+    # Multi-turn tasks (algos/multiturn.py): each episode's tokens after its initial prompt, the policy's and the tool
+    # outputs' together; env.max_new_tokens bounds the policy's alone. None: twice env.max_new_tokens (as grpo's).
+    max_episode_tokens: int | None = None
 
     def validate(self) -> None:
         for name in ("prompts_per_step", "samples_per_prompt", "ppo_epochs", "num_minibatches", "reward_model_batch_size",
@@ -122,6 +130,8 @@ class PPOSection:
                  "must name a reward model directory when ppo.reward_source is 'model'")
         require(self.reward_source == "model" or self.reward_model is None, "ppo.reward_model",
                  "is set, but ppo.reward_source is 'env', so it would be ignored: set ppo.reward_source = 'model'")
+        require(self.max_episode_tokens is None or self.max_episode_tokens >= 1, "ppo.max_episode_tokens",
+                "must be >= 1 or null")
 
 
 @dataclass
@@ -173,15 +183,6 @@ class Batch:
         return self.input_ids.shape[0]
 
 
-def _refuse_multiturn(config: PPOConfig, task) -> None:
-    """PPO's GAE runs over every response token: on a multi-turn episode it would train on the tool outputs."""
-    from rlvr_env.multiturn_env import MultiTurnTask
-
-    if isinstance(task, MultiTurnTask):
-        raise ValueError(f"config env.id = {config.env.id!r} is a multi-turn task (tool calls between turns): PPO does "
-                         "not mask tool outputs yet; train it with --algo grpo or dapo")
-
-
 def _check_reward_model(p: PPOSection) -> None:
     """A ValueError naming ppo.reward_model unless it is a local one-label ...ForSequenceClassification directory:
     a causal LM would get a score head initialised at random (PPO would chase noise)."""
@@ -209,8 +210,7 @@ class PPOTrainer:
         if p.reward_source == "model":  # before setup_run writes (or deletes) anything
             _check_reward_model(p)
         self.run = setup_run(config, prompts=("ppo.prompts_per_step", p.prompts_per_step), group_size=p.samples_per_prompt,
-                             resume=resume, backend=backend, keep_reference=p.kl_coef > 0,
-                             check_task=lambda task: _refuse_multiturn(config, task))
+                             resume=resume, backend=backend, keep_reference=p.kl_coef > 0)
         self.config, self.policy, self.tokenizer, self.ref_model = config, self.run.model, self.run.tokenizer, self.run.ref_model
         self.env, self.backend, self.scaler = self.run.env, self.run.backend, self.run.scaler
         self.critic = build_value_model(self.policy, p.value_model) if p.value_model != "none" else None
@@ -324,13 +324,16 @@ class PPOTrainer:
             with whole_weights(self.forward):
                 rollout = self.backend.generate(self.policy, self.env, seeds=seeds)
             scores = self._scores(rollout)
-            metrics = rollout_metrics(rollout, scores)
+            metrics = {**rollout_metrics(rollout, scores), **episode_metrics(rollout)}
             if p.score_baseline == "group_mean":  # each group is on this rank: its mean is local
                 scores = ADVANTAGE_ESTIMATORS["dr-grpo"](scores, p.samples_per_prompt)
             input_ids = torch.cat([rollout.prompt_ids, rollout.response_ids], dim=1)
             attention_mask = torch.cat([rollout.prompt_mask, rollout.response_mask], dim=1)
             prompt_width = rollout.prompt_ids.shape[1]
-            mask = rollout.response_mask.float()
+            # The tokens the policy sampled: on a multi-turn episode the tool outputs and env messages between its
+            # messages are context (attention_mask) but no action, so GAE steps over them (core.gae: a hole in the
+            # mask is transparent) and the episode's return lands on the policy's last token.
+            mask = policy_token_mask(rollout).float()
             old_logp, old_values, kl = self._rollout_forward(input_ids, attention_mask, prompt_width, mask)
             rows = sum_over_ranks(input_ids.shape[0])[0]
             if kl is not None:

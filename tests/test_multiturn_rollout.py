@@ -138,17 +138,3 @@ def test_vllm_is_refused_on_a_multiturn_task(tmp_path):
     config = load_config(GRPOConfig, overrides={"env.id": "rlvr/CalculatorArithmetic-v0", "rollout.backend": "vllm"})
     with pytest.raises(ValueError, match="rollout.backend"):
         make_rollout_backend(config)
-
-
-def test_ppo_refuses_a_multi_turn_task_by_name(tmp_path):
-    from reference_helpers import save_tiny_model
-
-    from algos.config import load_config
-    from algos.ppo import PPOConfig, PPOTrainer
-
-    overrides = {"model.path": save_tiny_model(tmp_path / "m"), "env.id": "rlvr/CalculatorArithmetic-v0",
-                 "run.output_dir": str(tmp_path / "run"), "model.autocast": "null"}
-    config = load_config(PPOConfig, overrides=overrides)
-    with pytest.raises(ValueError, match=r"config env.id = 'rlvr/CalculatorArithmetic-v0' is a multi-turn task"):
-        PPOTrainer(config)
-    assert not (tmp_path / "run").exists()
