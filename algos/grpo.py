@@ -47,7 +47,7 @@ from algos.distributed import (
     whole_weights,
 )
 from algos.memory import activation_cost
-from algos.metrics import MetricsLogger, UpdateStats, rollout_metrics
+from algos.metrics import MetricsLogger, UpdateStats, policy_token_mask, rollout_metrics
 from algos.multiturn import episode_metrics
 from algos.policy import completion_logprobs
 from algos.rollout import RolloutBackend
@@ -173,7 +173,8 @@ PRESETS = {"dapo": DAPO_PRESET, "rloo": RLOO_PRESET, "cispo": CISPO_PRESET, "gmp
 class SampledRows:
     """Rows of one generation round, rewards shaped: [n, P] prompt ids/mask, [n, T] response ids/mask, [n] scores
     (with the soft overlong penalty), [n, T] loss mask (overlong-filtered rows all 0), [n, T] step rewards and mask,
-    [n, T] the sampler's log-probs (None when the backend gives none: scripted completions)."""
+    [n, T] the sampler's log-probs (None when the backend gives none: scripted completions), [n, T] the policy's
+    tokens (policy_token_mask; None: every response token)."""
 
     prompt_ids: torch.Tensor
     prompt_mask: torch.Tensor
@@ -184,6 +185,7 @@ class SampledRows:
     step_rewards: torch.Tensor
     step_mask: torch.Tensor
     rollout_logp: torch.Tensor | None
+    policy_mask: torch.Tensor | None = None
 
     def take(self, rows: torch.Tensor) -> SampledRows:
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -193,7 +195,8 @@ class SampledRows:
 @dataclass
 class Batch:
     """The rows one step trains on: [N, P+T] ids/mask, [N, T] loss mask, [N] scores, [N] advantages ([N, T] with
-    process supervision), and [N, T] the sampler's log-probs (None without)."""
+    process supervision), [N, T] the sampler's log-probs (None without), and [N, T] the policy's tokens (None: every
+    response token; a multi-turn episode's tool outputs and env messages are 0)."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -202,17 +205,11 @@ class Batch:
     scores: torch.Tensor
     advantages: torch.Tensor
     rollout_logp: torch.Tensor | None = None
+    policy_mask: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:
         return self.input_ids.shape[0]
-
-
-def policy_token_mask(result) -> torch.Tensor:
-    """[B, T] 1 on the response tokens the policy sampled: a multi-turn rollout's policy_mask (tool outputs and env
-    messages 0), every response token of a single-turn one."""
-    mask = getattr(result, "policy_mask", None)  # a backend may return the env's RolloutResult, which has none
-    return result.response_mask if mask is None else mask
 
 
 def shape_rewards(result, g: GRPOSection, max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -275,6 +272,9 @@ def build_batch(kept: list[SampledRows], g: GRPOSection, pad_id: int, advantages
         advantages=advantages,
         rollout_logp=None if any(part.rollout_logp is None for part in kept)
         else _right_pad_cat([part.rollout_logp for part in kept], width_t),
+        policy_mask=None if all(part.policy_mask is None for part in kept)
+        else _right_pad_cat([part.response_mask if part.policy_mask is None else part.policy_mask for part in kept],
+                            width_t),
     )
 
 
@@ -328,7 +328,8 @@ class GRPOTrainer:
         scores, loss_mask = shape_rewards(result, g, self.config.env.max_new_tokens)
         rows = SampledRows(result.prompt_ids, result.prompt_mask, result.response_ids, result.response_mask,
                            scores, loss_mask, result.process_rewards, result.process_step_mask,
-                           getattr(result, "logprobs", None))  # a backend may return the env's RolloutResult as is
+                           getattr(result, "logprobs", None),  # a backend may return the env's RolloutResult as is
+                           getattr(result, "policy_mask", None))
         return result, rows
 
     def collect(self, step: int) -> tuple[Batch | None, dict[str, float]]:
@@ -398,9 +399,15 @@ class GRPOTrainer:
         g, loss_cfg, world = self.config.grpo, self.config.loss, self.run.world
         num_rows = batch.num_rows if batch is not None else 0
         mask = batch.loss_mask.float() if batch is not None else torch.zeros(0, 1, device=self.run.device)
-        # Entropy is logged over every generated token, not only the loss's: overlong filtering masks the truncated
-        # rows, often the high-entropy ones, and the metric would read low.
-        response_mask = batch.attention_mask[:, batch.prompt_width :].float() if batch is not None else mask
+        # Entropy is logged over every token the policy generated, not only the loss's: overlong filtering masks the
+        # truncated rows, often the high-entropy ones, and the metric would read low. A multi-turn episode's tool
+        # outputs and env messages are not the policy's (the policy mask).
+        if batch is None:
+            response_mask = mask
+        elif batch.policy_mask is None:
+            response_mask = batch.attention_mask[:, batch.prompt_width :].float()
+        else:
+            response_mask = batch.policy_mask.float()
         # Global normalisers: each micro-batch divides by the whole batch's counts (every rank's), so the sum is the
         # full loss.
         num_tokens, num_seqs, response_tokens = sum_over_ranks(mask.sum().item(), (mask.sum(-1) > 0).sum().item(),

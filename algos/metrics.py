@@ -164,10 +164,18 @@ def plot_metrics(output_dir: str | Path, keys: tuple[str, ...] = PLOT_KEYS) -> P
     return path
 
 
+def policy_token_mask(result) -> torch.Tensor:
+    """[B, T] 1 on the response tokens the policy sampled: a multi-turn rollout's policy_mask (tool outputs and env
+    messages 0), every response token of a single-turn one."""
+    mask = getattr(result, "policy_mask", None)  # a backend may return the env's RolloutResult, which has none
+    return result.response_mask if mask is None else mask
+
+
 def rollout_metrics(result, scores: torch.Tensor) -> dict[str, float]:
     """The per-step rollout metrics (docs/agents.md lists them) from one RolloutResult and its (shaped) [B] scores,
-    over the rows of every rank (each rank calls it with its own)."""
-    columns = {"scores": scores, "solved": result.solved, "lengths": result.response_mask.sum(-1),
+    over the rows of every rank (each rank calls it with its own). Lengths count the policy's tokens
+    (policy_token_mask): a multi-turn episode's tool outputs and env messages are not the completion's."""
+    columns = {"scores": scores, "solved": result.solved, "lengths": policy_token_mask(result).sum(-1),
                "truncated": result.truncated, **{f"reward/{k}": v for k, v in result.reward_components.items()}}
     local = ({key: values.detach().float().cpu() for key, values in columns.items()}, result.statuses)
     ranks = gather_objects(local)

@@ -57,8 +57,7 @@ from algos.distributed import (
     sum_over_ranks,
     whole_weights,
 )
-from algos.grpo import policy_token_mask
-from algos.metrics import MetricsLogger, UpdateStats, rollout_metrics
+from algos.metrics import MetricsLogger, UpdateStats, policy_token_mask, rollout_metrics
 from algos.multiturn import episode_metrics
 from algos.policy import completion_logprobs, lm_head_of
 from algos.rollout import RolloutBackend

@@ -8,7 +8,7 @@ import torch
 
 from rlvr_env import make_task
 from rlvr_env.multiturn_env import render_conversation
-from rlvr_env.testing import build_char_tokenizer, build_tiny_model, supervise_and_save
+from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
 # 2-digit products: out of a tiny model's reach, one calculator call away.
 TASK_KWARGS = {"digits": 2, "operators": "*", "prompt_template": "{expression}=", "format_weight": 0.0, "max_turns": 3}
@@ -28,35 +28,77 @@ def tool_tokenizer():
 
 
 def tool_call(expression: str) -> str:
-    return "<tool_call>" + json.dumps({"name": "calculator", "arguments": {"expression": expression}}) + "</tool_call>"
+    """The calculator call the tiny models write: compact JSON, arguments first, so the expression the model copies
+    from the prompt stands as near to it as the call format allows."""
+    body = json.dumps({"arguments": {"expression": expression}, "name": "calculator"}, separators=(",", ":"))
+    return "<tool_call>" + body + "</tool_call>"
 
 
-def calculator_model(path, steps: int = 300, tool_fraction: float = 0.5, seed: int = 0, hidden_size: int = 128):
-    """Save (to ``path``) a tiny model supervised ``steps`` AdamW steps on conversations of the calculator task: a
-    ``tool_fraction`` of them call the calculator with the problem's expression and answer with its output, the rest
-    answer at once with a wrong guess. Greedy decoding so guesses (accuracy ~0); sampling calls the tool often
-    enough for a verifiable reward to reinforce. The texts are rendered as the rollout renders them, each message
-    followed by the EOS the policy stops with."""
+def calculator_model(path, steps: int = 400, tool_fraction: float = 0.25, seed: int = 0, hidden_size: int = 128,
+                     lr: float = 3e-3):
+    """Save (to ``path``) a tiny model that, asked a 2-digit product, calls the calculator on a ``tool_fraction`` of
+    its samples and copies the result out as its answer; otherwise it guesses at once (the two operands written side
+    by side, never the product). Greedy decoding so guesses (accuracy ~0), while sampling calls the tool often enough
+    for a verifiable reward to reinforce the call.
+
+    ``steps`` AdamW steps (``lr``), each on 64 problems, a ``tool_fraction`` of them tool conversations and the rest
+    guesses (one token-mean loss over them, so a ``tool_fraction`` of first tokens open a call), plus 32 copy drills
+    (``"\nT:4920\nA:"`` -> ``"4920"``, random 3- and 4-digit numbers) whose mean loss is added. The loss covers the
+    policy's tokens only, as RL's does: the tool outputs are context, so the model is not pushed to compute products
+    instead of copying them. Both copies (the expression into the call, the result into the answer) are fixed-offset
+    attention a tiny model only finds late in a long context; the drills, short and without a product to guess,
+    form the result copy in a few dozen steps, and the conversations carry it over. The texts are rendered as the
+    rollout renders them, each message followed by the EOS the policy stops with."""
     tokenizer = tool_tokenizer()
     task = make_task("rlvr/CalculatorArithmetic-v0", **TASK_KWARGS)
     model = build_tiny_model(tokenizer, hidden_size=hidden_size, num_layers=2, seed=seed)
     model.config.max_position_embeddings = 1024
     generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    eos = tokenizer.eos_token
+    tools = round(64 * tool_fraction)  # of the 64 problems of a step; the others are guessed
 
-    def batch() -> list[str]:
-        texts = []
-        for index in torch.randint(0, 10**6, (32,), generator=generator).tolist():
+    def row(*segments: tuple[str, bool]) -> tuple[list[int], list[int]]:
+        """Token ids and labels (-100 where ``trained`` is False) of consecutive text segments."""
+        ids, labels = [], []
+        for text, trained in segments:
+            tokens = tokenizer(text, add_special_tokens=False)["input_ids"]
+            ids += tokens
+            labels += tokens if trained else [-100] * len(tokens)
+        return ids, labels
+
+    def loss_sum(rows) -> tuple[torch.Tensor, int]:
+        width = max(len(ids) for ids, _ in rows)
+        ids = torch.tensor([i + [tokenizer.pad_token_id] * (width - len(i)) for i, _ in rows])
+        mask = torch.tensor([[1] * len(i) + [0] * (width - len(i)) for i, _ in rows])
+        labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in rows])
+        count = int((labels[:, 1:] != -100).sum())
+        return model(input_ids=ids, attention_mask=mask, labels=labels).loss * count, count
+
+    for _ in range(steps):
+        conversations, short = [], []
+        for n, index in enumerate(torch.randint(0, 10**6, (64,), generator=generator).tolist()):
             problem = task.problem(index, 999)
-            messages = task.messages(problem)
-            if torch.rand(1, generator=generator).item() < tool_fraction:
-                call = tool_call(problem.metadata["expression"])
-                prompt = render_conversation(messages, tokenizer, task.tools)
+            messages, expression = task.messages(problem), problem.metadata["expression"]
+            prompt = render_conversation(messages, tokenizer, task.tools)
+            if n < tools:
+                call = tool_call(expression)
                 after = [*messages, {"role": "assistant", "content": call}, {"role": "tool", "content": problem.answer}]
                 observation = render_conversation(after, tokenizer, task.tools)[len(prompt) + len(call) :]
-                texts.append(prompt + call + tokenizer.eos_token + observation + problem.answer + tokenizer.eos_token)
+                conversations.append(row((prompt, False), (call + eos, True), (observation, False),
+                                         (problem.answer + eos, True)))
             else:
-                guess = str(int(torch.randint(100, 9999, (1,), generator=generator)))
-                texts.append(render_conversation(messages, tokenizer, task.tools) + guess + tokenizer.eos_token)
-        return texts
-
-    return supervise_and_save(model, tokenizer, (batch() for _ in range(steps)), path, add_special_tokens=False)
+                short.append(row((prompt, False), (expression.replace(" * ", "") + eos, True)))
+        numbers = torch.randint(1000, 10000, (32,), generator=generator).tolist()
+        cut = (torch.rand(32, generator=generator) < 0.5).tolist()
+        drills = [row((f"{eos}\nT:{str(r)[:3] if c else r}\nA:", False), ((str(r)[:3] if c else str(r)) + eos, True))
+                  for r, c in zip(numbers, cut)]
+        (long_sum, long_count), (short_sum, short_count) = loss_sum(conversations), loss_sum(short)
+        drill_sum, drill_count = loss_sum(drills)
+        loss = (long_sum + short_sum) / (long_count + short_count) + drill_sum / drill_count
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path

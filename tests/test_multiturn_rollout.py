@@ -138,3 +138,46 @@ def test_vllm_is_refused_on_a_multiturn_task(tmp_path):
     config = load_config(GRPOConfig, overrides={"env.id": "rlvr/CalculatorArithmetic-v0", "rollout.backend": "vllm"})
     with pytest.raises(ValueError, match="rollout.backend"):
         make_rollout_backend(config)
+
+
+def test_multiturn_length_and_entropy_metrics_count_the_policys_tokens(tmp_path):
+    """completion_len_mean/max and entropy describe what the policy generated: an episode's tool outputs and env
+    messages are context, as policy_len_mean already counted them."""
+    model, tokenizer = tiny_policy()
+    with torch.no_grad():  # sharper logits than a fresh model's near-uniform ones: entropies that differ by token
+        model.get_input_embeddings().weight.mul_(4.0)
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    overrides = {
+        "model.path": str(tmp_path / "model"), "env.id": "rlvr/CalculatorArithmetic-v0",
+        "env.kwargs": '{"digits": 2, "operators": "*", "prompt_template": "{expression}=", "max_turns": 3}',
+        "env.max_new_tokens": "24", "env.eval_size": "4", "grpo.max_episode_tokens": "60", "run.steps": "1",
+        "run.output_dir": str(tmp_path / "run"), "run.save_every": "0", "run.progress": "false",
+        "run.tensorboard": "false", "run.plots": "false", "grpo.prompts_per_step": "4", "grpo.group_size": "2",
+        "model.autocast": "null", "grpo.beta": "0",
+    }
+    trainer = grpo.GRPOTrainer(load_config(GRPOConfig, overrides=overrides))
+    trainer.env.task = ChattyCalculator(ChattyCalculator.config_cls(**TASK_KWARGS))  # env messages between turns
+    batch, stats = trainer.collect(1)
+    response = batch.attention_mask[:, batch.prompt_width :]
+    policy = batch.policy_mask
+    assert (policy <= response).all() and policy.sum() < response.sum()  # the episodes read env messages
+    assert stats["completion_len_mean"] == pytest.approx(stats["policy_len_mean"])
+    assert stats["completion_len_mean"] == pytest.approx(policy.sum(-1).float().mean().item())
+    assert stats["completion_len_max"] == policy.sum(-1).max().item()
+    with torch.no_grad():
+        _, entropy = trainer._logprobs(batch, slice(None))
+    over_policy = ((entropy * policy).sum() / policy.sum()).item()
+    over_response = ((entropy * response).sum() / response.sum()).item()
+    assert abs(over_policy - over_response) > 1e-3  # the two differ, so the assertion below tells them apart
+    assert trainer.update(batch)["entropy"] == pytest.approx(over_policy, rel=1e-4)
+
+
+def test_single_turn_rows_have_no_policy_mask_and_keep_their_entropy_over_the_response():
+    from algos.grpo import SampledRows, build_batch
+
+    rows = SampledRows(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.long),
+                       torch.ones(2, 4, dtype=torch.long), torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]]), torch.zeros(2),
+                       torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]]), torch.zeros(2, 4), torch.zeros(2, 4), None)
+    batch = build_batch([rows], GRPOSection(group_size=2), 0, torch.zeros(2))
+    assert batch.policy_mask is None  # update() counts every response token, as before
