@@ -157,7 +157,11 @@ def test_a_recipe_loads_and_validates(recipe):
     assert config.env.use_chat_template
     schedule = StepSchedule(config.env.schedule)
     end = schedule.at(config.run.steps)
-    assert end["few_shot_keep"] == 0.0 and end["format_weight"] == 0.0  # trains zero-shot, on correctness, at the end
+    assert end["few_shot_keep"] == 0.0  # trains zero-shot at the end
+    if recipe == ARITHMETIC_RECIPE:  # the boxed answer is what scores: no last-number fallback, format credit kept
+        assert config.env.kwargs["fallback_last_number"] is False and "format_weight" not in end
+    else:
+        assert end["format_weight"] == 0.0
     task = make_task(config.env.id, **{**config.env.kwargs, **end})
     problem = task.problem(0, 0)
     # Once the examples are gone, a training prompt is exactly what --zero-shot evaluates.
