@@ -277,3 +277,12 @@ def padded_micro_batches(slices: list[slice]) -> list[slice | None]:
     and backwards (a None is a zero-weight one), which DDP's and FSDP2's collectives need."""
     most = int(max_over_ranks(len(slices))[0])
     return [*slices, *([None] * (most - len(slices)))]
+
+
+def micro_batch_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int, rows, pad_id: int):
+    """([n, P+T] ids, [n, P+T] mask, prompt width) of a micro-batch's ``rows``; for a padded_micro_batches None, one
+    row of two pad tokens with a one-token prompt: the zero-weight pass's input."""
+    if rows is None:
+        ids = torch.full((1, 2), pad_id, dtype=torch.long, device=input_ids.device)
+        return ids, torch.ones_like(ids), 1
+    return input_ids[rows], attention_mask[rows], prompt_width

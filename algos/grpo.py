@@ -40,6 +40,7 @@ from algos.core.rollout_correction import mismatch_sums
 from algos.distributed import (
     gather_rows,
     gradient_sync,
+    micro_batch_inputs,
     min_over_ranks,
     padded_micro_batches,
     rank_offset,
@@ -367,11 +368,7 @@ class GRPOTrainer:
         """([n, T] log-probs, [n, T] entropy) of a micro-batch's rows under the policy (through the wrapped module)
         or the frozen reference. ``rows`` None: a zero-weight micro-batch (one row of two pad tokens), which a rank
         with fewer micro-batches runs so every rank makes as many passes."""
-        if rows is None:
-            ids = torch.full((1, 2), self.env.pad_id, dtype=torch.long, device=self.run.device)
-            inputs = (ids, torch.ones_like(ids), 1)
-        else:
-            inputs = (batch.input_ids[rows], batch.attention_mask[rows], batch.prompt_width)
+        inputs = micro_batch_inputs(batch.input_ids, batch.attention_mask, batch.prompt_width, rows, self.env.pad_id)
         options = dict(temperature=self.config.rollout.temperature, chunk_size=self.config.loss.logprob_chunk_size,
                        vocab_size=len(self.tokenizer))
         if reference:

@@ -51,6 +51,7 @@ from algos.core.logprobs import logprobs_from_hidden
 from algos.distributed import (
     gather_padded,
     gradient_sync,
+    micro_batch_inputs,
     min_over_ranks,
     padded_micro_batches,
     rank_offset,
@@ -299,10 +300,8 @@ class PPOTrainer:
                  train_policy: bool = True):
         """_logprobs_and_values of ``rows`` through the wrapped module; None: a zero-weight pass over one row of two
         pad tokens (a rank with fewer micro-batches runs it, so every rank makes as many passes)."""
-        if rows is None:
-            ids = torch.full((1, 2), self.env.pad_id, dtype=torch.long, device=self.run.device)
-            return self.forward(self._logprobs_and_values, ids, torch.ones_like(ids), 1, train_policy)
-        return self.forward(self._logprobs_and_values, batch_ids[rows], batch_mask[rows], prompt_width, train_policy)
+        inputs = micro_batch_inputs(batch_ids, batch_mask, prompt_width, rows, self.env.pad_id)
+        return self.forward(self._logprobs_and_values, *inputs, train_policy)
 
     # ------------------------------------------------------------ rollout and advantages
 
