@@ -4,8 +4,10 @@ and what a run records of both (config.yaml, machine.json, the log)."""
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import os
 import warnings
 
 import pytest
@@ -177,3 +179,161 @@ def test_the_probe_leaves_the_runs_random_stream_alone():
     probed = torch.rand(3)
     torch.manual_seed(0)
     assert torch.equal(probed, torch.rand(3))
+
+
+# ---------------------------------------------------------------- what is read from torch, the OS and the GPU
+
+
+@pytest.mark.parametrize(("capabilities", "units"), [
+    ({"avx512_bf16": True}, ["AVX512-BF16"]),
+    ({"amx_bf16": True}, ["AMX-BF16"]),
+    ({"avx512_bf16": True, "amx_bf16": True, "avx2": True}, ["AVX512-BF16", "AMX-BF16"]),
+    ({"avx512_bf16": False, "avx2": True}, []),
+])
+def test_the_bf16_units_are_the_ones_torch_reports(monkeypatch, capabilities, units):
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: capabilities, raising=False)
+    assert hardware.cpu_capabilities() == capabilities
+    assert hardware.cpu_bf16_units() == units
+
+
+def test_a_torch_without_the_capability_query_reports_nothing(monkeypatch):
+    monkeypatch.delattr(torch.cpu, "get_capabilities", raising=False)
+    assert hardware.cpu_capabilities() == {} and hardware.cpu_bf16_units() == []
+
+
+def test_the_half_speed_is_fp32_time_over_half_time(monkeypatch):
+    times = {"float32": 3.0, "bfloat16": 1.5}
+    monkeypatch.setattr(hardware, "cpu_matmul_ms", lambda dtype, rows, inner, cols: times[dtype])
+    assert hardware.cpu_half_speed("bfloat16", None) == (2.0, "64x576 @ 576x2304: 1.50 ms bfloat16 vs 3.00 ms float32")
+
+
+def fake_gpu_properties(monkeypatch):
+    props = type("Props", (), {"name": "NVIDIA H100", "total_memory": int(79.64 * 1024**3), "major": 9, "minor": 0})
+    devices = []
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: devices.append(device) or props)
+    return devices
+
+
+def test_a_machine_description_reads_the_cpu_cores_memory_and_gpu(monkeypatch):
+    monkeypatch.setattr(hardware, "cpu_capabilities", lambda: {"cpu_name": "Test CPU", "avx512_bf16": True})
+    monkeypatch.setattr(hardware.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    monkeypatch.setattr(hardware, "total_memory_bytes", lambda: int(7.96 * 1024**3))
+    devices = fake_gpu_properties(monkeypatch)
+    machine = hardware.describe_machine(torch.device("cuda", 0))
+    assert (machine["cpu"], machine["cpu_bf16_units"], machine["cpu_cores"]) == ("Test CPU", ["AVX512-BF16"], 3)
+    assert machine["memory_gib"] == 8.0 and machine["device"] == "cuda:0"
+    assert (machine["gpu"], machine["gpu_memory_gib"], machine["gpu_compute_capability"]) == ("NVIDIA H100", 79.6, "9.0")
+    assert devices == [torch.device("cuda", 0)]
+    line = hardware.machine_line(machine, hardware.Precision("auto", "bfloat16", "why"))
+    assert line == ("device cuda:0: NVIDIA H100, 2 torch threads of 3 cores, 8.0 GiB memory; autocast auto -> bfloat16 "
+                    "(why)").replace("2 torch", f"{torch.get_num_threads()} torch")
+
+
+def test_without_a_cpu_name_affinity_or_memory_the_description_falls_back(monkeypatch):
+    monkeypatch.setattr(hardware, "cpu_capabilities", lambda: {})
+    monkeypatch.setattr(hardware.platform, "processor", lambda: "")
+    monkeypatch.setattr(hardware.platform, "machine", lambda: "x86_64")
+    monkeypatch.delattr(hardware.os, "sched_getaffinity", raising=False)
+    monkeypatch.setattr(hardware.os, "cpu_count", lambda: 5)
+    monkeypatch.setattr(hardware, "total_memory_bytes", lambda: None)
+    machine = hardware.describe_machine(CPU)
+    assert (machine["cpu"], machine["cpu_cores"], machine["memory_gib"]) == ("x86_64", 5, None)
+    assert "gpu" not in machine
+    monkeypatch.setattr(hardware.platform, "processor", lambda: "Some CPU")
+    assert hardware.describe_machine(CPU)["cpu"] == "Some CPU"
+
+
+@pytest.mark.parametrize(("units", "shown"), [([], "(AVX2)"), (["AVX512-BF16", "AMX-BF16"], "(AVX2, AVX512-BF16/AMX-BF16)")])
+def test_a_cpu_line_names_its_capability_and_bf16_units(units, shown):
+    machine = {"cpu": "EPYC", "cpu_capability": "AVX2", "cpu_bf16_units": units, "torch_threads": 2, "cpu_cores": 2,
+               "memory_gib": 23.5, "device": "cpu"}
+    line = hardware.machine_line(machine, hardware.Precision(None, None, "fp32"))
+    assert line == f"device cpu: EPYC {shown}, 2 torch threads of 2 cores, 23.5 GiB memory; autocast None -> None (fp32)"
+
+
+def test_the_memory_is_the_cgroups_limit_when_lower(monkeypatch):
+    real_open = open
+
+    def limited(path, *args, **kwargs):
+        if path == "/sys/fs/cgroup/memory.max":
+            return io.StringIO(limit)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", limited)
+    physical = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    limit = "1073741824\n"
+    assert hardware.total_memory_bytes() == 1073741824
+    limit = "max\n"
+    assert hardware.total_memory_bytes() == physical
+    limit = f"{physical * 2}\n"
+    assert hardware.total_memory_bytes() == physical
+
+
+# ---------------------------------------------------------------- every branch's whole Precision
+
+
+def strict_gpu(monkeypatch, bf16: bool) -> list:
+    """fake_gpu whose queries must name the device, and whose bf16 check counts emulation as support (torch's
+    default), so only the including_emulation=False query tells a pre-Ampere GPU apart."""
+    asked = []
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device: asked.append(device) or "Tesla V100")
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: bf16 or including_emulation)
+    return asked
+
+
+def test_gpu_precisions_are_whole_and_ask_about_the_runs_device(monkeypatch):
+    asked = strict_gpu(monkeypatch, bf16=False)
+    gpu = torch.device("cuda", 1)
+    assert hardware.resolve_autocast("auto", gpu) == hardware.Precision(
+        "auto", "float16", "Tesla V100 has no bf16 units (pre-Ampere): fp16 with loss scaling")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # fp16 is what such a GPU has: no warning
+        assert hardware.resolve_autocast("float16", gpu) == hardware.Precision(
+            "float16", "float16", "model.autocast = 'float16' as configured")
+    assert asked == [gpu, gpu]
+    strict_gpu(monkeypatch, bf16=True)
+    assert hardware.resolve_autocast("auto", gpu) == hardware.Precision("auto", "bfloat16", "Tesla V100 computes bf16 natively")
+
+
+def test_another_device_keeps_an_explicit_half_dtype():
+    meta = torch.device("meta")
+    assert hardware.resolve_autocast("bfloat16", meta) == hardware.Precision(
+        "bfloat16", "bfloat16", "model.autocast = 'bfloat16' as configured")
+    assert hardware.resolve_autocast("auto", meta).requested == "auto"
+
+
+def test_cpu_choices_are_whole_measure_the_given_model_and_hold_at_their_thresholds(monkeypatch):
+    model = object()
+    measured = []
+
+    def half_speed(dtype, probe_model):
+        measured.append((dtype, probe_model))
+        return speedup, "probe"
+
+    monkeypatch.setattr(hardware, "cpu_half_speed", half_speed)
+    monkeypatch.setattr(hardware, "cpu_bf16_units", lambda: ["AVX512-BF16", "AMX-BF16"])
+    speedup = hardware.BF16_SPEEDUP_NEEDED  # exactly the margin: bf16
+    assert hardware.resolve_autocast("auto", CPU, model) == hardware.Precision(
+        "auto", "bfloat16", "CPU AVX512-BF16/AMX-BF16: bf16 runs natively (probe)")
+    speedup = 1.0
+    assert hardware.resolve_autocast("auto", CPU, model).reason.startswith(
+        "torch reports AVX512-BF16/AMX-BF16, but bf16 measured no faster than fp32 (probe;")
+    speedup = 1 / hardware.BF16_SPEEDUP_NEEDED  # exactly the margin: slower, but not called emulated
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert hardware.resolve_autocast("float16", CPU, model) == hardware.Precision(
+            "float16", "float16", "model.autocast = 'float16' as configured (probe)")
+    speedup = 0.1
+    with pytest.warns(UserWarning, match=r"bf16 units reported: AVX512-BF16, AMX-BF16\)"):
+        hardware.resolve_autocast("bfloat16", CPU, model)
+    assert measured == [("bfloat16", model), ("bfloat16", model), ("float16", model), ("bfloat16", model)]
+
+
+def test_resolve_precision_measures_on_the_runs_model(monkeypatch):
+    seen = []
+    monkeypatch.setattr(hardware, "resolve_autocast",
+                        lambda requested, device, model=None: seen.append(model) or hardware.Precision(requested, None, "x"))
+    config = load_config(GRPOConfig)
+    model = object()
+    hardware.resolve_precision(config, CPU, model)
+    assert seen == [model] and config.model.autocast is None
