@@ -16,7 +16,7 @@ import json
 import sys
 
 from algos import grpo
-from algos.config import load_config
+from algos.config import load_config, parse_overrides
 
 # Small enough for a CPU: 4 prompts x 4 episodes per step, 128 policy tokens and 256 tokens in all per episode.
 DEFAULTS = {
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default="runs/calculator")
     args, extra = parser.parse_known_args(argv)
     overrides = {**DEFAULTS, "run.steps": str(args.steps), "run.output_dir": args.out, "run.overwrite_output_dir": "true"}
-    overrides.update(dict(zip([key.lstrip("-") for key in extra[::2]], extra[1::2])))
+    overrides.update(parse_overrides(extra))
     summary = grpo.train(load_config(grpo.GRPOConfig, overrides=overrides))
     print(f"held-out accuracy: {summary['eval_accuracy_before']:.3f} -> {summary['eval_accuracy_after']:.3f}")
     print(f"curves: {summary['plot']}")

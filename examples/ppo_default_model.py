@@ -14,7 +14,7 @@ import json
 import sys
 
 from algos import ppo
-from algos.config import load_config
+from algos.config import load_config, parse_overrides
 
 # Small enough for a CPU: 8 prompts x 4 samples of at most 48 tokens per step.
 DEFAULTS = {
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", default="runs/ppo-default")
     args, extra = parser.parse_known_args(argv)
     overrides = {**DEFAULTS, "run.steps": str(args.steps), "run.output_dir": args.out, "run.overwrite_output_dir": "true"}
-    overrides.update(dict(zip([key.lstrip("-") for key in extra[::2]], extra[1::2])))
+    overrides.update(parse_overrides(extra))
     summary = ppo.train(load_config(ppo.PPOConfig, overrides=overrides))
     print(f"held-out accuracy: {summary['eval_accuracy_before']:.3f} -> {summary['eval_accuracy_after']:.3f}")
     print(f"curves: {summary['plot']}")

@@ -1,6 +1,8 @@
 """Multi-turn rollouts (algos/multiturn.py) and GRPO on them: the policy's tokens are masked exactly, the sampler's
 log-probs are the trainer's, the cache's holes change nothing, and the loop trains and logs episodes."""
 
+import json
+
 import pytest
 import torch
 from calculator_models import TASK_KWARGS, tool_tokenizer
@@ -42,6 +44,21 @@ def chatty_rollout(model, tokenizer, rows=8, group_size=4, max_new_tokens=24, ma
     backend = MultiTurnHFRollout(max_episode_tokens=max_episode_tokens)
     seeds = None if sampling.get("greedy") else row_seeds(0, range(rows))
     return backend.generate(model, env, seeds=seeds, **sampling)
+
+
+def multiturn_trainer(tmp_path, model, tokenizer, max_turns: int, **overrides) -> grpo.GRPOTrainer:
+    """A one-step GRPO trainer on rlvr/CalculatorArithmetic-v0 (2-digit products, ``max_turns``) for ``model``,
+    saved under tmp_path, with groups of 2 and nothing written but the run directory; ``overrides`` on top."""
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    task_kwargs = {"digits": 2, "operators": "*", "prompt_template": "{expression}=", "max_turns": max_turns}
+    base = {
+        "model.path": str(tmp_path / "model"), "env.id": "rlvr/CalculatorArithmetic-v0",
+        "env.kwargs": json.dumps(task_kwargs), "env.eval_size": "4", "run.steps": "1",
+        "run.output_dir": str(tmp_path / "run"), "run.save_every": "0", "run.progress": "false",
+        "run.tensorboard": "false", "run.plots": "false", "grpo.group_size": "2", "model.autocast": "null",
+    }
+    return grpo.GRPOTrainer(load_config(GRPOConfig, overrides={**base, **overrides}))
 
 
 def test_the_policy_mask_covers_the_sampled_tokens_and_nothing_else():
@@ -113,18 +130,8 @@ def test_a_template_that_rewrites_earlier_turns_is_refused():
 
 def test_grpo_trains_on_a_multiturn_task_and_logs_its_episodes(tmp_path):
     assert is_multiturn_task("rlvr/CalculatorArithmetic-v0") and not is_multiturn_task("rlvr/Arithmetic-v0")
-    model, tokenizer = tiny_policy()
-    model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
-    overrides = {
-        "model.path": str(tmp_path / "model"), "env.id": "rlvr/CalculatorArithmetic-v0",
-        "env.kwargs": '{"digits": 2, "operators": "*", "prompt_template": "{expression}=", "max_turns": 2}',
-        "env.max_new_tokens": "16", "env.eval_size": "4", "grpo.max_episode_tokens": "40", "run.steps": "1",
-        "run.output_dir": str(tmp_path / "run"), "run.save_every": "0", "run.progress": "false",
-        "run.tensorboard": "false", "run.plots": "false", "grpo.prompts_per_step": "2", "grpo.group_size": "2",
-        "model.autocast": "null",
-    }
-    trainer = grpo.GRPOTrainer(load_config(GRPOConfig, overrides=overrides))
+    trainer = multiturn_trainer(tmp_path, *tiny_policy(), max_turns=2, **{
+        "env.max_new_tokens": "16", "grpo.max_episode_tokens": "40", "grpo.prompts_per_step": "2"})
     assert isinstance(trainer.backend, MultiTurnHFRollout) and trainer.backend.max_episode_tokens == 40
     metrics = trainer.train_step(1, logger=type("Quiet", (), {"write": lambda self, line: None})())
     for key in ("turns_mean", "tool_calls_mean", "tool_errors_mean", "policy_len_mean", "loss"):
@@ -146,17 +153,8 @@ def test_multiturn_length_and_entropy_metrics_count_the_policys_tokens(tmp_path)
     model, tokenizer = tiny_policy()
     with torch.no_grad():  # sharper logits than a fresh model's near-uniform ones: entropies that differ by token
         model.get_input_embeddings().weight.mul_(4.0)
-    model.save_pretrained(tmp_path / "model")
-    tokenizer.save_pretrained(tmp_path / "model")
-    overrides = {
-        "model.path": str(tmp_path / "model"), "env.id": "rlvr/CalculatorArithmetic-v0",
-        "env.kwargs": '{"digits": 2, "operators": "*", "prompt_template": "{expression}=", "max_turns": 3}',
-        "env.max_new_tokens": "24", "env.eval_size": "4", "grpo.max_episode_tokens": "60", "run.steps": "1",
-        "run.output_dir": str(tmp_path / "run"), "run.save_every": "0", "run.progress": "false",
-        "run.tensorboard": "false", "run.plots": "false", "grpo.prompts_per_step": "4", "grpo.group_size": "2",
-        "model.autocast": "null", "grpo.beta": "0",
-    }
-    trainer = grpo.GRPOTrainer(load_config(GRPOConfig, overrides=overrides))
+    trainer = multiturn_trainer(tmp_path, model, tokenizer, max_turns=3, **{
+        "env.max_new_tokens": "24", "grpo.max_episode_tokens": "60", "grpo.prompts_per_step": "4", "grpo.beta": "0"})
     trainer.env.task = ChattyCalculator(ChattyCalculator.config_cls(**TASK_KWARGS))  # env messages between turns
     batch, stats = trainer.collect(1)
     response = batch.attention_mask[:, batch.prompt_width :]
