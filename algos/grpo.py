@@ -175,7 +175,7 @@ class SampledRows:
     """Rows of one generation round, rewards shaped: [n, P] prompt ids/mask, [n, T] response ids/mask, [n] scores
     (with the soft overlong penalty), [n, T] loss mask (overlong-filtered rows all 0), [n, T] step rewards and mask,
     [n, T] the sampler's log-probs (None when the backend gives none: scripted completions), [n, T] the policy's
-    tokens (policy_token_mask; None: every response token)."""
+    tokens (policy_token_mask: the response mask, less a multi-turn episode's tool outputs and env messages)."""
 
     prompt_ids: torch.Tensor
     prompt_mask: torch.Tensor
@@ -186,7 +186,7 @@ class SampledRows:
     step_rewards: torch.Tensor
     step_mask: torch.Tensor
     rollout_logp: torch.Tensor | None
-    policy_mask: torch.Tensor | None = None
+    policy_mask: torch.Tensor
 
     def take(self, rows: torch.Tensor) -> SampledRows:
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -196,8 +196,8 @@ class SampledRows:
 @dataclass
 class Batch:
     """The rows one step trains on: [N, P+T] ids/mask, [N, T] loss mask, [N] scores, [N] advantages ([N, T] with
-    process supervision), [N, T] the sampler's log-probs (None without), and [N, T] the policy's tokens (None: every
-    response token; a multi-turn episode's tool outputs and env messages are 0)."""
+    process supervision), [N, T] the policy's tokens (a multi-turn episode's tool outputs and env messages 0), and
+    [N, T] the sampler's log-probs (None without)."""
 
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
@@ -205,8 +205,8 @@ class Batch:
     loss_mask: torch.Tensor
     scores: torch.Tensor
     advantages: torch.Tensor
+    policy_mask: torch.Tensor
     rollout_logp: torch.Tensor | None = None
-    policy_mask: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:
@@ -271,11 +271,9 @@ def build_batch(kept: list[SampledRows], g: GRPOSection, pad_id: int, advantages
         loss_mask=_right_pad_cat([part.loss_mask for part in kept], width_t),
         scores=torch.cat([part.scores for part in kept]),
         advantages=advantages,
+        policy_mask=_right_pad_cat([part.policy_mask for part in kept], width_t),
         rollout_logp=None if any(part.rollout_logp is None for part in kept)
         else _right_pad_cat([part.rollout_logp for part in kept], width_t),
-        policy_mask=None if all(part.policy_mask is None for part in kept)
-        else _right_pad_cat([part.response_mask if part.policy_mask is None else part.policy_mask for part in kept],
-                            width_t),
     )
 
 
@@ -330,7 +328,7 @@ class GRPOTrainer:
         rows = SampledRows(result.prompt_ids, result.prompt_mask, result.response_ids, result.response_mask,
                            scores, loss_mask, result.process_rewards, result.process_step_mask,
                            getattr(result, "logprobs", None),  # a backend may return the env's RolloutResult as is
-                           getattr(result, "policy_mask", None))
+                           policy_token_mask(result))
         return result, rows
 
     def collect(self, step: int) -> tuple[Batch | None, dict[str, float]]:
@@ -399,12 +397,7 @@ class GRPOTrainer:
         # Entropy is logged over every token the policy generated, not only the loss's: overlong filtering masks the
         # truncated rows, often the high-entropy ones, and the metric would read low. A multi-turn episode's tool
         # outputs and env messages are not the policy's (the policy mask).
-        if batch is None:
-            response_mask = mask
-        elif batch.policy_mask is None:
-            response_mask = batch.attention_mask[:, batch.prompt_width :].float()
-        else:
-            response_mask = batch.policy_mask.float()
+        response_mask = batch.policy_mask.float() if batch is not None else mask
         # Global normalisers: each micro-batch divides by the whole batch's counts (every rank's), so the sum is the
         # full loss.
         num_tokens, num_seqs, response_tokens = sum_over_ranks(mask.sum().item(), (mask.sum(-1) > 0).sum().item(),

@@ -171,11 +171,20 @@ def test_multiturn_length_and_entropy_metrics_count_the_policys_tokens(tmp_path)
     assert trainer.update(batch)["entropy"] == pytest.approx(over_policy, rel=1e-4)
 
 
-def test_single_turn_rows_have_no_policy_mask_and_keep_their_entropy_over_the_response():
+def test_single_turn_rows_keep_their_entropy_over_the_whole_response():
     from algos.grpo import SampledRows, build_batch
+    from algos.metrics import policy_token_mask
 
+    response_mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    single_turn = type("Result", (), {"response_mask": response_mask})()  # the env's RolloutResult: no policy_mask
+    assert policy_token_mask(single_turn) is response_mask
     rows = SampledRows(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.long),
-                       torch.ones(2, 4, dtype=torch.long), torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]]), torch.zeros(2),
-                       torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]]), torch.zeros(2, 4), torch.zeros(2, 4), None)
-    batch = build_batch([rows], GRPOSection(group_size=2), 0, torch.zeros(2))
-    assert batch.policy_mask is None  # update() counts every response token, as before
+                       torch.ones(2, 3, dtype=torch.long), response_mask, torch.zeros(2), response_mask,
+                       torch.zeros(2, 3), torch.zeros(2, 3), None, policy_token_mask(single_turn))
+    wider = SampledRows(torch.ones(2, 3, dtype=torch.long), torch.ones(2, 3, dtype=torch.long),
+                        torch.ones(2, 4, dtype=torch.long), torch.ones(2, 4, dtype=torch.long), torch.zeros(2),
+                        torch.ones(2, 4, dtype=torch.long), torch.zeros(2, 4), torch.zeros(2, 4), None,
+                        torch.ones(2, 4, dtype=torch.long))
+    batch = build_batch([rows, wider], GRPOSection(group_size=2), 0, torch.zeros(4))
+    # update() counts every response token, as before: the policy mask is the response part of the attention mask
+    assert torch.equal(batch.policy_mask, batch.attention_mask[:, batch.prompt_width :])
