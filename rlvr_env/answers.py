@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import rewards
+from rewards.extract import final_boxed
 from rewards.result import NO_ANSWER, OK, VerifyResult
 
 # A signed integer/decimal, allowing thousands separators ("1,234.5").
@@ -45,13 +46,17 @@ class LenientAnswer:
     ``fallback_last_number`` is set, the last number in it. With ``literal_answer`` the
     value must be written as a number: an expression that merely equals the gold (the
     question's own ``86 + 67``, which a policy learns to echo within a few GRPO steps)
-    scores 0."""
+    scores 0. With ``boxed_only`` only a ``\\boxed{}`` answer counts: a response without one scores 0
+    (no "the answer is", no short response read whole, no last number), so the box is the answer, not a bonus."""
 
     fallback_last_number: bool = True
     literal_answer: bool = False
+    boxed_only: bool = False
     in_process_safe = True  # math_verifier bounds itself; the regex is linear
 
     def __call__(self, completion: str, *, answer: Any, **info: Any) -> VerifyResult:
+        if self.boxed_only and isinstance(completion, str) and final_boxed(completion) is None:
+            return VerifyResult(0.0, NO_ANSWER, {"reason": "boxed_only: no \\boxed{} answer"})
         result = rewards.math_verifier(completion, answer=answer, **info)
         pred = result.details.get("pred", "")
         # A gold written as arithmetic ("3/4") is itself the literal form, so it is not held against the answer.
@@ -59,7 +64,7 @@ class LenientAnswer:
             return VerifyResult(0.0, OK, {**result.details, "reason": "unevaluated: the answer is arithmetic, not a number"})
         # No marker found: either no answer at all, or a short completion taken whole as the answer.
         unmarked = result.status == NO_ANSWER or result.details.get("pred") == completion.strip()
-        if result.score == 1.0 or not (unmarked and self.fallback_last_number):
+        if result.score == 1.0 or self.boxed_only or not (unmarked and self.fallback_last_number):
             return result
         number = last_number(completion)
         if number is None:
@@ -80,9 +85,10 @@ class BoxedFormat:
         return VerifyResult(1.0 if _FILLED_BOXED.search(completion) else 0.0)
 
 
-def answer_reward(correct_weight: float, format_weight: float, fallback_last_number: bool, literal_answer: bool = False):
+def answer_reward(correct_weight: float, format_weight: float, fallback_last_number: bool, literal_answer: bool = False,
+                  boxed_only: bool = False):
     """The weighted sum reported as components "correct" and (when weighted) "format"."""
-    parts = [("correct", LenientAnswer(fallback_last_number, literal_answer), correct_weight)]
+    parts = [("correct", LenientAnswer(fallback_last_number, literal_answer, boxed_only), correct_weight)]
     if format_weight:
         parts.append(("format", BoxedFormat(), format_weight))
     return rewards.WeightedSum(parts)

@@ -7,6 +7,7 @@ from fractions import Fraction  # noqa: F401 (the expressions the tests eval() b
 import pytest
 
 import rlvr_env
+from rewards.result import NO_ANSWER
 from rlvr_env.answers import LenientAnswer
 from rlvr_env.tasks.countdown import apply_working_line
 
@@ -86,8 +87,24 @@ def test_literal_answer_ignores_units_and_arithmetic_gold(completion, gold, scor
     assert LenientAnswer(fallback_last_number=True, literal_answer=True)(completion, answer=gold).score == score
 
 
+@pytest.mark.parametrize("completion,default,boxed_only", [
+    ("84 + 21 = 105", 1.0, 0.0),  # a short response read whole
+    ("The answer is 105.", 1.0, 0.0),
+    ("First 84 + 21 makes 105 and I stop here", 1.0, 0.0),  # the last-number fallback
+    ("84 + 21 = 105. The answer is \\boxed{105}.", 1.0, 1.0),
+    ("\\boxed{104} so it is 105", 0.0, 0.0),  # a box is the answer, the number after it is not
+    ("The answer is \\boxed{84 + 21}.", 0.0, 0.0),  # literal_answer still applies
+])
+def test_boxed_only_counts_a_boxed_answer_alone(completion, default, boxed_only):
+    for only, expected in ((False, default), (True, boxed_only)):
+        task = rlvr_env.make_task("Arithmetic", boxed_only=only, format_weight=0.0, correct_weight=1.0)
+        assert task.verifier(completion, answer="105").score == expected, (only, completion)
+    if "boxed" not in completion:
+        assert LenientAnswer(boxed_only=True)(completion, answer="105").status == NO_ANSWER
+
+
 @pytest.mark.parametrize("field,value", [
-    ("correct_weight", "0.9"), ("correct_weight", True), ("correct_weight", float("nan")),
+    ("boxed_only", "true"), ("correct_weight", "0.9"), ("correct_weight", True), ("correct_weight", float("nan")),
     ("format_weight", None), ("format_weight", float("inf")),
     ("fallback_last_number", "false"), ("literal_answer", 0),
 ])

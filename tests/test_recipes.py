@@ -158,8 +158,8 @@ def test_a_recipe_loads_and_validates(recipe):
     schedule = StepSchedule(config.env.schedule)
     end = schedule.at(config.run.steps)
     assert end["few_shot_keep"] == 0.0  # trains zero-shot at the end
-    if recipe == ARITHMETIC_RECIPE:  # the boxed answer is what scores: no last-number fallback, format credit kept
-        assert config.env.kwargs["fallback_last_number"] is False and "format_weight" not in end
+    if recipe == ARITHMETIC_RECIPE:  # only a boxed answer scores, and format credit is kept
+        assert config.env.kwargs["boxed_only"] is True and "format_weight" not in end
     else:
         assert end["format_weight"] == 0.0
     task = make_task(config.env.id, **{**config.env.kwargs, **end})

@@ -35,6 +35,7 @@ class ArithmeticConfig(TaskConfig):
     format_weight: float = 0.1
     fallback_last_number: bool = True
     literal_answer: bool = True  # the value as a number: "86 + 67" or \frac{306}{2} for 153 scores 0
+    boxed_only: bool = False  # only a \boxed{} answer counts ("The answer is 5", a bare "5" and the last number score 0)
     few_shot_keep: float = 1.0  # chance each few-shot example is shown (per problem): 1 = all, 0 = none
 
     def validate(self) -> None:
@@ -47,7 +48,8 @@ class ArithmeticConfig(TaskConfig):
             raise ValueError(f"operators must be a non-empty string of characters from {OPERATORS!r}, got {self.operators!r}")
         validate_prompt_template(self.prompt_template, "expression")
         validate_answer_weights(self.correct_weight, self.format_weight)
-        validate_flags(fallback_last_number=self.fallback_last_number, literal_answer=self.literal_answer)
+        validate_flags(fallback_last_number=self.fallback_last_number, literal_answer=self.literal_answer,
+                       boxed_only=self.boxed_only)
         validate_few_shot_keep(self.few_shot_keep)
 
 
@@ -127,7 +129,8 @@ class ArithmeticTask(Task):
     @property
     def verifier(self):
         cfg = self.config
-        return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number, cfg.literal_answer)
+        return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number, cfg.literal_answer,
+                             cfg.boxed_only)
 
     def messages(self, problem: Problem) -> list[dict[str, str]]:
         """The system prompt, the few-shot pairs this problem shows (``few_shot_keep``), then the problem."""

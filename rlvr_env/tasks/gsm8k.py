@@ -30,13 +30,15 @@ class GSM8KConfig(TaskConfig):
     format_weight: float = 0.0
     fallback_last_number: bool = True
     literal_answer: bool = True  # the value as a number: "86 + 67" or \frac{306}{2} for 153 scores 0
+    boxed_only: bool = False  # only a \boxed{} answer counts ("The answer is 5", a bare "5" and the last number score 0)
     few_shot_keep: float = 1.0  # chance each few-shot example is shown (per problem): 1 = all, 0 = none
 
     def validate(self) -> None:
         super().validate()
         validate_prompt_template(self.prompt_template, "question")
         validate_answer_weights(self.correct_weight, self.format_weight)
-        validate_flags(fallback_last_number=self.fallback_last_number, literal_answer=self.literal_answer)
+        validate_flags(fallback_last_number=self.fallback_last_number, literal_answer=self.literal_answer,
+                       boxed_only=self.boxed_only)
         validate_few_shot_keep(self.few_shot_keep)
 
 
@@ -66,7 +68,8 @@ class GSM8KTask(DatasetTask, Task):
     @property
     def verifier(self):
         cfg = self.config
-        return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number, cfg.literal_answer)
+        return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number, cfg.literal_answer,
+                             cfg.boxed_only)
 
     def messages(self, problem: Problem) -> list[dict[str, str]]:
         """The system prompt, the few-shot pairs this problem shows (``few_shot_keep``), then the question."""
