@@ -104,9 +104,33 @@ def test_arithmetic_difficulty_knobs_and_prompt():
     assert roles == ["system", "user", "assistant", "user"]
 
 
+def test_arithmetic_kinds_mix_question_shapes_and_leave_a_plain_config_alone():
+    kinds = [{"operators": "+"}, {"operators": "-*"}, {"terms": 3, "operators": "+-"}]
+    mixed = rlvr_env.make_task("Arithmetic", digits=2, kinds=kinds)
+    shapes = []
+    for index in range(60):
+        problem = mixed.problem(index, 7)
+        assert problem == mixed.problem(index, 7)  # seeded per index
+        tokens = problem.metadata["expression"].split()
+        operands, operators = tokens[::2], set(tokens[1::2])
+        assert all(len(n) == 2 for n in operands) and problem.metadata["terms"] == len(operands)
+        assert eval(problem.metadata["expression"]) == int(problem.answer)
+        shapes.append("3-term" if len(operands) == 3 else ("+" if operators == {"+"} else "-*"))
+        assert len(operands) == 2 or operators <= {"+", "-"}
+    assert {shape: shapes.count(shape) > 10 for shape in ("+", "-*", "3-term")} == {"+": True, "-*": True, "3-term": True}
+    # no kinds, no extra draw: the problems a config made before the option existed
+    plain = rlvr_env.make_task("Arithmetic", digits=2)
+    assert [plain.problem(i, 0).metadata["expression"] for i in range(3)] == ["86 + 67", "56 + 90", "98 + 17"]
+
+
 @pytest.mark.parametrize(
     "kwargs, field",
     [
+        ({"kinds": {"terms": 3}}, "kinds"),
+        ({"kinds": [{"terms": 3}, {"digit": 2}]}, "kinds\\[1\\]"),
+        ({"kinds": [{"terms": 11}]}, "kinds\\[0\\].terms"),
+        ({"kinds": [{"operators": "%"}]}, "kinds\\[0\\].operators"),
+        ({"kinds": [{"digits": True}]}, "kinds\\[0\\].digits"),
         ({"digits": 0}, "digits"),
         ({"terms": 1}, "terms"),
         ({"operators": "+%"}, "operators"),

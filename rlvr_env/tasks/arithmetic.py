@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
@@ -25,7 +25,10 @@ class ArithmeticConfig(TaskConfig):
     for filling ``\\boxed{}`` (defaults sum to 1.0, so a perfect answer scores 1.0;
     a base model gets signal from the last-number fallback before it learns ``\\boxed{}``).
     ``few_shot_keep``: the chance each ``few_shot`` example is shown in a prompt (1 = all, 0 = zero-shot),
-    drawn per problem (rlvr_env.prompting.shown_few_shot); a trainer's ``env.schedule`` fades it out."""
+    drawn per problem (rlvr_env.prompting.shown_few_shot); a trainer's ``env.schedule`` fades it out.
+    ``kinds``: a mix of question kinds, e.g. ``[{"operators": "+"}, {"terms": 3, "operators": "+-"}]``; each problem
+    draws one uniformly (seeded per index) and takes its ``digits``/``terms``/``operators``, the fields above where
+    it leaves one out. Empty (the default): every problem is of the one kind the fields describe."""
 
     digits: int = 2
     terms: int = 2
@@ -37,20 +40,39 @@ class ArithmeticConfig(TaskConfig):
     literal_answer: bool = True  # the value as a number: "86 + 67" or \frac{306}{2} for 153 scores 0
     boxed_only: bool = False  # only a \boxed{} answer counts ("The answer is 5", a bare "5" and the last number score 0)
     few_shot_keep: float = 1.0  # chance each few-shot example is shown (per problem): 1 = all, 0 = none
+    kinds: list[dict[str, Any]] = field(default_factory=list)  # a mix of {digits, terms, operators}; empty: the above
 
     def validate(self) -> None:
         super().validate()
-        if not isinstance(self.digits, int) or not 1 <= self.digits <= 9:
-            raise ValueError(f"digits must be an integer in 1..9, got {self.digits!r}")
-        if not isinstance(self.terms, int) or not 2 <= self.terms <= 10:
-            raise ValueError(f"terms must be an integer in 2..10, got {self.terms!r}")
-        if not self.operators or not isinstance(self.operators, str) or set(self.operators) - set(OPERATORS):
-            raise ValueError(f"operators must be a non-empty string of characters from {OPERATORS!r}, got {self.operators!r}")
+        validate_shape(self.digits, self.terms, self.operators, "")
+        if not isinstance(self.kinds, list):
+            raise ValueError(f"kinds must be a list of {{digits, terms, operators}} tables, got {self.kinds!r}")
+        for i, kind in enumerate(self.kinds):
+            if not isinstance(kind, dict) or not kind or set(kind) - set(KIND_FIELDS):
+                raise ValueError(f"kinds[{i}] must be a table of some of {KIND_FIELDS}, got {kind!r}")
+            validate_shape(*self.kind_shape(kind), f"kinds[{i}].")
         validate_prompt_template(self.prompt_template, "expression")
         validate_answer_weights(self.correct_weight, self.format_weight)
         validate_flags(fallback_last_number=self.fallback_last_number, literal_answer=self.literal_answer,
                        boxed_only=self.boxed_only)
         validate_few_shot_keep(self.few_shot_keep)
+
+    def kind_shape(self, kind: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """(digits, terms, operators) of one of ``kinds``: its own values, the config's where it leaves one out."""
+        return tuple(kind.get(name, getattr(self, name)) for name in KIND_FIELDS)
+
+
+KIND_FIELDS = ("digits", "terms", "operators")
+
+
+def validate_shape(digits: Any, terms: Any, operators: Any, where: str) -> None:
+    """Reject a question shape, naming the field (``where`` prefixes it: "kinds[1].")."""
+    if isinstance(digits, bool) or not isinstance(digits, int) or not 1 <= digits <= 9:
+        raise ValueError(f"{where}digits must be an integer in 1..9, got {digits!r}")
+    if isinstance(terms, bool) or not isinstance(terms, int) or not 2 <= terms <= 10:
+        raise ValueError(f"{where}terms must be an integer in 2..10, got {terms!r}")
+    if not operators or not isinstance(operators, str) or set(operators) - set(OPERATORS):
+        raise ValueError(f"{where}operators must be a non-empty string of characters from {OPERATORS!r}, got {operators!r}")
 
 
 def prime_factors(n: int) -> Counter:
@@ -88,8 +110,10 @@ class ArithmeticTask(Task):
     def problem(self, index: int, seed: int) -> Problem:
         cfg = self.config
         rng = np.random.default_rng([seed, index])
-        low, high = (0 if cfg.digits == 1 else 10 ** (cfg.digits - 1)), 10**cfg.digits - 1
-        ops = [cfg.operators[i] for i in rng.integers(0, len(cfg.operators), size=cfg.terms - 1)]
+        # a mix draws its kind first; without one no draw is made, so a config's problems never change
+        digits, terms, operators = cfg.kind_shape(cfg.kinds[int(rng.integers(len(cfg.kinds)))] if cfg.kinds else {})
+        low, high = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits - 1
+        ops = [operators[i] for i in rng.integers(0, len(operators), size=terms - 1)]
         numbers = [int(rng.integers(low, high + 1))]
         # Evaluate with precedence as we go: `total` holds the finished +/- part,
         # `product` the running */ chain; a "/" picks a divisor of that chain so it divides exactly.
@@ -123,7 +147,7 @@ class ArithmeticTask(Task):
         return Problem(
             prompt=cfg.prompt_template.format(expression=expression),
             answer=str(int(value)),
-            metadata={"index": index, "expression": expression, "digits": cfg.digits, "terms": cfg.terms},
+            metadata={"index": index, "expression": expression, "digits": digits, "terms": terms},
         )
 
     @property
