@@ -4,8 +4,9 @@ ranks hold identical weights, and optionally making one rank's loss non-finite a
     torchrun --standalone --nproc_per_node=2 tests/distributed_worker.py ALGO [--nan-on-rank R --nan-at-step S] \
         [--section.key value ...]
 
-Every rank's weights after step s are summarised as the float64 sum of |w| and of w * (index + 1) over each tensor
-(the whole tensor: under FSDP2 each rank's shards are gathered), written by rank 0 to run.output_dir/weights.jsonl.
+Every rank's weights after step s are summarised as the float64 sums of |w|, of w * (index + 1) and of
+|w| * (index + 1) (the scale of the second, whose terms cancel) over each tensor (the whole tensor: under FSDP2 each
+rank's shards are gathered), written by rank 0 to run.output_dir/weights.jsonl.
 """
 
 from __future__ import annotations
@@ -33,7 +34,8 @@ def weights_summary(modules: torch.nn.Module) -> dict[str, list[float]]:
     for name, tensor in modules.state_dict().items():
         whole = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
         flat = whole.detach().double().flatten()
-        summary[name] = [flat.abs().sum().item(), (flat * torch.arange(1, flat.numel() + 1, dtype=torch.float64)).sum().item()]
+        index = torch.arange(1, flat.numel() + 1, dtype=torch.float64)
+        summary[name] = [flat.abs().sum().item(), (flat * index).sum().item(), (flat.abs() * index).sum().item()]
     return summary
 
 

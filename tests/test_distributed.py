@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "distributed_worker.py"
 RUN_TIMEOUT_S = 240
 TASK_KWARGS = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
-# Parameters move ~1e-2 in these runs; one process and two ranks agree to float rounding.
+# The weight sums move ~0.4-1% of their scale in these runs; one process and two ranks agree to float rounding.
 TOLERANCE = 1e-4
 
 
@@ -92,9 +92,11 @@ ALGORITHM_SETTINGS = {
     # Dynamic sampling: ranks keep different numbers of groups, often none on one rank.
     "dapo": {"grpo.prompts_per_step": "4", "grpo.group_size": "4", "grpo.overlong_cache": "2",
              "grpo.max_sampling_rounds": "3"},
-    # A separate critic, whitened advantages and an adaptive KL: every batch statistic crosses ranks.
+    # A separate critic, whitened advantages and an adaptive KL: every batch statistic crosses ranks. No value clip: it is
+    # per token (nothing crosses ranks), and a value within rounding of its clip edge takes either branch of the clipped
+    # loss, which parted the two runs' critics by 2% on an Intel Xeon (AVX512-BF16) where the EPYC's agreed.
     "ppo": {"ppo.prompts_per_step": "6", "ppo.samples_per_prompt": "2", "ppo.value_model": "separate",
-            "ppo.kl_target": "1.0", "ppo.num_minibatches": "2", "ppo.ppo_epochs": "2"},
+            "ppo.kl_target": "1.0", "ppo.num_minibatches": "2", "ppo.ppo_epochs": "2", "ppo.value_clip": "null"},
 }
 
 
@@ -125,8 +127,10 @@ def run_worker(algo: str, output_dir: Path, model, ranks: int, *extra: str, **se
 
 
 def largest_difference(a: dict, b: dict) -> float:
-    """The largest relative difference between two weight summaries (worker.weights_summary)."""
-    return max(abs(x - y) / max(1.0, abs(x)) for name in a for x, y in zip(a[name], b[name]))
+    """The largest relative difference between two weight summaries (worker.weights_summary): each sum's difference
+    over its scale (the sum of |terms|: a signed sum's terms cancel, and rounding scales with them, not with it)."""
+    return max(abs(x - y) / max(1.0, abs(scale)) for name in a
+               for (x, y), scale in zip(zip(a[name], b[name]), (a[name][0], a[name][2], a[name][2])))
 
 
 def moved(records: list[dict]) -> float:
@@ -142,7 +146,7 @@ def test_two_ranks_train_the_weights_one_process_trains(algo, strategy, sft_mode
     differences = [largest_difference(a["weights"], b["weights"]) for a, b in zip(one, two)]
     print(f"{algo} {strategy}: 1 vs 2 ranks, largest relative difference per step {differences}; moved {moved(one):.3g}")
     assert max(differences) < TOLERANCE
-    assert moved(one) > 100 * TOLERANCE  # the comparison is not between untrained copies
+    assert moved(one) > max(1e-3, 100 * max(differences))  # the comparison is not between untrained copies
     metrics = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
     assert metrics[0]["world_size"] == 2 and metrics[0]["distributed_strategy"] == strategy
     saved = load_config_file(tmp_path / "two" / "config.yaml")
