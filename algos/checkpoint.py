@@ -129,20 +129,8 @@ def save_checkpoint(
     with _one_process_is_intended():
         dcp.save({"model": weights, "optimizer": optimizer_state}, checkpoint_id=tmp / STATE_DIR)
     torch.save(rng_state(next(model.parameters()).device), tmp / _rng_file(world.rank))
-    export = export if export is not None else model
-    # Collective under FSDP2 (every rank sends its shards); the whole tensors arrive on rank 0's CPU.
-    whole = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    export_model(model, export if export is not None else model, tmp / "model", tokenizer)
     if world.is_main:
-        prefix = next(name for name, module in model.named_modules() if module is export)
-        exported = {key.removeprefix(f"{prefix}."): value for key, value in whole.items() if key.startswith(prefix)}
-        # A tied weight (lm_head = embeddings) is one parameter under two names: transformers saves it once.
-        first_name: dict[int, str] = {}
-        for name, parameter in export.named_parameters(remove_duplicate=False):
-            if first_name.setdefault(id(parameter), name) != name:
-                exported.pop(name, None)
-        export.save_pretrained(tmp / "model", state_dict=exported, safe_serialization=True)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp / "model")
         if config is not None:
             from algos.config import save_config
 
@@ -164,6 +152,25 @@ def save_checkpoint(
         _remove_leftovers(output_dir)
     barrier()  # no rank goes on (or reads latest_checkpoint) before the checkpoint is in place
     return final
+
+
+def export_model(model: torch.nn.Module, export: torch.nn.Module, directory: Path, tokenizer: Any = None) -> None:
+    """Write ``export``, the transformers model inside ``model`` (a trainer's TrainingForward, wrapped or not), to
+    ``directory`` as a transformers directory (with ``tokenizer``), from rank 0. Every rank calls it."""
+    # Collective under FSDP2 (every rank sends its shards); the whole tensors arrive on rank 0's CPU.
+    whole = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    if not current_world().is_main:
+        return
+    prefix = next(name for name, module in model.named_modules() if module is export)
+    exported = {key.removeprefix(f"{prefix}."): value for key, value in whole.items() if key.startswith(prefix)}
+    # A tied weight (lm_head = embeddings) is one parameter under two names: transformers saves it once.
+    first_name: dict[int, str] = {}
+    for name, parameter in export.named_parameters(remove_duplicate=False):
+        if first_name.setdefault(id(parameter), name) != name:
+            exported.pop(name, None)
+    export.save_pretrained(directory, state_dict=exported, safe_serialization=True)
+    if tokenizer is not None:
+        tokenizer.save_pretrained(directory)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -1,7 +1,8 @@
 """Typed run configuration: sections as dataclasses, loaded from TOML/YAML, overridden from the CLI.
 
 Precedence (later wins): dataclass defaults < algorithm preset < config file < `--key value`
-overrides. A key is `section.field` (or just `field` when only one section has it).
+overrides. A key is `section.field` (or just `field` when only one section has it; a section whose
+`bare_keys` is False is always named, so its `steps` and `lr` leave `--steps` and `--lr` to run and optim).
 Unknown keys and ill-typed values are errors that name the key; every section's
 `validate()` raises ValueError naming the field.
 
@@ -21,7 +22,7 @@ import typing
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import tomllib
 import torch
@@ -299,6 +300,25 @@ class AlarmConfig:
 
 
 @dataclass
+class WarmStartConfig:
+    """A supervised warm start before RL (algos/sft.py, docs/warm_start.md): `steps` AdamW steps of cross-entropy on
+    the task's demonstrations (Task.gold_messages) of training problems, on the policy's own tokens; RL, and its KL
+    reference, then start from the warm-started weights. Its own optimizer: `lr` and optim's betas, eps, weight decay
+    and max_grad_norm, constant rate; loss.micro_batch_size rows per forward."""
+
+    bare_keys: ClassVar[bool] = False  # warm_start.steps, never --steps (run.steps)
+
+    steps: int = 0  # optimizer steps; 0 = no warm start (every run before this section existed)
+    lr: float = 2e-5  # TRL SFTConfig's learning_rate
+    batch_size: int = 8  # demonstrations per step over all ranks (transformers' per_device_train_batch_size)
+
+    def validate(self) -> None:
+        require(self.steps >= 0, "warm_start.steps", "must be >= 0 (0 = no warm start)")
+        require(self.lr > 0, "warm_start.lr", f"must be > 0, got {self.lr}")
+        require(self.batch_size >= 1, "warm_start.batch_size", "must be >= 1")
+
+
+@dataclass
 class EvalConfig:
     """The sections every algorithm's config shares; all that `rlvr eval` reads."""
 
@@ -314,11 +334,13 @@ class EvalConfig:
 
 @dataclass
 class TrainConfig(EvalConfig):
-    """The sections every training algorithm shares: the evaluation ones plus `optim` and `loss`."""
+    """The sections every training algorithm shares: the evaluation ones plus `optim`, `loss`, `alarms` and
+    `warm_start`."""
 
     optim: OptimConfig = field(default_factory=OptimConfig)
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     alarms: AlarmConfig = field(default_factory=AlarmConfig)
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
 
     def validate(self) -> None:
         validate_sections(self)
@@ -396,7 +418,8 @@ def _resolve_key(cls: type, key: str) -> list[str]:
     if key in top:
         return parts
     hints = typing.get_type_hints(cls)
-    owners = [name for name in hints if dataclasses.is_dataclass(hints[name]) and key in _field_names(hints[name])]
+    owners = [name for name in hints if dataclasses.is_dataclass(hints[name]) and key in _field_names(hints[name])
+              and getattr(hints[name], "bare_keys", True)]
     if len(owners) == 1:
         return [owners[0], key]
     if not owners:

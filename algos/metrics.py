@@ -90,14 +90,15 @@ class MetricsLogger:
                 self._tb = SummaryWriter(log_dir=str(self.output_dir / "tensorboard"), purge_step=start_step + 1)
         self._bar = tqdm(total=total_steps, initial=start_step, desc="train", dynamic_ncols=True, disable=not progress)
 
-    def log(self, step: int, metrics: dict[str, Any]) -> None:
+    def log(self, step: int, metrics: dict[str, Any], tensorboard_step: int | None = None) -> None:
+        """One record at ``step``; TensorBoard draws it at ``tensorboard_step`` when given (the warm start's steps)."""
         record = {"step": step, **{k: _json_safe(v) for k, v in metrics.items()}}
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         if self._tb is not None:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
-                    self._tb.add_scalar(key, value, step)
+                    self._tb.add_scalar(key, value, step if tensorboard_step is None else tensorboard_step)
         shown = {short: record[key] for key, short in PROGRESS_KEYS.items() if record.get(key) is not None}
         self._bar.set_postfix({k: f"{v:.3g}" for k, v in shown.items()}, refresh=False)
         self._bar.update(max(0, step - self._bar.n))
@@ -105,6 +106,10 @@ class MetricsLogger:
     def write(self, message: str) -> None:
         """A line of text that does not break the progress bar."""
         self._bar.write(message)
+
+    def phase_bar(self, total: int, desc: str) -> tqdm:
+        """A bar of its own for work before the first step (the warm start), shown when the run's is."""
+        return tqdm(total=total, desc=desc, dynamic_ncols=True, leave=False, disable=self._bar.disable)
 
     def close(self, plot: bool = True) -> Path | None:
         """Flush everything; draw the curves when `plot`. Returns the PNG path (or None)."""
@@ -121,11 +126,14 @@ class SilentLogger:
     def __init__(self, *args, **kwargs) -> None:
         pass
 
-    def log(self, step: int, metrics: dict[str, Any]) -> None:
+    def log(self, step: int, metrics: dict[str, Any], tensorboard_step: int | None = None) -> None:
         pass
 
     def write(self, message: str) -> None:
         pass
+
+    def phase_bar(self, total: int, desc: str) -> tqdm:
+        return tqdm(total=total, disable=True)
 
     def close(self, plot: bool = True) -> None:
         return None

@@ -126,7 +126,8 @@ def squeeze_cache_holes(cache, mask: torch.Tensor) -> torch.Tensor:
     return mask.gather(1, order)
 
 
-def _left_padded(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def left_padded(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token id lists -> ([n, W] ids padded with ``pad_id`` on the left, [n, W] mask of the real tokens)."""
     width = max(len(ids) for ids in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -137,7 +138,8 @@ def _left_padded(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tens
     return ids.to(device), mask.to(device)
 
 
-def _right_padded(rows: list[list], fill, dtype, device) -> torch.Tensor:
+def right_padded(rows: list[list], fill, dtype, device) -> torch.Tensor:
+    """Lists of values -> [n, W] tensor of them, each filled with ``fill`` on the right."""
     width = max(len(values) for values in rows)
     return torch.tensor([values + [fill] * (width - len(values)) for values in rows], dtype=dtype, device=device)
 
@@ -177,7 +179,7 @@ class MultiTurnHFRollout(HFRollout):
             for _ in env.problems
         ]
         prompts = [episode.begin(problem) for episode, problem in zip(episodes, env.problems)]
-        prompt_ids, prompt_mask = _left_padded(encode_prompts(prompts, tokenizer, chat_rendered=chat), env.pad_id, device)
+        prompt_ids, prompt_mask = left_padded(encode_prompts(prompts, tokenizer, chat_rendered=chat), env.pad_id, device)
         limit = context_length(model)
         if limit is not None and prompt_ids.shape[1] + max_tokens > limit:
             raise ValueError(f"the longest initial prompt ({prompt_ids.shape[1]} tokens) + the episode's token budget "
@@ -213,7 +215,7 @@ class MultiTurnHFRollout(HFRollout):
                 cache.batch_select_indices(keep)
                 cached_rows, cache_mask, next_position = cached_rows[keep], cache_mask[keep], next_position[keep]
                 feeds = [feeds[i] for i in keep.tolist()]
-            chunk, chunk_mask = _left_padded(feeds, env.pad_id, device)  # right-aligned: each row's last column predicts
+            chunk, chunk_mask = left_padded(feeds, env.pad_id, device)  # right-aligned: each row's last column predicts
             cache_mask = torch.cat([cache_mask, chunk_mask], 1)
             logits = model(input_ids=chunk, attention_mask=cache_mask,
                            position_ids=next_position[:, None] + (chunk_mask.cumsum(1) - 1).clamp(min=0),
@@ -228,12 +230,12 @@ class MultiTurnHFRollout(HFRollout):
         device = prompt_ids.device
         infos = [episode.info for episode in episodes]
         names = sorted({name for info in infos for name in info.get("reward_components", {})})
-        policy_mask = _right_padded([e.policy for e in episodes], 0, torch.long, device)
+        policy_mask = right_padded([e.policy for e in episodes], 0, torch.long, device)
         return MultiTurnRollout(
             prompt_ids=prompt_ids,
             prompt_mask=prompt_mask,
-            response_ids=_right_padded([e.tokens for e in episodes], env.pad_id, torch.long, device),
-            response_mask=_right_padded([[1] * len(e.tokens) for e in episodes], 0, torch.long, device),
+            response_ids=right_padded([e.tokens for e in episodes], env.pad_id, torch.long, device),
+            response_mask=right_padded([[1] * len(e.tokens) for e in episodes], 0, torch.long, device),
             scores=torch.tensor([e.return_ for e in episodes], dtype=torch.float32, device=device),
             reward_components={
                 name: torch.tensor([info.get("reward_components", {}).get(name, 0.0) for info in infos],
@@ -247,7 +249,7 @@ class MultiTurnHFRollout(HFRollout):
             problems=list(env.problems),
             process_rewards=torch.zeros(policy_mask.shape, device=device),
             process_step_mask=torch.zeros(policy_mask.shape, dtype=torch.bool, device=device),
-            logprobs=_right_padded([e.logprobs for e in episodes], 0.0, torch.float32, device),
+            logprobs=right_padded([e.logprobs for e in episodes], 0.0, torch.float32, device),
             policy_mask=policy_mask,
             turns=torch.tensor([info["turn"] for info in infos], device=device),
             tool_calls=torch.tensor([len(info["tool_calls"]) for info in infos], device=device),

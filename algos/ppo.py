@@ -217,7 +217,8 @@ class PPOTrainer:
         # Both trained modules in one wrapped module: one optimizer step clips and applies every gradient together
         # (a shared backbone appears once: the critic registers only what it owns), and every forward is synchronised.
         trained = {"policy": self.policy, **({"critic": self.critic} if self.critic is not None else {})}
-        self.forward = self.run.wrap(some_frozen=p.critic_warmup_steps > 0, **trained)
+        # Some trained weights get no gradient in a pass: the policy's in the critic warm-up, the critic's in the warm start.
+        self.forward = self.run.wrap(some_frozen=p.critic_warmup_steps > 0 or config.warm_start.steps > 0, **trained)
         self.modules = self.run.modules
         # Dropout off throughout (as TRL's PPO): old and new log-probs/values must come from the same function.
         self.modules.eval()

@@ -3,7 +3,9 @@
 A checkpoint stores the config it was trained with (checkpoint-N/config.yaml). A resume continues
 that config: the config given for it may differ only in RESUME_OVERRIDES (how long the run goes,
 how it reports, where and in what precision it computes); any other difference, or a key the stored config lacks
-(written before the key existed, so what the run did there is unknown), is refused by name.
+(written before the key existed, so what the run did there is unknown), is refused by name. A whole section the
+stored config lacks that was off before it existed (SECTIONS_OFF_BY_DEFAULT: warm_start) reads as off: its switch
+at its default, its other keys as given (an off section's settings did nothing).
 """
 
 from __future__ import annotations
@@ -15,6 +17,12 @@ from typing import Any
 
 from algos import checkpoint as ckpt
 from algos.config import from_dict, load_file, save_config, to_dict
+
+WARM_START_DIR = "warm_start"  # the policy after the warm start (algos/sft.py): a transformers directory, the KL reference
+
+# Sections a config saved before they existed lacks, each with the key whose default turns it off (what such a run
+# did: no warm start): its resume reads them off instead of refusing their keys as unknown.
+SECTIONS_OFF_BY_DEFAULT = {"warm_start": "warm_start.steps"}
 
 # What a resumed run may change: how long it runs, how it reports, where, on how many processes and in what
 # precision it computes (a bf16 run resumed on an AVX2 machine goes on in fp32: model.autocast "auto"); not what
@@ -71,6 +79,7 @@ def _clear_for_a_fresh_start(config: Any, output_dir: Path, latest: Path) -> Non
                          "run.overwrite_output_dir would delete: choose another run.output_dir")
     for checkpoint in ckpt.list_checkpoints(output_dir):
         shutil.rmtree(checkpoint)
+    shutil.rmtree(output_dir / WARM_START_DIR, ignore_errors=True)  # the earlier run's KL reference
 
 
 def check_resumable(config: Any, checkpoint: Path) -> None:
@@ -86,7 +95,12 @@ def check_resumable(config: Any, checkpoint: Path) -> None:
         raise ValueError(f"cannot resume {checkpoint}: {saved} is not a {type(config).__name__} ({error})") from None
     given = _values_by_key(to_dict(config))
     stored = _values_by_key({section: fields for section, fields in raw.items() if isinstance(fields, dict)})
-    if missing := sorted(key for key in given if key not in stored and key not in RESUME_OVERRIDES):
+    unsaved_sections = SECTIONS_OFF_BY_DEFAULT.keys() - raw.keys()
+    switches = {SECTIONS_OFF_BY_DEFAULT[section] for section in unsaved_sections}  # at their defaults in trained_with
+    trained_with.update({key: value for key, value in given.items()
+                         if key.partition(".")[0] in unsaved_sections and key not in switches})
+    if missing := sorted(key for key in given if key not in stored and key not in RESUME_OVERRIDES
+                         and key.partition(".")[0] not in unsaved_sections):
         raise ValueError(
             f"cannot resume {checkpoint}: {saved} has no {', '.join(missing)} (it was written before the key existed, "
             f"so what the run did there is unknown): add the value the run used to {saved}"

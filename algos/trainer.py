@@ -1,9 +1,9 @@
 """What every agent shares around its own collect/update: one setup (setup_run) and one loop (run_training).
 
 setup_run builds a run in the one order in which a refused task, model or config leaves no run
-directory behind (and deletes no earlier run's checkpoints); run_training evaluates, steps, logs
-and checkpoints. GRPO/DAPO (algos/grpo.py) and PPO (algos/ppo.py) add their optimizer, their
-state and their step.
+directory behind (and deletes no earlier run's checkpoints); run_training evaluates, warm-starts a
+fresh run when warm_start.steps asks (algos/sft.py), steps, logs and checkpoints. GRPO/DAPO
+(algos/grpo.py) and PPO (algos/ppo.py) add their optimizer, their state and their step.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, Protocol
 import torch
 
 from algos import checkpoint as ckpt
+from algos import sft
 from algos.alarms import HealthMonitor
 from algos.config import require
 from algos.distributed import (
@@ -136,6 +137,8 @@ def setup_run(
     key, count = prompts
     require(count % world.size == 0, key, f"{count} prompts do not split across {world.size} processes (torchrun's "
             f"world size): make it a multiple of {world.size}; each rank samples {key} / world size of them")
+    require(config.warm_start.batch_size % world.size == 0, "warm_start.batch_size",
+            f"must be a multiple of the {world.size} processes (torchrun's world size): each rank takes its share")
     task, eval_set = build_task(config), eval_task(config)  # the evaluation set once: a dataset's file is read once
     if check_task is not None:
         check_task(task)
@@ -159,8 +162,11 @@ def setup_run(
         return checkpoint
 
     checkpoint = run_on_main(open_on_main)
-    # From the initial weights, before any checkpoint is loaded: the KL anchor never moves.
+    # From the initial weights, before any checkpoint is loaded: the KL anchor does not follow training. A warm-started
+    # run's is the warm-started policy: set after the warm start (sft.save_warm_started), read back on a resume.
     ref_model = copy.deepcopy(model).eval().requires_grad_(False) if keep_reference else None
+    if ref_model is not None and checkpoint is not None and config.warm_start.steps:
+        sft.load_warm_started(ref_model, Path(config.run.output_dir))
     env = make_env(config, tokenizer, num_envs=count // world.size * group_size, device=device, task=task, model=model)
     if world.is_main:
         warn_if_eval_reads_training_data(config, task)
@@ -197,9 +203,24 @@ class Agent(Protocol):
     def save(self, step: int) -> Path: ...
 
 
+def warm_start_policy(run: RunSetup, logger: MetricsLogger) -> None:
+    """algos/sft.py's warm start under a bar of its own, each step's metrics logged at step 0 (TensorBoard draws them
+    at steps 1 - warm_start.steps .. 0: before RL's, out of reach of a resume's purge of the steps after its
+    checkpoint); then the policy saved as the run's KL reference."""
+    steps = run.config.warm_start.steps
+    bar = logger.phase_bar(steps, "warm start")
+    for step, metrics in enumerate(sft.warm_start(run), 1):
+        logger.log(0, {"warm_start/step": step, **metrics}, tensorboard_step=step - steps)
+        bar.set_postfix(loss=f"{metrics['warm_start/loss']:.3g}", refresh=False)
+        bar.update()
+    bar.close()
+    sft.save_warm_started(run)
+
+
 def run_training(agent: Agent) -> dict[str, Any]:
     """The loop every agent shares: held-out eval before (fresh runs) and after (eval_accuracy, and
-    eval_accuracy_transfer under env.transfer_eval_kwargs' prompt when set), `run.steps` steps
+    eval_accuracy_transfer under env.transfer_eval_kwargs' prompt when set), with a fresh run's warm start
+    (warm_start.steps) and an eval after it (eval_accuracy_warm_start) in between; `run.steps` steps
     from `agent.start_step`, each under env.schedule's task config for it, metrics logged each step,
     checkpoints every `run.save_every` and at the end, curves plotted; under model.autocast's mixed precision
     when set. Every rank runs it; rank 0 logs."""
@@ -232,6 +253,14 @@ def run_training(agent: Agent) -> dict[str, Any]:
                 scores = held_out_accuracy()
                 summary.update({f"{key}_before": value for key, value in scores.items()})
                 logger.log(0, {**scores, "world_size": run.world.size, "distributed_strategy": strategy})
+                if run.config.warm_start.steps:
+                    # Only checkpoints (step >= 1, after it) keep the warm start: a run killed before its first one
+                    # resumes at step 0 and warms up again from the initial weights; one resumed from checkpoint-k
+                    # holds warm-started weights and skips it.
+                    warm_start_policy(run, logger)
+                    scores = {f"{key}_warm_start": value for key, value in held_out_accuracy().items()}
+                    summary.update(scores)
+                    logger.log(0, scores)
             for step in range(agent.start_step + 1, cfg.steps + 1):
                 started = time.perf_counter()
                 # env.schedule: this step's task config, a pure function of the step (so a resume repeats it)

@@ -87,6 +87,16 @@ def render_conversation(messages, tokenizer=None, toolbox: Toolbox | None = None
     return "".join(f"{m['role']}: {m['content']}\n\n" for m in messages) + "assistant: "
 
 
+def with_tool_instructions(messages: list[dict[str, str]], toolbox: Toolbox, tokenizer=None) -> list[dict[str, str]]:
+    """An episode's first ``messages`` (its task's), with the plain-text tool instructions in the system message when
+    there are tools and ``tokenizer``'s chat template does not render them (or there is none)."""
+    if not toolbox or supports_tools(tokenizer):
+        return messages
+    system = [m["content"] for m in messages[:1] if m["role"] == "system"]
+    rest = messages[1:] if system else messages
+    return [{"role": "system", "content": "\n\n".join([*system, tool_instructions(toolbox)])}, *rest]
+
+
 class MultiTurnEnv(gym.Env):
     """Gymnasium's API over a MultiTurnTask.
 
@@ -130,11 +140,7 @@ class MultiTurnEnv(gym.Env):
         """Begin an episode on ``problem`` itself, as reset does on the one it draws (a batched rollout's rows play
         problems drawn elsewhere): reset's observation and info, less ``problem_index``."""
         self.problem = problem
-        self.messages = self.task.messages(self.problem)
-        if self.toolbox and not supports_tools(self.tokenizer):
-            system = [m["content"] for m in self.messages[:1] if m["role"] == "system"]
-            rest = self.messages[1:] if system else self.messages
-            self.messages = [{"role": "system", "content": "\n\n".join([*system, tool_instructions(self.toolbox)])}, *rest]
+        self.messages = with_tool_instructions(self.task.messages(problem), self.toolbox, self.tokenizer)
         too_long = [m for m in self.messages if len(m["content"]) > self.max_message_chars]
         if too_long:
             raise ValueError(f"problem {problem.metadata.get('index', '')} has a message of "

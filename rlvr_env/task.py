@@ -128,6 +128,12 @@ class Task:
         """A completion that must score 1.0 (the gold self-test)."""
         raise NotImplementedError
 
+    def gold_messages(self, problem: Problem) -> list[dict[str, str]]:
+        """A demonstration of ``problem``: the messages a solved episode adds after ``messages(problem)``, the
+        assistant's and what the environment answers between them (a MultiTurnTask's tool outputs or replies); what
+        the trainers' warm start (algos/sft.py) imitates. By default the gold completion, as one assistant message."""
+        return [{"role": "assistant", "content": self.gold_completion(problem)}]
+
     @property
     def process_step_end(self) -> str | None:
         """The text that ends one reasoning step (e.g. ``"\\n"``) when the task gives per-step

@@ -122,6 +122,11 @@ def parse_tool_calls(message: str) -> list[ToolCall]:
     return calls
 
 
+def format_tool_call(name: str, arguments: dict[str, Any]) -> str:
+    """A call as a model writes it: the block ``parse_tool_calls`` reads back as ``ToolCall(name, arguments)``."""
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
 def _parse_call(body: str) -> ToolCall:
     try:
         call = json.loads(body)

@@ -21,9 +21,10 @@ def test_unknown_override_is_rejected_by_name(capsys):
 
 
 @pytest.mark.parametrize("key, hint", [
-    ("lrr", "(did you mean optim.lr?"),
+    ("lrr", "(did you mean optim.lr or warm_start.lr?"),
     ("seeed", "(did you mean run.seed?"),
-    ("nonsense", "(a key is section.field; sections: model, env, rollout, run, distributed, optim, loss, alarms, grpo)"),
+    ("nonsense", "(a key is section.field; sections: model, env, rollout, run, distributed, optim, loss, alarms, "
+                 "warm_start, grpo)"),
 ])
 def test_unknown_bare_key_names_the_keys_it_may_mean(key, hint, capsys):
     """`--grpo.gruop_size` listed the known keys; `--lrr` listed nothing."""
@@ -244,7 +245,7 @@ def test_evaluation_in_batches_scores_the_same_problems_as_one_batch(tiny_dir):
 
     config = load_config(EvalConfig, overrides=["--model.path", str(tiny_dir / "model"), "--env.kwargs", "{digits: 1}",
                                                 "--env.max_new_tokens", "3", "--env.eval_size", "7"])
-    model, tokenizer = load_policy(config.model.path)
+    model, tokenizer = load_policy(config.model.path, device="cpu")
     env = make_env(config, tokenizer, num_envs=7, device=torch.device("cpu"), problem_seed=config.env.eval_seed)
     _, info = env.reset(seed=config.env.eval_seed)
     assert procedural_eval_indices(config) == info["problem_indices"]  # the problems one reset would draw

@@ -79,6 +79,7 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu_only_host(tmp_path, monk
     with monkeypatch.context() as patch:  # torch.save tags every storage as a GPU run's would be
         patch.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
         save_checkpoint(tmp_path, 1, model=model, optimizer=optimizer, scheduler=scheduler)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a CPU-only host, also where tests run on a GPU one
     with pytest.raises(RuntimeError, match="CUDA"):  # what load_checkpoint hit before it read onto the CPU
         torch.load(latest_checkpoint(tmp_path) / "rng-0.pt", weights_only=False)
     fresh, fresh_opt, fresh_sched = _tiny()

@@ -157,7 +157,7 @@ def test_a_run_records_the_resolved_precision_and_the_machine(monkeypatch, tmp_p
     fake_cpu(monkeypatch, ["AVX512-BF16"], 2.0)
     config = load_config(GRPOConfig, overrides={
         "model.path": str(model_dir), "env.use_chat_template": "false", "run.output_dir": str(tmp_path / "run"),
-        "run.progress": "false", "run.tensorboard": "false",
+        "run.progress": "false", "run.tensorboard": "false", "model.device": "cpu",  # the faked CPU's choice
     })
     with caplog.at_level(logging.INFO, logger="rlvr"):
         trainer = GRPOTrainer(config)

@@ -74,6 +74,7 @@ script = scripted(SCRIPT)
 
 BASE = {
     "model.autocast": "null",  # fp32 on every machine: the references are fp32 hand computations
+    "model.device": "cpu",  # where the references compute (on a GPU host the trainer's tensors would live on cuda:0)
     "env.id": "rlvr/Countdown-v0", "env.kwargs": TASK, "env.max_new_tokens": str(MAX_NEW_TOKENS),
     "env.use_chat_template": "false", "env.eval_size": "4", "run.progress": "false", "run.tensorboard": "false",
     "run.plots": "false", "grpo.prompts_per_step": "3", "grpo.group_size": "4", "loss.micro_batch_size": "5",

@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rlvr_env.multiturn_env import MultiTurnConfig, MultiTurnTask
+from rlvr_env.task import Problem
 from rlvr_env.tasks.arithmetic import ArithmeticConfig, ArithmeticTask
-from rlvr_env.tools import Toolbox, calculator
+from rlvr_env.tools import Toolbox, ToolCall, calculator, format_tool_call
 
 
 @dataclass
@@ -27,3 +28,11 @@ class CalculatorArithmeticTask(MultiTurnTask, ArithmeticTask):
     @property
     def tools(self) -> Toolbox:
         return Toolbox.of(calculator)
+
+    def gold_messages(self, problem: Problem) -> list[dict[str, str]]:
+        """The episode the task teaches: the calculator called on the expression, its output, the gold answer."""
+        arguments = {"expression": problem.metadata["expression"]}
+        output = self.tools.call(ToolCall("calculator", arguments)).content
+        return [{"role": "assistant", "content": format_tool_call("calculator", arguments)},
+                {"role": "tool", "content": output},
+                {"role": "assistant", "content": self.gold_completion(problem)}]

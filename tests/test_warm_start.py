@@ -1,0 +1,275 @@
+"""The supervised warm start (algos/sft.py, the warm_start config section): demonstrations are rows the rollout would
+hold, labelled on the policy's tokens alone; the calculator's demonstration solves its episode; the loss falls and a
+tiny model learns to call the tool from it; a run logs it, anchors its KL to it and resumes without redoing it."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+import yaml
+from calculator_models import TASK_KWARGS, tool_tokenizer
+from safetensors.torch import load_file
+
+from algos import grpo, ppo, sft
+from algos.checkpoint import latest_checkpoint
+from algos.config import load_config
+from algos.evaluation import greedy_rollouts, procedural_eval_indices
+from algos.grpo import GRPOConfig
+from algos.metrics import read_metrics
+from algos.multiturn import Episode
+from algos.run_dir import WARM_START_DIR
+from algos.sft import IGNORE_INDEX, demonstration_row
+from rlvr_env import TokenVectorEnv, make_task
+from rlvr_env.multiturn_env import MultiTurnEnv
+from rlvr_env.prompting import encode_prompts
+from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+from rlvr_env.tools import ToolCall, format_tool_call, parse_tool_calls
+
+ADDITION = {"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}
+QUIET = {"run.progress": "false", "run.tensorboard": "false", "run.plots": "false", "model.autocast": "null"}
+
+
+def saved_model(path, tokenizer, hidden_size: int = 32, num_heads: int = 2) -> str:
+    model = build_tiny_model(tokenizer, hidden_size=hidden_size, num_layers=2, num_heads=num_heads)
+    model.config.max_position_embeddings = 1024  # room for a calculator episode
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def addition_config(model_dir, output_dir, config_cls=GRPOConfig, **overrides):
+    """A quiet run on 1-digit sums (plain-text prompts) with a 3-step warm start on 4 demonstrations a step."""
+    base = {**QUIET, "model.path": str(model_dir), "run.output_dir": str(output_dir), "env.kwargs": json.dumps(ADDITION),
+            "env.max_new_tokens": "4", "env.use_chat_template": "false", "env.eval_size": "4", "optim.lr": "1e-3",
+            "warm_start.steps": "3", "warm_start.lr": "3e-3", "warm_start.batch_size": "4", "loss.micro_batch_size": "3"}
+    return load_config(config_cls, overrides={**base, **overrides})
+
+
+# ---------------------------------------------------------------- demonstrations
+
+
+def test_a_formatted_tool_call_parses_back_to_itself():
+    for name, arguments in (("calculator", {"expression": "12 * 34"}), ("python", {"code": 'print("é\\n{}")'}), ("f", {})):
+        assert parse_tool_calls(format_tool_call(name, arguments)) == [ToolCall(name, arguments)]
+
+
+def test_the_calculator_demonstration_solves_its_episode_with_one_tool_call():
+    task = make_task("rlvr/CalculatorArithmetic-v0")  # 6-digit products
+    env = MultiTurnEnv(task)
+    for index in range(5):
+        problem = task.problem(index, 0)
+        gold = task.gold_messages(problem)
+        env.start(problem)
+        for message in gold:
+            if message["role"] == "assistant":
+                messages, reward, terminated, truncated, info = env.step(message["content"])
+        assert (reward, terminated, truncated) == (1.0, True, False)
+        assert [call["status"] for call in info["tool_calls"]] == ["ok"]
+        assert list(messages[-len(gold) :]) == gold  # the tool's output is the env's own
+
+
+def test_labels_cover_the_assistants_tokens_and_nothing_else():
+    tokenizer = tool_tokenizer()
+    task = make_task("rlvr/CalculatorArithmetic-v0", **TASK_KWARGS)
+    problem = task.problem(3, 0)
+    assert problem.metadata["expression"] == "55 * 90"
+    ids, labels = demonstration_row(task, problem, tokenizer, use_chat_template=True)
+    eos = [tokenizer.eos_token_id]
+    segments = [  # (text, the policy's): the template writes "S:calculator" for the tools, "T:" for a tool turn
+        ("S:calculator\nU:55 * 90=\nA:", False),
+        ('<tool_call>{"name": "calculator", "arguments": {"expression": "55 * 90"}}</tool_call>', True),
+        ("\nT:4950\nA:", False),
+        ("55 * 90 = 4950, so the answer is \\boxed{4950}.", True),
+    ]
+    want_ids, want_labels = [], []
+    for text, policy in segments:
+        tokens = tokenizer(text, add_special_tokens=False)["input_ids"] + (eos if policy else [])
+        want_ids += tokens
+        want_labels += tokens if policy else [IGNORE_INDEX] * len(tokens)
+    assert ids == want_ids
+    assert labels == want_labels
+
+
+def rollout_episode(task, problem, tokenizer, chat: bool) -> tuple[list[int], list[int], bool]:
+    """(ids, 1 on the policy's tokens, solved) of the demonstration's assistant messages fed token by token to the
+    rollout's own Episode, as if the policy had sampled them."""
+    episode = Episode(MultiTurnEnv(task, tokenizer if chat else None), tokenizer,
+                      frozenset({tokenizer.eos_token_id}), max_policy_tokens=10_000, max_tokens=10_000)
+    prompt = encode_prompts([episode.begin(problem)], tokenizer, chat_rendered=chat)[0]
+    for message in task.gold_messages(problem):
+        if message["role"] == "assistant":
+            for token in [*tokenizer(message["content"], add_special_tokens=False)["input_ids"], tokenizer.eos_token_id]:
+                episode.take(token, 0.0)
+    return prompt + episode.tokens, [0] * len(prompt) + episode.policy, episode.info["success"]
+
+
+@pytest.mark.parametrize(("template", "chat"), [("renders tools", True), ("no tools", True), ("plain text", False)])
+def test_a_demonstration_row_is_the_episode_the_rollout_would_hold(template, chat):
+    """Whatever renders the conversation: a template showing the tools, one without (plain-text tool instructions in
+    the system message, tool outputs as <tool_response> user turns), or none."""
+    tokenizer = tool_tokenizer() if template == "renders tools" else build_char_tokenizer()
+    task = make_task("rlvr/CalculatorArithmetic-v0", **TASK_KWARGS)
+    for index in range(3):
+        problem = task.problem(index, 0)
+        ids, labels = demonstration_row(task, problem, tokenizer, use_chat_template=chat)
+        episode_ids, policy, solved = rollout_episode(task, problem, tokenizer, chat)
+        assert ids == episode_ids
+        assert [int(label != IGNORE_INDEX) for label in labels] == policy
+        assert solved
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_a_single_turn_demonstration_is_the_envs_prompt_then_the_gold_completion(chat):
+    tokenizer = build_char_tokenizer()
+    task = make_task("rlvr/Arithmetic-v0")
+    env = TokenVectorEnv(task, tokenizer, num_envs=1, max_new_tokens=4, use_chat_template=chat)
+    env.reset(seed=0, options={"problem_indices": [7]})
+    prompt = env.prompt_ids[0][env.prompt_mask[0].bool()].tolist()
+    completion = tokenizer(task.gold_completion(env.problems[0]), add_special_tokens=False)["input_ids"]
+    completion.append(tokenizer.eos_token_id)
+    ids, labels = demonstration_row(task, env.problems[0], tokenizer, use_chat_template=chat)
+    assert ids == prompt + completion
+    assert labels == [IGNORE_INDEX] * len(prompt) + completion
+
+
+# ---------------------------------------------------------------- learning
+
+
+def test_the_loss_falls_over_a_warm_start(tmp_path):
+    config = addition_config(saved_model(tmp_path / "model", build_char_tokenizer()), tmp_path / "run",
+                             **{"warm_start.steps": "20", "warm_start.batch_size": "8", "warm_start.lr": "1e-2"})
+    trainer = grpo.GRPOTrainer(config)
+    losses = [metrics["warm_start/loss"] for metrics in sft.warm_start(trainer.run)]
+    assert len(losses) == 20
+    assert losses[-1] < 0.5 * losses[0]  # measured: 4.63 -> 1.64
+
+
+def tool_call_rate(trainer) -> float:
+    """The share of held-out problems on which greedy episodes call the calculator (and the call runs)."""
+    run = trainer.run
+    calls = [(result.tool_calls - result.tool_errors > 0).float()
+             for result in greedy_rollouts(run.model, run.tokenizer, run.config, trainer.backend, run.device,
+                                           run.eval_set[0], procedural_eval_indices(run.config))]
+    return torch.cat(calls).mean().item()
+
+
+def test_a_tiny_model_warm_started_on_demonstrations_calls_the_calculator(tmp_path):
+    """A random model never writes a tool call; 60 steps on 16 demonstrations each (~6 s of CPU) and it calls the
+    calculator greedily on every held-out problem (copying the product out right is more than it learns here)."""
+    config = load_config(GRPOConfig, overrides={
+        **QUIET, "model.path": saved_model(tmp_path / "model", tool_tokenizer(), hidden_size=64, num_heads=4),
+        "run.output_dir": str(tmp_path / "run"), "env.id": "rlvr/CalculatorArithmetic-v0",
+        "env.kwargs": json.dumps(TASK_KWARGS), "env.max_new_tokens": "128", "grpo.max_episode_tokens": "170",
+        "env.eval_size": "16", "grpo.group_size": "2", "warm_start.steps": "60", "warm_start.lr": "3e-3",
+        "warm_start.batch_size": "16", "loss.micro_batch_size": "16"})
+    trainer = grpo.GRPOTrainer(config)
+    assert tool_call_rate(trainer) == 0.0
+    for _ in sft.warm_start(trainer.run):
+        pass
+    assert tool_call_rate(trainer) >= 0.8
+
+
+# ---------------------------------------------------------------- runs
+
+
+class Killed(Exception):
+    pass
+
+
+def test_a_grpo_run_warm_starts_once_and_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch):
+    model_dir = saved_model(tmp_path / "model", build_char_tokenizer())
+    runs = {name: addition_config(model_dir, tmp_path / name, **{"run.steps": "3", "run.save_every": "1",
+                                                                 "grpo.prompts_per_step": "2", "grpo.group_size": "4"})
+            for name in ("straight", "resumed")}
+    straight = grpo.GRPOTrainer(runs["straight"])
+    summary = straight.train()
+    records = read_metrics(tmp_path / "straight")
+    warm = [r for r in records if "warm_start/loss" in r]
+    assert [r["warm_start/step"] for r in warm] == [1, 2, 3] and all(r["step"] == 0 for r in warm)
+    assert 0 <= summary["eval_accuracy_warm_start"] <= 1
+    assert any("eval_accuracy_warm_start" in r for r in records)
+    # The KL reference is the warm-started policy, saved beside the checkpoints.
+    saved = load_file(tmp_path / "straight" / WARM_START_DIR / "model.safetensors")
+    reference = straight.ref_model.state_dict()
+    assert all(torch.equal(saved[key], reference[key].cpu()) for key in saved)
+    initial = load_file(tmp_path / "model" / "model.safetensors")
+    assert not all(torch.equal(saved[key], initial[key]) for key in saved)
+
+    save = grpo.GRPOTrainer.save
+
+    def save_then_die(self, step):
+        path = save(self, step)
+        if step == 1:
+            raise Killed  # nothing after checkpoint-1 survives, as with SIGKILL
+        return path
+
+    monkeypatch.setattr(grpo.GRPOTrainer, "save", save_then_die)
+    with pytest.raises(Killed):
+        grpo.GRPOTrainer(runs["resumed"]).train()
+    monkeypatch.setattr(grpo.GRPOTrainer, "save", save)
+    monkeypatch.setattr(sft, "warm_start", lambda run: pytest.fail("a resumed run warm-started again"))
+    resumed = grpo.GRPOTrainer(runs["resumed"], resume=True)
+    assert resumed.start_step == 1
+    resumed.train()
+    for name, module in (("policy", "model"), ("reference", "ref_model")):
+        want, got = getattr(straight, module).state_dict(), getattr(resumed, module).state_dict()
+        assert all(torch.equal(want[key], got[key]) for key in want), name
+    drop = ("step_time_s",)
+    rows = [[{k: v for k, v in r.items() if k not in drop} for r in read_metrics(tmp_path / name)] for name in runs]
+    assert rows[0] == rows[1]
+
+
+def test_ppo_warm_starts_its_policy_and_reference_and_leaves_its_critic(tmp_path):
+    config = addition_config(saved_model(tmp_path / "model", build_char_tokenizer()), tmp_path / "run", ppo.PPOConfig,
+                             **{"ppo.prompts_per_step": "2", "ppo.num_minibatches": "1", "ppo.value_model": "head",
+                                "ppo.kl_coef": "0.05"})
+    trainer = ppo.PPOTrainer(config)
+    critic = {key: value.clone() for key, value in trainer.critic.state_dict().items()}
+    policy = {key: value.clone() for key, value in trainer.policy.state_dict().items()}
+    for _ in sft.warm_start(trainer.run):
+        pass
+    sft.save_warm_started(trainer.run)
+    assert all(torch.equal(value, critic[key]) for key, value in trainer.critic.state_dict().items())
+    assert not all(torch.equal(value, policy[key]) for key, value in trainer.policy.state_dict().items())
+    reference = trainer.ref_model.state_dict()
+    assert all(torch.equal(value, reference[key]) for key, value in trainer.policy.state_dict().items())
+
+
+def test_a_checkpoint_saved_before_the_warm_start_existed_resumes_without_one(tmp_path):
+    config = addition_config(saved_model(tmp_path / "model", build_char_tokenizer()), tmp_path / "run",
+                             **{"run.steps": "1", "warm_start.steps": "0", "grpo.group_size": "2"})
+    grpo.GRPOTrainer(config).train()
+    stored = latest_checkpoint(tmp_path / "run") / "config.yaml"
+    saved = yaml.safe_load(stored.read_text())
+    del saved["warm_start"]
+    stored.write_text(yaml.safe_dump(saved))  # as an earlier version wrote it
+    config.run.steps = 2
+    assert grpo.GRPOTrainer(config, resume=True).start_step == 1
+    config.warm_start.steps = 2
+    with pytest.raises(ValueError, match=r"cannot resume .*\(warm_start.steps: 0 -> 2"):
+        grpo.GRPOTrainer(config, resume=True)
+
+
+# ---------------------------------------------------------------- config
+
+
+@pytest.mark.parametrize(("key", "accepted", "refused", "message"), [
+    ("warm_start.steps", "0", "-1", "must be >= 0 (0 = no warm start)"),
+    ("warm_start.lr", "1e-9", "0", "must be > 0, got 0.0"),
+    ("warm_start.batch_size", "1", "0", "must be >= 1"),
+])
+def test_each_warm_start_key_accepts_its_edge_and_names_itself_past_it(key, accepted, refused, message):
+    load_config(GRPOConfig, overrides={key: accepted})
+    with pytest.raises(ValueError, match=rf"^config {re.escape(key)}: {re.escape(message)}$"):
+        load_config(GRPOConfig, overrides={key: refused})
+
+
+def test_the_warm_start_is_off_by_default_and_leaves_the_bare_keys_to_the_run():
+    config = load_config(ppo.PPOConfig, overrides=["--steps", "7", "--lr", "3e-5"])
+    assert (config.run.steps, config.optim.lr) == (7, 3e-5)
+    assert (config.warm_start.steps, config.warm_start.lr) == (0, 2e-5)
+    with pytest.raises(ValueError, match=r"unknown config key 'batch_size' \(did you mean .*warm_start.batch_size"):
+        load_config(GRPOConfig, overrides=["--batch_size", "4"])
