@@ -4,7 +4,9 @@
 
 rlvr/CalculatorArithmetic-v0 asks for products of two 3-digit numbers (exact only through the tool); each episode
 is the model's messages, the calculator's outputs between them, up to 3 turns (algos/multiturn.py). The loss covers
-the model's own tokens. Prints held-out greedy accuracy before and after training and the path of the curves' PNG
+the model's own tokens. The base model never writes the call (docs/agents.md), so RL has no signal until a warm start
+(docs/warm_start.md) has imitated solved episodes: the call, the calculator's output, the boxed answer. Prints held-out
+greedy accuracy before, after the warm start and after RL, and the path of the curves' PNG
 (metrics.jsonl has turns_mean, tool_calls_mean, tool_errors_mean per step). Extra ``--section.key value``
 arguments override the config below, e.g. ``--env.kwargs '{"digits": 6}'`` or ``--grpo.max_episode_tokens 512``.
 """
@@ -32,6 +34,10 @@ DEFAULTS = {
     "grpo.group_size": "4",
     "loss.micro_batch_size": "8",
     "run.save_every": "10",
+    # 24 steps of 8 demonstrations: the protocol, not the arithmetic (the calculator does that).
+    "warm_start.steps": "24",
+    "warm_start.batch_size": "8",
+    "warm_start.lr": "3e-5",
 }
 
 
@@ -43,7 +49,9 @@ def main(argv: list[str] | None = None) -> dict:
     overrides = {**DEFAULTS, "run.steps": str(args.steps), "run.output_dir": args.out, "run.overwrite_output_dir": "true"}
     overrides.update(parse_overrides(extra))
     summary = grpo.train(load_config(grpo.GRPOConfig, overrides=overrides))
-    print(f"held-out accuracy: {summary['eval_accuracy_before']:.3f} -> {summary['eval_accuracy_after']:.3f}")
+    warm = summary.get("eval_accuracy_warm_start")
+    print(f"held-out accuracy: {summary['eval_accuracy_before']:.3f} -> "
+          f"{'' if warm is None else f'{warm:.3f} (warm start) -> '}{summary['eval_accuracy_after']:.3f}")
     print(f"curves: {summary['plot']}")
     return summary
 

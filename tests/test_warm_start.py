@@ -4,6 +4,7 @@ tiny model learns to call the tool from it; a run logs it, anchors its KL to it 
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 
@@ -21,6 +22,7 @@ from algos.grpo import GRPOConfig
 from algos.metrics import read_metrics
 from algos.multiturn import Episode
 from algos.run_dir import WARM_START_DIR
+from algos.runtime import grad_scaler
 from algos.sft import IGNORE_INDEX, demonstration_row
 from rlvr_env import TokenVectorEnv, make_task
 from rlvr_env.multiturn_env import MultiTurnEnv
@@ -145,6 +147,37 @@ def test_the_loss_falls_over_a_warm_start(tmp_path):
     losses = [metrics["warm_start/loss"] for metrics in sft.warm_start(trainer.run)]
     assert len(losses) == 20
     assert losses[-1] < 0.5 * losses[0]  # measured: 4.63 -> 1.64
+
+
+def test_a_warm_start_step_applies_the_gradient_of_the_token_mean_cross_entropy(tmp_path):
+    """Five calculator demonstrations (labels with the tool's output as a hole) in micro-batches of 2, 2 and 1: SGD at
+    lr 1 moves each weight by minus the gradient of the cross-entropy summed over every row's labelled tokens and
+    divided by their count, the reference computed row by row with no padding."""
+    config = load_config(GRPOConfig, overrides={
+        **QUIET, "model.path": saved_model(tmp_path / "model", tool_tokenizer()), "run.output_dir": str(tmp_path / "run"),
+        "env.id": "rlvr/CalculatorArithmetic-v0", "env.kwargs": json.dumps(TASK_KWARGS), "env.max_new_tokens": "128",
+        "grpo.max_episode_tokens": "170", "env.eval_size": "2", "grpo.group_size": "2", "loss.micro_batch_size": "2",
+        "optim.max_grad_norm": "1e9", "model.device": "cpu"})
+    run = grpo.GRPOTrainer(config).run
+    task = run.env.task
+    rows = [demonstration_row(task, task.problem(i, run.env.problem_seed), run.tokenizer, config.env.use_chat_template)
+            for i in range(5)]
+    reference = copy.deepcopy(run.model)
+    labelled = sum(label != IGNORE_INDEX for _, labels in rows for label in labels)
+    summed = torch.zeros(())
+    for ids, labels in rows:
+        logp = torch.log_softmax(reference(input_ids=torch.tensor([ids])).logits[0, :-1].float(), -1)
+        targets = torch.tensor(labels[1:])
+        kept = targets != IGNORE_INDEX
+        summed = summed - logp[kept].gather(-1, targets[kept, None]).sum()
+    (summed / labelled).backward()
+    before = [p.detach().clone() for p in run.model.parameters()]
+    metrics = sft.supervised_step(run, torch.optim.SGD(run.model.parameters(), lr=1.0), grad_scaler(config.model, run.device),
+                                  rows)
+    assert metrics["warm_start/tokens"] == labelled
+    assert metrics["warm_start/loss"] == pytest.approx(summed.item() / labelled, rel=1e-5)
+    for start, after, expected in zip(before, run.model.parameters(), reference.parameters()):
+        torch.testing.assert_close(start - after.detach(), expected.grad, atol=1e-6, rtol=1e-4)
 
 
 def tool_call_rate(trainer) -> float:
