@@ -174,13 +174,18 @@ def test_a_recipe_loads_and_validates(recipe):
     assert all(question.endswith(template_tail.replace("{{}}", "{}")) for question, _ in config.env.kwargs["few_shot"])
     if recipe == ARITHMETIC_RECIPE:
         assert config.run.output_dir == "runs/arithmetic-zero-shot"
+        # The warm start imitates demonstrations on env.kwargs' own prompt: the bare question, of every kind.
+        assert config.warm_start.steps > 0
+        unscheduled = make_task(config.env.id, **config.env.kwargs)
+        assert unscheduled.messages(problem) == [{"role": "user", "content": problem.prompt}]
+        assert len(config.env.kwargs["kinds"]) == 3
 
 
 def tiny_recipe_overrides(tiny_dir, output_dir, **more):
     return {"model.path": str(tiny_dir), "model.autocast": "null", "env.eval_size": "4", "env.max_new_tokens": "4",
             "run.output_dir": str(output_dir), "run.progress": "false", "run.tensorboard": "false",
             "run.plots": "false", "run.save_every": "0", "run.eval_every": "2",
-            "grpo.prompts_per_step": "2", "grpo.group_size": "2", "loss.micro_batch_size": "4",
+            "grpo.prompts_per_step": "2", "grpo.group_size": "2", "loss.micro_batch_size": "4", "warm_start.steps": "0",
             "env.schedule": "{few_shot_keep: {from: 1.0, to: 0.0, end_step: 4}, format_weight: {from: 0.1, to: 0.0, "
                             "start_step: 2, end_step: 4}}", **more}
 
