@@ -186,6 +186,7 @@ def tiny_recipe_overrides(tiny_dir, output_dir, **more):
             "run.output_dir": str(output_dir), "run.progress": "false", "run.tensorboard": "false",
             "run.plots": "false", "run.save_every": "0", "run.eval_every": "2",
             "grpo.prompts_per_step": "2", "grpo.group_size": "2", "loss.micro_batch_size": "4", "warm_start.steps": "0",
+            "grpo.overlong_cache": "2",  # the recipe's soft overlong penalty within these 4 tokens
             "env.schedule": "{few_shot_keep: {from: 1.0, to: 0.0, end_step: 4}, format_weight: {from: 0.1, to: 0.0, "
                             "start_step: 2, end_step: 4}}", **more}
 
