@@ -1,6 +1,5 @@
 """MultiTurnEnv, tools and the multi-turn tasks: Gymnasium's API, tool calls, replies, budgets."""
 
-import json
 
 import gymnasium as gym
 import pytest
@@ -9,11 +8,11 @@ import rlvr_env
 from rlvr_env import MultiTurnEnv, MultiTurnTask, Problem, Toolbox
 from rlvr_env.multiturn_env import MultiTurnConfig
 from rlvr_env.testing import build_char_tokenizer
-from rlvr_env.tools import ToolCall, calculator, parse_tool_calls
+from rlvr_env.tools import ToolCall, calculator, format_tool_call, parse_tool_calls
 
 
 def tool_call(name, **arguments):
-    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+    return format_tool_call(name, arguments)
 
 
 def test_calculator_episode_tool_call_then_final_answer():
