@@ -125,8 +125,9 @@ def test_a_demonstration_row_is_the_episode_the_rollout_would_hold(template, cha
 
 @pytest.mark.parametrize("chat", [True, False])
 def test_a_single_turn_demonstration_is_the_envs_prompt_then_the_gold_completion(chat):
+    """A worked example's answer in the prompt is an assistant message too: only the demonstration's own is labelled."""
     tokenizer = build_char_tokenizer()
-    task = make_task("rlvr/Arithmetic-v0")
+    task = make_task("rlvr/Arithmetic-v0", few_shot=[["What is 1 + 2?", "1 + 2 = 3."]])
     env = TokenVectorEnv(task, tokenizer, num_envs=1, max_new_tokens=4, use_chat_template=chat)
     env.reset(seed=0, options={"problem_indices": [7]})
     prompt = env.prompt_ids[0][env.prompt_mask[0].bool()].tolist()
@@ -135,6 +136,13 @@ def test_a_single_turn_demonstration_is_the_envs_prompt_then_the_gold_completion
     ids, labels = demonstration_row(task, env.problems[0], tokenizer, use_chat_template=chat)
     assert ids == prompt + completion
     assert labels == [IGNORE_INDEX] * len(prompt) + completion
+
+
+def test_a_demonstration_must_open_with_the_assistants_message():
+    tokenizer, prompt = build_char_tokenizer(), [{"role": "user", "content": "1+2="}]
+    for replies in ([], [{"role": "tool", "content": "3"}]):
+        with pytest.raises(ValueError, match=re.escape(f"a demonstration starts with the assistant's message, got {replies}")):
+            sft.conversation_row(prompt, replies, lambda messages: "", tokenizer, chat_rendered=False)
 
 
 # ---------------------------------------------------------------- learning
@@ -160,8 +168,10 @@ def test_a_warm_start_step_applies_the_gradient_of_the_token_mean_cross_entropy(
         "optim.max_grad_norm": "1e9", "model.device": "cpu"})
     run = grpo.GRPOTrainer(config).run
     task = run.env.task
-    rows = [demonstration_row(task, task.problem(i, run.env.problem_seed), run.tokenizer, config.env.use_chat_template)
-            for i in range(5)]
+    candidates = [demonstration_row(task, task.problem(i, run.env.problem_seed), run.tokenizer, config.env.use_chat_template)
+                  for i in range(40)]
+    # The first four and the first of another length (a 3-digit product): the batch holds padding
+    rows = candidates[:4] + [next(row for row in candidates if len(row[0]) != len(candidates[0][0]))]
     reference = copy.deepcopy(run.model)
     labelled = sum(label != IGNORE_INDEX for _, labels in rows for label in labels)
     summed = torch.zeros(())
@@ -175,6 +185,7 @@ def test_a_warm_start_step_applies_the_gradient_of_the_token_mean_cross_entropy(
     metrics = sft.supervised_step(run, torch.optim.SGD(run.model.parameters(), lr=1.0), grad_scaler(config.model, run.device),
                                   rows)
     assert metrics["warm_start/tokens"] == labelled
+    assert metrics["warm_start/skipped_update"] == 0.0 and metrics["warm_start/grad_norm"] > 0
     assert metrics["warm_start/loss"] == pytest.approx(summed.item() / labelled, rel=1e-5)
     for start, after, expected in zip(before, run.model.parameters(), reference.parameters()):
         torch.testing.assert_close(start - after.detach(), expected.grad, atol=1e-6, rtol=1e-4)
@@ -226,6 +237,7 @@ def test_a_grpo_run_warm_starts_once_and_resumes_to_the_uninterrupted_run(tmp_pa
     assert any("eval_accuracy_warm_start" in r for r in records)
     # The KL reference is the warm-started policy, saved beside the checkpoints.
     saved = load_file(tmp_path / "straight" / WARM_START_DIR / "model.safetensors")
+    assert (tmp_path / "straight" / WARM_START_DIR / "tokenizer_config.json").is_file()  # a whole transformers directory
     reference = straight.ref_model.state_dict()
     assert all(torch.equal(saved[key], reference[key].cpu()) for key in saved)
     initial = load_file(tmp_path / "model" / "model.safetensors")
@@ -269,6 +281,12 @@ def test_ppo_warm_starts_its_policy_and_reference_and_leaves_its_critic(tmp_path
     assert not all(torch.equal(value, policy[key]) for key, value in trainer.policy.state_dict().items())
     reference = trainer.ref_model.state_dict()
     assert all(torch.equal(value, reference[key]) for key, value in trainer.policy.state_dict().items())
+
+
+def test_a_missing_warm_start_directory_is_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match=re.escape(f"{tmp_path / WARM_START_DIR}, the policy after this run's warm "
+                                                          "start and its KL reference, is missing")):
+        sft.load_warm_started(build_tiny_model(build_char_tokenizer()), tmp_path)
 
 
 def test_a_checkpoint_saved_before_the_warm_start_existed_resumes_without_one(tmp_path):
