@@ -8,6 +8,7 @@ import pytest
 
 import rlvr_env
 from rlvr_env.data import DataFileError
+from rlvr_env.tasks.arithmetic import worked_solution
 from rlvr_env.tasks.countdown import ExpressionError, evaluate_expression
 
 DATA = Path(__file__).parent / "data"
@@ -17,6 +18,7 @@ MATH = DATA / "math_tiny.jsonl"
 TASKS = {
     "Arithmetic": {},
     "Arithmetic-hard": {"digits": 3, "terms": 5, "operators": "+-*/"},
+    "Arithmetic-worked": {"digits": 3, "terms": 4, "operators": "+-*/", "worked_solutions": True},
     "Countdown": {},
     "GSM8K": {"data_path": str(GSM8K)},
     "MATH": {"data_path": str(MATH)},
@@ -123,9 +125,44 @@ def test_arithmetic_kinds_mix_question_shapes_and_leave_a_plain_config_alone():
     assert [plain.problem(i, 0).metadata["expression"] for i in range(3)] == ["86 + 67", "56 + 90", "98 + 17"]
 
 
+@pytest.mark.parametrize(("expression", "worked"), [
+    ("23 + 45", "23 + 45 = 23 + 40 + 5 = 63 + 5 = 68"),
+    ("87 - 23", "87 - 23 = 87 - 20 - 3 = 67 - 3 = 64"),
+    ("31 - 43", "31 - 43 = -(43 - 31) = -(43 - 30 - 1) = -(13 - 1) = -12"),
+    ("6 - 30", "6 - 30 = -(30 - 6) = -24"),
+    ("95 * 87", "95 * 87 = 90 * 80 + 90 * 7 + 5 * 80 + 5 * 7 = 7200 + 630 + 400 + 35 = 7830 + 400 + 35 = 8230 + 35 = 8265"),
+    ("7 * 86", "7 * 86 = 7 * 80 + 7 * 6 = 560 + 42 = 602"),
+    ("0 * 55", "0 * 55 = 0"),
+    ("12 - 87 + 45", "12 - 87 = -(87 - 12) = -(87 - 10 - 2) = -(77 - 2) = -75. "
+                     "-75 + 45 = -(75 - 45) = -(75 - 40 - 5) = -(35 - 5) = -30"),
+    ("50 - 87 + 95", "50 - 87 = -(87 - 50) = -37. -37 + 95 = 95 - 37 = 95 - 30 - 7 = 65 - 7 = 58"),
+    ("12 - 87 - 45", "12 - 87 = -(87 - 12) = -(87 - 10 - 2) = -(77 - 2) = -75. -75 - 45 = -(75 + 45) = "
+                     "-(75 + 40 + 5) = -(115 + 5) = -120"),
+    ("3 + 4 * 5", "4 * 5 = 20. 3 + 20 = 23"),  # products first
+    ("84 / 4 - 30", "84 / 4 = 21. 21 - 30 = -(30 - 21) = -(30 - 20 - 1) = -(10 - 1) = -9"),
+])
+def test_a_worked_solution_takes_one_place_at_a_time(expression, worked):
+    assert worked_solution(expression) == (worked, eval(expression.replace("/", "//")))
+
+
+def test_every_equation_of_a_worked_gold_completion_holds():
+    """Each sentence of a worked demonstration is a chain of equal expressions, and it ends with the boxed answer."""
+    task = rlvr_env.make_task("Arithmetic", digits=2, worked_solutions=True,
+                              kinds=[{"operators": "+-*"}, {"terms": 3, "operators": "+-"}, {"terms": 4, "operators": "+-*/"}])
+    for index in range(300):
+        problem = task.problem(index, 5)
+        working, answer_sentence = task.gold_completion(problem).rsplit(", so ", 1)
+        assert answer_sentence == f"the answer is \\boxed{{{problem.answer}}}."
+        for sentence in working.split(". "):
+            assert len({eval(side.replace("/", "//")) for side in sentence.split(" = ")}) == 1, sentence
+    plain = rlvr_env.make_task("Arithmetic")  # off by default: the one-line gold the demo's examples imitate
+    assert plain.gold_completion(plain.problem(0, 0)) == "86 + 67 = 153, so the answer is \\boxed{153}."
+
+
 @pytest.mark.parametrize(
     "kwargs, field",
     [
+        ({"worked_solutions": "yes"}, "worked_solutions"),
         ({"kinds": {"terms": 3}}, "kinds"),
         ({"kinds": [{"terms": 3}, {"digit": 2}]}, "kinds\\[1\\]"),
         ({"kinds": [{"terms": 11}]}, "kinds\\[0\\].terms"),

@@ -41,6 +41,9 @@ class ArithmeticConfig(TaskConfig):
     boxed_only: bool = False  # only a \boxed{} answer counts ("The answer is 5", a bare "5" and the last number score 0)
     few_shot_keep: float = 1.0  # chance each few-shot example is shown (per problem): 1 = all, 0 = none
     kinds: list[dict[str, Any]] = field(default_factory=list)  # a mix of {digits, terms, operators}; empty: the above
+    # gold completions (a warm start's demonstrations) work each operation by place value: "87 - 23 = 87 - 20 - 3 =
+    # 67 - 3 = 64", products as partial products; False: the expression and its value in one line
+    worked_solutions: bool = False
 
     def validate(self) -> None:
         super().validate()
@@ -54,7 +57,7 @@ class ArithmeticConfig(TaskConfig):
         validate_prompt_template(self.prompt_template, "expression")
         validate_answer_weights(self.correct_weight, self.format_weight)
         validate_flags(fallback_last_number=self.fallback_last_number, literal_answer=self.literal_answer,
-                       boxed_only=self.boxed_only)
+                       boxed_only=self.boxed_only, worked_solutions=self.worked_solutions)
         validate_few_shot_keep(self.few_shot_keep)
 
     def kind_shape(self, kind: dict[str, Any]) -> tuple[Any, Any, Any]:
@@ -102,6 +105,71 @@ def divisors_between(factors: Counter, low: int, high: int) -> list[int]:
                 divisor *= prime
         divisors = multiples
     return sorted(d for d in divisors if d >= low)
+
+
+def place_parts(n: int) -> list[int]:
+    """The non-zero place values of ``n >= 0``, largest first: 347 -> [300, 40, 7], 305 -> [300, 5], 0 -> [0]."""
+    digits = str(n)
+    parts = [int(d) * 10 ** (len(digits) - 1 - i) for i, d in enumerate(digits) if d != "0"]
+    return parts or [0]
+
+
+def place_value_forms(a: int, op: str, b: int) -> list[str]:
+    """The forms ``a op b`` (both >= 0, and ``a >= b`` for "-") passes through when ``b`` is taken one place at a
+    time, ending with the value: (87, "-", 23) -> ["87 - 20 - 3", "67 - 3", "64"]; ``a op b`` itself left out."""
+    forms, running, parts = [], a, place_parts(b)
+    for i, part in enumerate(parts):
+        forms.append(" ".join([str(running)] + [f"{op} {p}" for p in parts[i:]]))
+        running = running + part if op == "+" else running - part
+    return [form for form in forms if form != f"{a} {op} {b}"] + [str(running)]
+
+
+def worked_sum(a: int, op: str, b: int) -> tuple[str, int]:
+    """One + or - step worked on non-negative numbers: a running value ``a`` of any sign, an operand ``b >= 0``."""
+    value, lhs = (a + b if op == "+" else a - b), f"{a} {op} {b}"
+    if a >= 0 and (op == "+" or a >= b):
+        return " = ".join([lhs, *place_value_forms(a, op, b)]), value
+    # a negative result is worked as the negation of a sum or difference that is not
+    x, inner_op, y = (b, "-", a) if a >= 0 else (-a, "+", b) if op == "-" else (b, "-", -a) if b >= -a else (-a, "-", b)
+    if value >= 0:  # -m + b with b >= m: plainly b - m
+        return " = ".join([lhs, f"{x} - {y}", *place_value_forms(x, "-", y)]), value
+    forms = place_value_forms(x, inner_op, y)
+    return " = ".join([lhs, f"-({x} {inner_op} {y})", *[f"-({f})" for f in forms[:-1]], f"-{forms[-1]}"]), value
+
+
+def worked_product(a: int, op: str, b: int) -> tuple[str, int]:
+    """One * or / step on ``a, b >= 0``: a product of several places as its partial products, then their running
+    sum (95 * 87 = 90 * 80 + 90 * 7 + 5 * 80 + 5 * 7 = 7200 + 630 + 400 + 35 = 7830 + 400 + 35 = ...)."""
+    if op == "/":
+        return f"{a} / {b} = {a // b}", a // b
+    pairs = [(x, y) for x in place_parts(a) for y in place_parts(b)]
+    if len(pairs) == 1 or 0 in (a, b):
+        return f"{a} * {b} = {a * b}", a * b
+    products = [x * y for x, y in pairs]
+    forms = [f"{a} * {b}", " + ".join(f"{x} * {y}" for x, y in pairs)]
+    for i in range(len(products) - 1):
+        forms.append(" + ".join(str(p) for p in [sum(products[: i + 1]), *products[i + 1:]]))
+    return " = ".join(forms + [str(a * b)]), a * b
+
+
+def worked_solution(expression: str) -> tuple[str, int]:
+    """``expression`` (ArithmeticTask's "n op n op n ...") worked a sentence per operation, products and quotients
+    first, then the sums left to right; returns the text and the value."""
+    tokens = expression.split()
+    numbers, ops = [int(t) for t in tokens[::2]], tokens[1::2]
+    sentences, chain_values, sum_ops = [], [numbers[0]], []
+    for op, number in zip(ops, numbers[1:]):
+        if op in "*/":
+            sentence, chain_values[-1] = worked_product(chain_values[-1], op, number)
+            sentences.append(sentence)
+        else:
+            chain_values.append(number)
+            sum_ops.append(op)
+    value = chain_values[0]
+    for op, number in zip(sum_ops, chain_values[1:]):
+        sentence, value = worked_sum(value, op, number)
+        sentences.append(sentence)
+    return ". ".join(sentences), value
 
 
 class ArithmeticTask(Task):
@@ -162,7 +230,9 @@ class ArithmeticTask(Task):
         return chat_turns(cfg.system_prompt, shown_few_shot(cfg.few_shot, cfg.few_shot_keep, problem), problem.prompt)
 
     def gold_completion(self, problem: Problem) -> str:
-        return f"{problem.metadata['expression']} = {problem.answer}, so the answer is \\boxed{{{problem.answer}}}."
+        expression, answer = problem.metadata["expression"], problem.answer
+        working = worked_solution(expression)[0] if self.config.worked_solutions else f"{expression} = {answer}"
+        return f"{working}, so the answer is \\boxed{{{answer}}}."
 
     def curriculum_levels(self) -> list[dict[str, Any]]:
         return [
