@@ -54,6 +54,28 @@ def transfer_eval_config(config):
     return with_eval_prompt(config, env.transfer_eval_kwargs, env.transfer_eval_chat_template)
 
 
+PROMPT_ONLY_FIELDS = ("few_shot", "few_shot_keep")  # task fields that change what is asked, never how it is scored
+
+
+def asks_the_same(config, eval_set, other_config, other_set) -> bool:
+    """Whether two evaluations pose the same questions the same way and score them alike: the same chat-template
+    setting, problems and rendered messages, and task configs equal apart from their examples (whose effect the
+    messages show). One greedy evaluation then gives both scores, e.g. a transfer evaluation of the examples
+    removed (env.transfer_eval_kwargs {few_shot: []}) from a prompt that shows none (few_shot_keep 0)."""
+    (task, indices), (other_task, other_indices) = eval_set, other_set
+    if config.env.use_chat_template != other_config.env.use_chat_template or indices != other_indices:
+        return False
+    configs = [{k: v for k, v in dataclasses.asdict(t.config).items() if k not in PROMPT_ONLY_FIELDS}
+               for t in (task, other_task)]
+    if configs[0] != configs[1]:
+        return False
+    indices = procedural_eval_indices(config) if indices is None else indices
+    seed = config.env.eval_seed
+    return all(task.problem(i, seed) == other_task.problem(i, seed)
+               and task.messages(task.problem(i, seed)) == other_task.messages(other_task.problem(i, seed))
+               for i in indices)
+
+
 def warn_if_eval_reads_training_data(config, task) -> None:
     """Training on a dataset task without env.eval_kwargs evaluates on problems it trains on: say so."""
     from rlvr_env.data import DatasetTask

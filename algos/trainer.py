@@ -35,7 +35,13 @@ from algos.distributed import (
     wrap,
 )
 from algos.environment import build_task, make_env, make_rollout_backend
-from algos.evaluation import eval_task, evaluate, transfer_eval_config, warn_if_eval_reads_training_data
+from algos.evaluation import (
+    asks_the_same,
+    eval_task,
+    evaluate,
+    transfer_eval_config,
+    warn_if_eval_reads_training_data,
+)
 from algos.hardware import resolve_precision
 from algos.metrics import MetricsLogger, SilentLogger
 from algos.policy import check_lm_head
@@ -228,13 +234,17 @@ def run_training(agent: Agent) -> dict[str, Any]:
     schedule = StepSchedule(run.config.env.schedule, "env.schedule")
     transfer_config = transfer_eval_config(run.config)  # env.transfer_eval_kwargs: the same problems, another prompt
     transfer_set = eval_task(transfer_config) if transfer_config is not None else None
+    # a transfer prompt that asks what the main evaluation already asks (its examples are already gone) is not rerun
+    transfer_is_main = transfer_set is not None and asks_the_same(run.config, run.eval_set, transfer_config, transfer_set)
 
     def held_out_accuracy() -> dict[str, float]:
         """eval_accuracy, and eval_accuracy_transfer when env.transfer_eval_kwargs asks for it."""
         with whole_weights(run.forward):
             scores = {"eval_accuracy": evaluate(run.model, run.tokenizer, run.config, agent.backend, device=run.device,
                                                 eval_set=run.eval_set)}
-            if transfer_config is not None:
+            if transfer_is_main:
+                scores["eval_accuracy_transfer"] = scores["eval_accuracy"]
+            elif transfer_config is not None:
                 scores["eval_accuracy_transfer"] = evaluate(run.model, run.tokenizer, transfer_config, agent.backend,
                                                             device=run.device, eval_set=transfer_set)
         return scores

@@ -11,7 +11,7 @@ import pytest
 
 from algos import grpo
 from algos.config import load_config
-from algos.evaluation import evaluate_saved_model, transfer_eval_config, zero_shot
+from algos.evaluation import asks_the_same, eval_task, evaluate_saved_model, transfer_eval_config, zero_shot
 from algos.grpo import GRPOConfig
 from algos.metrics import read_metrics
 from algos.run_dir import check_resumable
@@ -117,6 +117,23 @@ def test_zero_shot_and_transfer_configs_change_only_the_eval_prompt():
     assert only_template.env.use_chat_template is False and only_template.env.eval_kwargs == {}
 
 
+def test_a_transfer_evaluation_that_asks_what_the_main_one_asks_is_not_run_twice():
+    arithmetic = load_config(GRPOConfig, ARITHMETIC_RECIPE, {"env.eval_size": "20"})
+
+    def same(config):
+        transfer = transfer_eval_config(config)
+        return asks_the_same(config, eval_task(config), transfer, eval_task(transfer))
+
+    assert same(arithmetic)  # its env.kwargs show no examples: removing them changes no prompt
+    assert not same(load_config(GRPOConfig, ARITHMETIC_RECIPE, {"env.eval_size": "20", "env.kwargs.few_shot_keep": "1.0"}))
+    assert not same(load_config(GRPOConfig, ARITHMETIC_RECIPE, {  # the same prompts, scored another way
+        "env.eval_size": "20", "env.transfer_eval_kwargs": "{few_shot: [], boxed_only: false}"}))
+    assert not same(load_config(GRPOConfig, ARITHMETIC_RECIPE, {"env.eval_size": "20",
+                                                              "env.transfer_eval_chat_template": "false"}))
+    gsm8k = load_config(GRPOConfig, GSM8K_RECIPE, {"env.eval_size": "5"})  # few_shot_keep 1: the examples are shown
+    assert not same(gsm8k)
+
+
 def test_rlvr_eval_zero_shot_scores_the_bare_question_of_a_gsm8k_file(tiny_dir, tmp_path, capsys):
     """The GSM8K plumbing: a few-shot config, evaluated as written and with --zero-shot (the tiny random model
     scores ~0 either way; what is pinned is which prompt each scores)."""
@@ -187,6 +204,7 @@ def tiny_recipe_overrides(tiny_dir, output_dir, **more):
             "run.plots": "false", "run.save_every": "0", "run.eval_every": "2",
             "grpo.prompts_per_step": "2", "grpo.group_size": "2", "loss.micro_batch_size": "4", "warm_start.steps": "0",
             "grpo.overlong_cache": "2",  # the recipe's soft overlong penalty within these 4 tokens
+            "env.kwargs.few_shot": json.dumps(FEW_SHOT),  # the recipe's worked examples overflow the tiny model's 512
             "env.schedule": "{few_shot_keep: {from: 1.0, to: 0.0, end_step: 4}, format_weight: {from: 0.1, to: 0.0, "
                             "start_step: 2, end_step: 4}}", **more}
 
@@ -198,6 +216,8 @@ def test_the_arithmetic_recipe_runs_scheduled_and_logs_the_transfer_accuracy(tin
             "eval_accuracy_transfer_after"} <= set(summary)
     records = read_metrics(tmp_path)
     assert [r["step"] for r in records if "eval_accuracy_transfer" in r] == [0, 2, 4]
+    # env.kwargs shows no examples (few_shot_keep 0), so removing them asks the same: one evaluation scores both
+    assert all(r["eval_accuracy_transfer"] == r["eval_accuracy"] for r in records if "eval_accuracy" in r)
     assert [r["schedule/few_shot_keep"] for r in records[1:]] == [0.75, 0.5, 0.25, 0.0]
     assert [r["schedule/format_weight"] for r in records[1:]] == pytest.approx([0.1, 0.1, 0.05, 0.0])
     assert "reward/format" in records[1]
