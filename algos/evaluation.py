@@ -69,11 +69,12 @@ def asks_the_same(config, eval_set, other_config, other_set) -> bool:
                for t in (task, other_task)]
     if configs[0] != configs[1]:
         return False
-    indices = procedural_eval_indices(config) if indices is None else indices
     seed = config.env.eval_seed
-    return all(task.problem(i, seed) == other_task.problem(i, seed)
-               and task.messages(task.problem(i, seed)) == other_task.messages(other_task.problem(i, seed))
-               for i in indices)
+    for i in procedural_eval_indices(config) if indices is None else indices:
+        problem, other_problem = task.problem(i, seed), other_task.problem(i, seed)
+        if problem != other_problem or task.messages(problem) != other_task.messages(other_problem):
+            return False
+    return True
 
 
 def warn_if_eval_reads_training_data(config, task) -> None:

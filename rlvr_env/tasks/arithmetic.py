@@ -129,10 +129,15 @@ def worked_sum(a: int, op: str, b: int) -> tuple[str, int]:
     value, lhs = (a + b if op == "+" else a - b), f"{a} {op} {b}"
     if a >= 0 and (op == "+" or a >= b):
         return " = ".join([lhs, *place_value_forms(a, op, b)]), value
-    # a negative result is worked as the negation of a sum or difference that is not
-    x, inner_op, y = (b, "-", a) if a >= 0 else (-a, "+", b) if op == "-" else (b, "-", -a) if b >= -a else (-a, "-", b)
     if value >= 0:  # -m + b with b >= m: plainly b - m
-        return " = ".join([lhs, f"{x} - {y}", *place_value_forms(x, "-", y)]), value
+        return " = ".join([lhs, f"{b} - {-a}", *place_value_forms(b, "-", -a)]), value
+    # a negative result is worked as the negation of a sum or difference that is not
+    if a >= 0:  # a - b with a < b: -(b - a)
+        x, inner_op, y = b, "-", a
+    elif op == "-":  # -m - b: -(m + b)
+        x, inner_op, y = -a, "+", b
+    else:  # -m + b with b < m: -(m - b)
+        x, inner_op, y = -a, "-", b
     forms = place_value_forms(x, inner_op, y)
     return " = ".join([lhs, f"-({x} {inner_op} {y})", *[f"-({f})" for f in forms[:-1]], f"-{forms[-1]}"]), value
 
