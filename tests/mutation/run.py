@@ -69,6 +69,7 @@ MODULES: dict[str, list[str]] = {
     "algos/run_dir.py": ["tests/test_run_dir.py", "tests/test_grpo_loop.py", "tests/test_ppo.py", "tests/test_grpo_cli.py",
                          "tests/test_warm_start.py", *RESUME],
     "algos/sft.py": ["tests/test_warm_start.py"],
+    "algos/evaluation.py": ["tests/test_recipes.py", "tests/test_grpo_cli.py"],
     "algos/hardware.py": ["tests/test_hardware.py"],
     "algos/memory.py": ["tests/test_memory.py"],
     "algos/checkpoint.py": ["tests/test_checkpoint.py", "tests/test_grpo_machinery.py", *CORE_USERS, *RESUME],
