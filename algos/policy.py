@@ -27,6 +27,8 @@ def lm_head_of(model: torch.nn.Module, vocab_size: int | None = None) -> tuple[t
     config = model.config.get_text_config()
     scale = 1.0 / config.logits_scaling if getattr(config, "logits_scaling", None) else getattr(config, "logit_scale", None)
     transform = LogitTransform(scale=float(scale or 1.0), softcap=getattr(config, "final_logit_softcapping", None))
+    if vocab_size is None or vocab_size >= head.weight.shape[0]:
+        return head.weight, transform  # a slice's backward would zero-fill a second [V, H] gradient per call
     return head.weight[:vocab_size], transform
 
 
@@ -66,7 +68,8 @@ def completion_logprobs(
 
     Work a plain forward would waste is skipped, with the same result up to float rounding (~5e-7): identical prompts (a
     GRPO group) run through the model once and their KV cache, graph included, serves every
-    row of the group; columns of padding no row uses are cut; the LM head projects only the
+    row of the group; a group's completions are packed several to a decoder row, so right padding is mostly not
+    computed; columns of padding no row uses are cut; the LM head projects only the
     completion's tokens, in chunks, so [B, T, V] logits never exist. ``vocab_size``: see ``lm_head_of``.
     A model with gradient checkpointing on (model.gradient_checkpointing) runs every row whole when a gradient is
     wanted: a recomputed layer would append its keys to a shared cache a second time. So does one sharded by FSDP2
@@ -84,54 +87,132 @@ def completion_logprobs(
     # Leading columns that are padding in every prompt change nothing.
     first = int(attention_mask[:, :prompt_width].any(0).int().argmax())
     checkpointed = getattr(model, "is_gradient_checkpointing", False) and torch.is_grad_enabled()
-    if checkpointed or any(isinstance(module, FSDPModule) for module in model.modules()):
-        hidden = _whole_rows_hidden(model, input_ids[:, first:], attention_mask[:, first:], prompt_width - first, used)
-    else:
-        hidden = _shared_prompt_hidden(model, input_ids[:, first:], attention_mask[:, first:], prompt_width - first, used)
     valid_used = valid[:, :used]
+    ids, mask, width = input_ids[:, first:], attention_mask[:, first:], prompt_width - first
+    if checkpointed or any(isinstance(module, FSDPModule) for module in model.modules()):
+        hidden = _whole_rows_hidden(model, ids, mask, width, used)[valid_used]
+    else:
+        hidden = _shared_prompt_hidden(model, ids, mask, width, valid_used.sum(-1).tolist(), _can_pack(model, width + used))
     taken, spread = logprobs_from_hidden(
-        hidden[valid_used], weight, completion_ids[:, :used][valid_used], temperature, chunk_size, transform
+        hidden, weight, completion_ids[:, :used][valid_used], temperature, chunk_size, transform
     )
     logp[valid] = taken
     entropy[valid] = spread
     return logp, entropy
 
 
-def _shared_prompt_hidden(model, input_ids, attention_mask, width: int, used: int) -> torch.Tensor:
-    """[B, W+T] ids and mask (prompt width W) -> [B, used] hidden states that predict the first ``used`` completion
-    tokens; each distinct prompt runs once, its KV cache shared by the rows that have it."""
+def _can_pack(model: torch.nn.Module, length: int) -> bool:
+    """Whether the decoder takes the custom [B, 1, Q, K] attention mask packed rows need: transformers passes such a
+    mask through unchanged to SDPA (boolean) and eager attention (additive), and a sliding window shorter than the
+    rows would not apply to it."""
+    config = model.config.get_text_config()
+    window = getattr(config, "sliding_window", None)
+    return config._attn_implementation in ("sdpa", "eager") and not (window and window < length)
+
+
+def _pack_rows(owner: list[int], fed: list[int]) -> tuple[list[int], list[tuple[int, int]]]:
+    """First-fit, longest row first: rows (their prompt, how many tokens each feeds) -> each decoder row's prompt, and
+    each row's (decoder row, offset). A decoder row is as long as the longest row and holds rows of one prompt only."""
+    capacity = max(fed)
+    bin_owner: list[int] = []
+    bin_fill: list[int] = []
+    placed = [(0, 0)] * len(fed)
+    for row in sorted(range(len(fed)), key=lambda r: -fed[r]):
+        if fed[row] == 0:
+            continue  # a one-token row: its token is predicted from the prompt's last state
+        fits = [b for b, (o, fill) in enumerate(zip(bin_owner, bin_fill)) if o == owner[row] and fill + fed[row] <= capacity]
+        if fits:
+            b = fits[0]
+        else:
+            b = len(bin_owner)
+            bin_owner.append(owner[row])
+            bin_fill.append(0)
+        placed[row] = (b, bin_fill[b])
+        bin_fill[b] += fed[row]
+    return bin_owner, placed
+
+
+def _shared_prompt_hidden(model, input_ids, attention_mask, width: int, lengths: list[int], pack: bool) -> torch.Tensor:
+    """[B, W+T] ids and mask (prompt width W), each row's completion length -> [sum(lengths), H] hidden states that
+    predict the completion tokens, row by row. Each distinct prompt runs once, its KV cache shared by the rows that
+    have it. With ``pack``, the completions of one prompt are packed several to a decoder row, each attending to the
+    prompt and its own earlier tokens, so a short row costs little padding (one bench step of SmolLM2, 8 groups of 8
+    rows up to 64 tokens: 2497 tokens fed in 3960 slots unpacked, 2727 packed); without, each row is a decoder row of
+    its own, padded to the longest."""
     from transformers import DynamicCache
 
-    completion_ids = input_ids[:, width:]
+    device = input_ids.device
     prompts = torch.cat([input_ids[:, :width], attention_mask[:, :width]], 1)
     unique, owner = torch.unique(prompts, dim=0, return_inverse=True)  # owner: Long[B], each row's prompt
+    prompt_ids, prompt_mask = unique[:, :width], unique[:, width:]
+    owners = owner.tolist()
+    # Position j predicts token j + 1: token 0 comes from the prompt's last state, token t from completion state
+    # t - 1, so a row feeds all its tokens but the last.
+    fed = [max(n - 1, 0) for n in lengths]
+    bin_owner, placed = _pack_rows(owners, fed) if pack else (owners, [(row, 0) for row in range(len(fed))])
+    capacity = max(fed)
+    sources = torch.zeros(len(bin_owner), capacity, dtype=torch.long)  # where each fed token is in the completions
+    segment = torch.full((len(bin_owner), capacity), -1, dtype=torch.long)  # which row each fed token belongs to
+    hidden_index = []  # per completion token, its hidden state in [prompts' last states; decoder rows' states]
+    positions = torch.zeros_like(sources)
+    prompt_lengths = prompt_mask.sum(-1).tolist()
+    for row, ((b, offset), count) in enumerate(zip(placed, fed)):
+        span = torch.arange(count)
+        if count:
+            sources[b, offset : offset + count] = row * input_ids.shape[1] + width + span
+            segment[b, offset : offset + count] = row
+            positions[b, offset : offset + count] = prompt_lengths[owners[row]] + span
+        if lengths[row]:
+            hidden_index += [torch.tensor([owners[row]]), len(unique) + b * capacity + offset + span]
+    fed_ids = input_ids.reshape(-1)[sources.to(device)]  # (a padding slot reads the first prompt token: never attended)
+    # One embedding lookup for both decoder calls: each lookup's backward zero-fills a [V, H] gradient.
+    embeds = model.get_input_embeddings()(torch.cat([prompt_ids.reshape(-1), fed_ids.reshape(-1)]))
+    prompt_embeds, fed_embeds = embeds.split([prompt_ids.numel(), fed_ids.numel()])
+
     decoder, cache = model.get_decoder(), DynamicCache(config=model.config)
     prompt_hidden = decoder(
-        input_ids=unique[:, :width],
-        attention_mask=unique[:, width:],
-        position_ids=position_ids_from_mask(unique[:, width:]),
+        inputs_embeds=prompt_embeds.reshape(*prompt_ids.shape, -1),
+        attention_mask=prompt_mask,
+        position_ids=position_ids_from_mask(prompt_mask),
         past_key_values=cache,
         use_cache=True,
     ).last_hidden_state
-    # Position j predicts token j + 1: token 0 comes from the prompt's last state, token t from
-    # completion state t - 1, so the last used completion token is never fed.
-    hidden = prompt_hidden[owner, -1:]
-    if used > 1:
-        cache.batch_select_indices(owner)  # each row gets its prompt's keys and values (indexing keeps the graph)
-        mask = attention_mask[:, : width + used - 1]
+    table = prompt_hidden[:, -1]
+    if capacity:
+        bins = torch.tensor(bin_owner, device=device)
+        cache.batch_select_indices(bins)  # each decoder row gets its prompt's keys and values (indexing keeps the graph)
+        segment = segment.to(device)
+        if pack:
+            additive = model.config.get_text_config()._attn_implementation == "eager"
+            mask = _packed_mask(prompt_mask[bins], segment, embeds.dtype if additive else None)
+        else:
+            mask = torch.cat([prompt_mask[bins], (segment >= 0).long()], -1)
         completion_hidden = decoder(
-            input_ids=completion_ids[:, : used - 1],
+            inputs_embeds=fed_embeds.reshape(len(bin_owner), capacity, -1),
             attention_mask=mask,
-            position_ids=position_ids_from_mask(mask)[:, width:],
+            position_ids=positions.to(device),
             past_key_values=cache,
             use_cache=True,
         ).last_hidden_state
-        hidden = torch.cat([hidden, completion_hidden], 1)
-    return hidden
+        table = torch.cat([table, completion_hidden.reshape(-1, completion_hidden.shape[-1])])
+    return table[torch.cat(hidden_index).to(device)]
+
+
+def _packed_mask(prompt_mask: torch.Tensor, segment: torch.Tensor, additive: torch.dtype | None) -> torch.Tensor:
+    """[n, W] prompt mask, [n, C] row ids (-1 padding) -> [n, 1, C, W+C] mask of what each token may attend to: its
+    prompt, and the earlier tokens of its own row. Boolean (True = attend), or 0 / dtype-min in ``additive``."""
+    width = segment.shape[1]
+    causal = torch.ones(width, width, dtype=torch.bool, device=segment.device).tril()
+    own = (segment[:, :, None] == segment[:, None, :]) & causal
+    mask = torch.cat([prompt_mask.bool()[:, None, :].expand(-1, width, -1), own], -1)[:, None]
+    if additive is None:
+        return mask
+    return torch.zeros(mask.shape, dtype=additive, device=mask.device).masked_fill_(~mask, torch.finfo(additive).min)
 
 
 def _whole_rows_hidden(model, input_ids, attention_mask, width: int, used: int) -> torch.Tensor:
-    """As _shared_prompt_hidden, every row through the decoder whole, its layers recomputed in backward."""
+    """[B, W+T] ids and mask -> [B, used] hidden states that predict the first ``used`` completion tokens, every row
+    through the decoder whole, its layers recomputed in backward."""
     ids, mask = input_ids[:, : width + used - 1], attention_mask[:, : width + used - 1]
     with recomputed_layers(model):
         hidden = model.get_decoder()(

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.autograd.graph import increment_version
 
 from algos.config import ModelConfig, OptimConfig
 
@@ -116,7 +117,10 @@ def build_optimizer(model_or_groups: torch.nn.Module | list[dict[str, Any]], cfg
             f"model.dtype = float32 and model.autocast = bfloat16 for fp32 master weights and bf16 matmuls",
             stacklevel=2,
         )
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+    # One fused kernel per step instead of ~10 tensor ops per parameter, each allocating its result: on the 2-core
+    # Intel Xeon, 134.5M parameters stepped in 0.09 s instead of 0.38 s (docs/performance.md).
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, eps=cfg.adam_eps, weight_decay=cfg.weight_decay,
+                             fused=True)
 
 
 def build_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_steps: int, delays: Sequence[int] = ()):
@@ -191,6 +195,9 @@ def guarded_optimizer_step(
     applied = loss_finite and math.isfinite(grad_norm)
     if applied:
         optimizer.step()
+        # A fused step writes the weights inside its kernel, leaving their version counters (which tell a vLLM
+        # rollout its copy is stale) where they were.
+        increment_version([p for group in optimizer.param_groups if group.get("fused") for p in group["params"]])
     if scaling:
         scaler.update()  # reads the overflow flags unscale_ recorded
     optimizer.zero_grad(set_to_none=True)

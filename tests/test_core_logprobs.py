@@ -64,26 +64,79 @@ def test_bad_shapes_and_temperature_are_named():
         logprobs_from_logits(torch.zeros(1, 1, 4), torch.zeros(1, 1, dtype=torch.long), temperature=0.0)
 
 
-def test_chunks_are_recomputed_in_backward_only_when_a_gradient_is_needed(monkeypatch):
-    import algos.core.logprobs as logprobs_module
+def _reference(hidden, weight, tokens, temperature, transform):
+    """The plain computation: full logits (at least fp32 past the matmul), autograd through everything."""
+    logits = hidden @ weight.T
+    full = torch.log_softmax(transform(logits.to(torch.promote_types(logits.dtype, torch.float32))) / temperature, dim=-1)
+    return full.gather(-1, tokens.unsqueeze(-1)).squeeze(-1), -(full.exp() * full).sum(-1)
 
-    calls = []
-    real = logprobs_module.checkpoint
 
-    def spy(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
+@pytest.mark.parametrize("transform", [LogitTransform(), LogitTransform(scale=0.5, softcap=3.0)])
+@pytest.mark.parametrize("uses", ["both", "log-prob only", "entropy only"])
+def test_hidden_path_gradients_match_autograd_for_any_upstream_gradient(transform, uses):
+    # Random weights on each output, as a loss combining ratio terms and an entropy bonus would give.
+    torch.manual_seed(1)
+    hidden = torch.randn(2, 7, 6, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(13, 6, dtype=torch.float64, requires_grad=True)
+    tokens = torch.randint(0, 13, (2, 7))
+    upstream_logp, upstream_entropy = torch.randn(2, 7, dtype=torch.float64), torch.randn(2, 7, dtype=torch.float64)
 
-    monkeypatch.setattr(logprobs_module, "checkpoint", spy)
+    def loss(logp, entropy):
+        terms = {"both": [logp * upstream_logp, entropy * upstream_entropy],
+                 "log-prob only": [logp * upstream_logp], "entropy only": [entropy * upstream_entropy]}[uses]
+        return sum(term.sum() for term in terms)
+
+    got = torch.autograd.grad(loss(*logprobs_from_hidden(hidden, weight, tokens, 0.8, 3, transform)), (hidden, weight))
+    want = torch.autograd.grad(loss(*_reference(hidden, weight, tokens, 0.8, transform)), (hidden, weight))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+
+
+def test_hidden_path_passes_gradcheck():
+    torch.manual_seed(2)
+    hidden = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(9, 4, dtype=torch.float64, requires_grad=True)
+    tokens = torch.randint(0, 9, (5,))
+    transform = LogitTransform(scale=1.5, softcap=2.0)
+    assert torch.autograd.gradcheck(lambda h, w: logprobs_from_hidden(h, w, tokens, 0.7, 2, transform), (hidden, weight))
+
+
+def test_only_the_wanted_gradients_are_computed():
     tokens = torch.tensor([[1, 2]])
-    for hidden_grad, weight_grad, grad_enabled, expected in [(True, False, True, 1), (False, True, True, 1),
-                                                             (True, True, False, 0), (False, False, True, 0)]:
-        calls.clear()
+    for hidden_grad, weight_grad in [(True, False), (False, True)]:
         hidden = torch.randn(1, 2, 4, requires_grad=hidden_grad)
         weight = torch.randn(5, 4, requires_grad=weight_grad)
-        with torch.set_grad_enabled(grad_enabled):
-            logprobs_from_hidden(hidden, weight, tokens, chunk_size=8)
-        assert len(calls) == expected, (hidden_grad, weight_grad, grad_enabled)
+        logp, _ = logprobs_from_hidden(hidden, weight, tokens)
+        logp.sum().backward()
+        assert (hidden.grad is not None) == hidden_grad and (weight.grad is not None) == weight_grad
+
+
+def test_no_vocabulary_wide_tensor_is_kept_for_backward():
+    vocab, rows = 97, 10
+    hidden = torch.randn(rows, 8, requires_grad=True)
+    weight = torch.randn(vocab, 8, requires_grad=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
+        logprobs_from_hidden(hidden, weight, torch.randint(0, vocab, (rows,)), chunk_size=4)
+    assert saved and all(shape in {(rows, 8), (vocab, 8), (rows,)} for shape in saved), saved
+
+
+def test_bf16_autocast_runs_the_head_in_bf16_and_returns_fp32():
+    torch.manual_seed(3)
+    hidden = torch.randn(6, 16, requires_grad=True)
+    weight = torch.randn(21, 16, requires_grad=True)
+    tokens = torch.randint(0, 21, (6,))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logp, entropy = logprobs_from_hidden(hidden, weight, tokens, chunk_size=4)
+        want_logp, want_entropy = _reference(hidden, weight, tokens, 1.0, LogitTransform())  # autocast's bf16 matmul
+    assert logp.dtype == entropy.dtype == torch.float32
+    torch.testing.assert_close(logp, want_logp)
+    torch.testing.assert_close(entropy, want_entropy)
+    got = torch.autograd.grad(logp.sum(), (hidden, weight))
+    want = torch.autograd.grad(want_logp.sum(), (hidden, weight))
+    for g, w in zip(got, want):
+        assert g.dtype == torch.float32
+        torch.testing.assert_close(g, w, atol=2e-2, rtol=2e-2)  # bf16 products of the gradient, as autograd's
 
 
 def test_shape_and_chunk_errors_say_what_is_wrong():

@@ -144,21 +144,41 @@ def test_completion_logprobs_match_full_logits_with_left_padding():
     torch.testing.assert_close(entropy, -(full.exp() * full).sum(-1))
 
 
-@pytest.mark.parametrize("checkpointing", [False, True], ids=["shared-prompt-cache", "gradient-checkpointing"])
-def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly(checkpointing):
+def test_completion_logprobs_of_one_token_completions_need_no_completion_pass():
+    """Every completion one token long (as the zero-weight micro-batch a rank without rows runs): each is predicted
+    from its prompt's last state alone."""
+    from algos.policy import completion_logprobs
+
+    model, _, _ = _tiny()
+    ids = torch.tensor([[5, 7, 9], [5, 7, 11], [6, 8, 12]])
+    mask = torch.ones_like(ids)
+    logp, _ = completion_logprobs(model, ids, mask, prompt_width=2)
+    full = torch.log_softmax(model(input_ids=ids[:, :2]).logits[:, -1].float(), -1)
+    torch.testing.assert_close(logp[:, 0], full.gather(-1, ids[:, 2:]).squeeze(-1))
+
+
+@pytest.mark.parametrize("checkpointing, attention, window, decoder_rows", [
+    (False, "sdpa", None, 4), (False, "eager", None, 4), (False, "sdpa", 8, 6), (True, "sdpa", None, 6),
+], ids=["packed-sdpa", "packed-eager", "sliding-window-unpacked", "gradient-checkpointing"])
+def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly(checkpointing, attention, window, decoder_rows):
     """Groups of identical (left-padded) prompts with ragged completions: log-probs, entropy and
-    gradients equal a plain full forward's; positions after a completion's end are 0. With gradient
-    checkpointing (model.gradient_checkpointing) rows run whole and each layer is recomputed in backward."""
+    gradients equal a plain full forward's; positions after a completion's end are 0. The completions of a prompt are
+    packed into as few decoder rows as fit the longest (SDPA's boolean mask, eager attention's additive one); a
+    sliding window shorter than the rows keeps a row per completion. With gradient checkpointing
+    (model.gradient_checkpointing) rows run whole and each layer is recomputed in backward."""
     from algos.policy import completion_logprobs, position_ids_from_mask
 
     torch.manual_seed(0)
     model = build_tiny_model(build_char_tokenizer(), hidden_size=32, num_layers=2, num_heads=4).eval()
+    model.config._attn_implementation = attention
+    model.config.sliding_window = window
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    layer_calls = []
+    layer_calls, batch_rows = [], []
     for layer in model.get_decoder().layers:
         # A pre-hook: torch stops a recomputation once it has what backward needs, before a layer's forward returns.
         layer.register_forward_pre_hook(lambda module, args: layer_calls.append(module))
+    model.get_decoder().layers[0].register_forward_pre_hook(lambda module, args: batch_rows.append(args[0].shape[0]))
     prompt_width = 6
     prompts = torch.randint(4, 50, (2, prompt_width))
     prompt_mask = torch.ones_like(prompts)
@@ -176,6 +196,9 @@ def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly(checkp
     (logp * valid).sum().backward()
     # rows whole: one pass per layer, recomputed once in backward; shared prompts: a prompt pass and a completion pass
     assert (forward_calls, len(layer_calls) - forward_calls) == ((2, 2) if checkpointing else (4, 0))
+    # Completions fed (each but its last token): 4, 1, 0, 3, 2, 1 tokens; prompt 0 has rows 0, 2, 5 and prompt 1 rows
+    # 1, 3, 4, so 4 decoder rows of 4 tokens hold them: [0], [5], [3 + 1], [4].
+    assert batch_rows[-1] == decoder_rows
     assert not any(m.training for m in model.modules())  # the layers' own flag was set for the call only: no dropout
     shared_grads = [p.grad.clone() for p in model.parameters()]
     model.zero_grad()
@@ -372,15 +395,15 @@ def test_full_determinism_switches_torch_to_deterministic_kernels(monkeypatch):
 
 
 def test_every_way_the_trainers_write_weights_advances_the_version_vllm_copies_by(tmp_path):
-    """VLLMRollout skips the copy while the parameters' version counters stand still (a fused AdamW would not
-    advance them, so build_optimizer must never be fused)."""
+    """VLLMRollout skips the copy while the parameters' version counters stand still; build_optimizer's AdamW is
+    fused, whose kernel does not advance them, so guarded_optimizer_step does."""
     from algos.config import OptimConfig
     from algos.rollout import _weights_version
     from algos.runtime import build_optimizer, guarded_optimizer_step
 
     model, _, _ = _tiny()
     optimizer = build_optimizer(model, OptimConfig(lr=1e-2))
-    assert not any(group.get("fused") for group in optimizer.param_groups)
+    assert all(group["fused"] for group in optimizer.param_groups)
     before = _weights_version(model)
     model(input_ids=torch.randint(4, 50, (2, 6)), labels=torch.randint(4, 50, (2, 6))).loss.backward()
     assert guarded_optimizer_step(model, optimizer, max_grad_norm=1.0).applied

@@ -1,14 +1,15 @@
 """Log-probabilities of taken tokens, and entropy, without a full B x T x V fp32 tensor.
 
-Rows of hidden states (or logits) are processed `chunk_size` tokens at a time;
-with gradients on, each chunk runs under activation checkpointing so its
-V-wide logits are recomputed in the backward pass instead of being kept.
+Rows of hidden states (or logits) are processed `chunk_size` tokens at a time.
+From hidden states, one autograd function projects each chunk through the LM
+head into reused buffers and recomputes it in backward; from logits, each chunk
+runs under activation checkpointing. Either way no V-wide tensor is kept for
+backward.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -44,37 +45,147 @@ class LogitTransform:
         return logits
 
 
-def _hidden_chunk(
-    hidden: torch.Tensor, weight: torch.Tensor, tokens: torch.Tensor, temperature: float, transform: LogitTransform
-):
-    """[N, H] hidden, [V, H] weight, [N] tokens -> ([N] log-prob, [N] entropy)."""
-    return _logprob_entropy(transform(hidden @ weight.T), tokens, temperature)
-
-
-def _logits_chunk(logits: torch.Tensor, tokens: torch.Tensor, temperature: float):
-    """[N, V] logits, [N] tokens -> ([N] log-prob, [N] entropy)."""
-    return _logprob_entropy(logits, tokens, temperature)
-
-
-def _chunked(fn, inputs: torch.Tensor, extra: tuple, tokens: torch.Tensor, temperature: float, chunk_size: int):
+def _check_options(temperature: float, chunk_size: int) -> None:
     if temperature <= 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    batch_shape = tokens.shape
-    flat_in = inputs.reshape(-1, inputs.shape[-1])
-    flat_tokens = tokens.reshape(-1)
-    needs_grad = torch.is_grad_enabled() and (flat_in.requires_grad or any(t.requires_grad for t in extra))
-    logps, entropies = [], []
-    for start in range(0, flat_tokens.numel(), chunk_size):
-        args = (flat_in[start : start + chunk_size], *extra, flat_tokens[start : start + chunk_size], temperature)
-        if needs_grad:
-            logp, ent = checkpoint(fn, *args, use_reentrant=False)
+
+
+class _LinearLogprobs(torch.autograd.Function):
+    """[N, H] hidden, [V, H] weight, [N] tokens -> ([N] log-prob, [N] entropy) of softmax(transform(hidden @ weight.T)
+    / temperature), chunk by chunk through [chunk, V] buffers reused by every chunk. Only hidden, weight and two
+    floats per row are kept for backward, which recomputes each chunk's logits, writes their gradient in place, and
+    accumulates the weight's gradient in one [V, H] tensor: no V-wide tensor is allocated per chunk, nor a [V, H] one
+    per chunk (each fresh allocation that large is page-faulted in again, which dominated a CPU update)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, tokens, temperature: float, transform: LogitTransform, chunk_size: int):
+        matmul_dtype = _matmul_dtype(hidden, weight)
+        ctx.set_materialize_grads(False)  # an unused entropy's gradient stays None, and its terms are skipped
+        with torch.autocast(hidden.device.type, enabled=False):
+            chunks = _Chunks(hidden, weight, temperature, transform, chunk_size, matmul_dtype, keep_tanh=False)
+            taken = torch.empty(tokens.shape, dtype=chunks.dtype, device=hidden.device)
+            lse, entropy = torch.empty_like(taken), torch.empty_like(taken)
+            for rows, logits, probs in chunks:
+                lse[rows], entropy[rows] = chunks.softmax(logits, probs)
+                taken[rows] = logits.gather(1, tokens[rows, None]).squeeze(1) - lse[rows]
+        ctx.save_for_backward(hidden, weight, tokens, lse, entropy)
+        ctx.options = temperature, transform, chunk_size, matmul_dtype
+        return taken, entropy
+
+    @staticmethod
+    def backward(ctx, grad_taken, grad_entropy):
+        hidden, weight, tokens, lse, entropy = ctx.saved_tensors
+        temperature, transform, chunk_size, matmul_dtype = ctx.options
+        want_hidden, want_weight = ctx.needs_input_grad[:2]
+        if grad_taken is None and grad_entropy is None or not (want_hidden or want_weight):
+            return None, None, None, None, None, None
+        with torch.autocast(hidden.device.type, enabled=False):
+            chunks = _Chunks(hidden, weight, temperature, transform, chunk_size, matmul_dtype, keep_tanh=True)
+            grad_hidden = torch.empty_like(hidden) if want_hidden else None
+            grad_weight = torch.zeros(weight.shape, dtype=chunks.dtype, device=weight.device) if want_weight else None
+            for rows, logits, probs in chunks:
+                torch.sub(logits, lse[rows, None], out=probs).exp_()
+                # d taken / d logits = onehot - p;  d entropy / d logits = -p (log p + entropy), log p = logits - lse.
+                grad = logits  # overwritten in place: the chunk's logits are not needed again
+                if grad_entropy is None:
+                    grad.copy_(probs).mul_(-grad_taken[rows, None])
+                else:
+                    grad.sub_((lse[rows] - entropy[rows])[:, None]).mul_(grad_entropy[rows, None])
+                    if grad_taken is not None:
+                        grad.add_(grad_taken[rows, None])
+                    grad.mul_(probs).neg_()
+                if grad_taken is not None:
+                    grad.scatter_add_(1, tokens[rows, None], grad_taken[rows, None])
+                chunks.through_transform(grad)
+                chunks.backward_matmuls(rows, grad, grad_hidden, grad_weight)
+        if grad_weight is not None:
+            grad_weight = grad_weight.to(weight.dtype)
+        return grad_hidden, grad_weight, None, None, None, None
+
+
+def _matmul_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
+    """The dtype the LM head's matmuls run in: autocast's where it is on (as a plain forward would), else the weight's."""
+    device = hidden.device.type
+    return torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else weight.dtype
+
+
+class _Chunks:
+    """Iterates (rows, logits, probs) over ``hidden``'s rows, ``chunk_size`` at a time: ``logits`` holds
+    transform(hidden[rows] @ weight.T) / temperature in fp32 (fp64 for fp64 matmuls), ``probs`` a same-shape
+    buffer; both are views of buffers allocated once. With ``keep_tanh``, a soft-capping transform keeps its tanh
+    for ``through_transform``."""
+
+    def __init__(self, hidden, weight, temperature, transform, chunk_size, matmul_dtype, keep_tanh: bool):
+        self.hidden, self.weight = hidden.to(matmul_dtype), weight.to(matmul_dtype)  # each cast once, not per chunk
+        self.temperature, self.transform, self.chunk_size = temperature, transform, chunk_size
+        width = (min(chunk_size, hidden.shape[0]), weight.shape[0])
+        self.dtype = torch.promote_types(matmul_dtype, torch.float32)
+        self.logits = torch.empty(width, dtype=self.dtype, device=hidden.device)
+        self.probs = torch.empty_like(self.logits)
+        low = matmul_dtype != self.dtype
+        self.low = torch.empty(width, dtype=matmul_dtype, device=hidden.device) if low else None
+        self.tanh = torch.empty_like(self.logits) if keep_tanh and transform.softcap else None
+        self.weight_product = torch.empty(weight.shape, dtype=matmul_dtype, device=weight.device) if low else None
+
+    def __iter__(self):
+        for start in range(0, self.hidden.shape[0], self.chunk_size):
+            rows = slice(start, min(start + self.chunk_size, self.hidden.shape[0]))
+            count = rows.stop - rows.start
+            logits, probs = self.logits[:count], self.probs[:count]
+            self._logits(rows, logits)
+            yield rows, logits, probs
+
+    def _logits(self, rows: slice, logits: torch.Tensor) -> None:
+        if self.low is None:
+            torch.mm(self.hidden[rows], self.weight.T, out=logits)
         else:
-            logp, ent = fn(*args)
-        logps.append(logp)
-        entropies.append(ent)
-    return torch.cat(logps).reshape(batch_shape), torch.cat(entropies).reshape(batch_shape)
+            low = self.low[: logits.shape[0]]
+            torch.mm(self.hidden[rows], self.weight.T, out=low)
+            logits.copy_(low)
+        scale, softcap = self.transform.scale, self.transform.softcap
+        if scale != 1.0:
+            logits.mul_(scale)
+        if softcap:
+            logits.div_(softcap).tanh_()
+            if self.tanh is not None:
+                self.tanh[: logits.shape[0]].copy_(logits)
+            logits.mul_(softcap)
+        if self.temperature != 1.0:
+            logits.div_(self.temperature)
+
+    def softmax(self, logits: torch.Tensor, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[n, V] logits -> ([n] log-sum-exp, [n] entropy); ``probs`` is left holding the softmax."""
+        top = logits.amax(1, keepdim=True)
+        torch.sub(logits, top, out=probs).exp_()
+        total = probs.sum(1, keepdim=True)
+        probs.div_(total)
+        lse = (top + total.log()).squeeze(1)
+        expected_logit = torch.bmm(probs.unsqueeze(1), logits.unsqueeze(2)).view(-1)  # sum_v p_v logit_v, no [n, V] product
+        return lse, lse - expected_logit
+
+    def through_transform(self, grad: torch.Tensor) -> None:
+        """d/d logits -> d/d (hidden @ weight.T), in place."""
+        if self.temperature != 1.0:
+            grad.div_(self.temperature)
+        if self.transform.softcap:
+            tanh = self.tanh[: grad.shape[0]]
+            grad.mul_(tanh.square_().neg_().add_(1.0))
+        if self.transform.scale != 1.0:
+            grad.mul_(self.transform.scale)
+
+    def backward_matmuls(self, rows: slice, grad: torch.Tensor, grad_hidden, grad_weight) -> None:
+        """grad_hidden[rows] = grad @ weight; grad_weight += grad.T @ hidden[rows] (accumulated in fp32 at least)."""
+        if self.low is not None:
+            grad = self.low[: grad.shape[0]].copy_(grad)
+        if grad_hidden is not None:
+            grad_hidden[rows] = grad @ self.weight
+        if grad_weight is not None:
+            if self.weight_product is None:
+                grad_weight.addmm_(grad.T, self.hidden[rows])
+            else:
+                grad_weight.add_(torch.mm(grad.T, self.hidden[rows], out=self.weight_product))
 
 
 def logprobs_from_hidden(
@@ -86,10 +197,16 @@ def logprobs_from_hidden(
     transform: LogitTransform = LogitTransform(),
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, T, H] hidden, [V, H] lm_head weight, [B, T] tokens -> ([B, T] log pi(token), [B, T] entropy), fp32;
-    the logits are ``transform(hidden @ weight.T) / temperature``."""
+    the logits are ``transform(hidden @ weight.T) / temperature``, ``chunk_size`` rows of them at a time."""
     if hidden.shape[:-1] != tokens.shape:
         raise ValueError(f"hidden {tuple(hidden.shape)} and tokens {tuple(tokens.shape)} disagree on [B, T]")
-    return _chunked(partial(_hidden_chunk, transform=transform), hidden, (lm_head_weight,), tokens, temperature, chunk_size)
+    _check_options(temperature, chunk_size)
+    if tokens.numel() == 0:
+        empty = torch.zeros(tokens.shape, dtype=torch.float32, device=hidden.device)
+        return empty, empty.clone()
+    flat = hidden.reshape(-1, hidden.shape[-1])
+    taken, entropy = _LinearLogprobs.apply(flat, lm_head_weight, tokens.reshape(-1), temperature, transform, chunk_size)
+    return taken.view(tokens.shape), entropy.view(tokens.shape)
 
 
 def logprobs_from_logits(
@@ -98,7 +215,17 @@ def logprobs_from_logits(
     temperature: float = 1.0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """[B, T, V] logits (any dtype), [B, T] tokens -> ([B, T] log pi(token), [B, T] entropy), fp32 per chunk."""
+    """[B, T, V] logits (any dtype), [B, T] tokens -> ([B, T] log pi(token), [B, T] entropy), fp32 per chunk;
+    with a gradient wanted, each chunk is recomputed in backward instead of keeping its fp32 softmax."""
     if logits.shape[:-1] != tokens.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and tokens {tuple(tokens.shape)} disagree on [B, T]")
-    return _chunked(_logits_chunk, logits, (), tokens, temperature, chunk_size)
+    _check_options(temperature, chunk_size)
+    flat_logits, flat_tokens = logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1)
+    needs_grad = torch.is_grad_enabled() and logits.requires_grad
+    logps, entropies = [], []
+    for start in range(0, flat_tokens.numel(), chunk_size):
+        args = (flat_logits[start : start + chunk_size], flat_tokens[start : start + chunk_size], temperature)
+        logp, entropy = checkpoint(_logprob_entropy, *args, use_reentrant=False) if needs_grad else _logprob_entropy(*args)
+        logps.append(logp)
+        entropies.append(entropy)
+    return torch.cat(logps).reshape(tokens.shape), torch.cat(entropies).reshape(tokens.shape)
