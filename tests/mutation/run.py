@@ -62,6 +62,7 @@ MODULES: dict[str, list[str]] = {
     "algos/core/logprobs.py": ["tests/test_core_logprobs.py", "tests/test_grpo_machinery.py", *CORE_USERS],
     "algos/core/rollout_correction.py": ["tests/test_core_rollout_correction.py", "tests/test_grpo_loop.py"],
     "algos/alarms.py": ["tests/test_alarms.py"],
+    "algos/policy.py": ["tests/test_grpo_machinery.py", "tests/test_core_logprobs.py", *CORE_USERS],
     "algos/grpo.py": ["tests/test_grpo_loop.py", "tests/test_grpo_machinery.py", "tests/test_ppo.py", "tests/test_config.py",
                       *GRPO_REFERENCE, *RESUME],
     "algos/ppo.py": ["tests/test_ppo.py", "tests/test_config.py", *PPO_REFERENCE, *RESUME],
