@@ -139,6 +139,27 @@ def test_bf16_autocast_runs_the_head_in_bf16_and_returns_fp32():
         torch.testing.assert_close(g, w, atol=2e-2, rtol=2e-2)  # bf16 products of the gradient, as autograd's
 
 
+def test_logit_chunks_are_recomputed_in_backward_only_when_a_gradient_is_needed(monkeypatch):
+    import algos.core.logprobs as logprobs_module
+
+    calls = []
+    real = logprobs_module.checkpoint
+    monkeypatch.setattr(logprobs_module, "checkpoint", lambda *args, **kwargs: calls.append(1) or real(*args, **kwargs))
+    tokens = torch.tensor([[1, 2, 0]])
+    for requires_grad, grad_enabled, expected in [(True, True, 2), (True, False, 0), (False, True, 0)]:
+        calls.clear()
+        logits = torch.randn(1, 3, 5, requires_grad=requires_grad)
+        with torch.set_grad_enabled(grad_enabled):
+            logp, _ = logprobs_from_logits(logits, tokens, chunk_size=2)
+        assert len(calls) == expected and logp.requires_grad == (requires_grad and grad_enabled)
+        torch.testing.assert_close(logp, torch.log_softmax(logits, -1).gather(-1, tokens[..., None]).squeeze(-1))
+
+
+def test_no_completion_tokens_give_empty_fp32_results():
+    logp, entropy = logprobs_from_hidden(torch.zeros(2, 0, 4), torch.zeros(5, 4), torch.zeros(2, 0, dtype=torch.long))
+    assert logp.shape == entropy.shape == (2, 0) and logp.dtype == entropy.dtype == torch.float32
+
+
 def test_shape_and_chunk_errors_say_what_is_wrong():
     with pytest.raises(ValueError, match=r"hidden \(1, 3, 4\) and tokens \(1, 2\) disagree on \[B, T\]"):
         logprobs_from_hidden(torch.zeros(1, 3, 4), torch.zeros(5, 4), torch.zeros(1, 2, dtype=torch.long))
