@@ -92,7 +92,8 @@ def completion_logprobs(
     if checkpointed or any(isinstance(module, FSDPModule) for module in model.modules()):
         hidden = _whole_rows_hidden(model, ids, mask, width, used)[valid_used]
     else:
-        hidden = _shared_prompt_hidden(model, ids, mask, width, valid_used.sum(-1).tolist(), _can_pack(model, width + used))
+        hidden = _shared_prompt_hidden(model, ids, mask, width, valid_used.sum(-1).tolist(),
+                                       _packing_attention(model, width + used))
     taken, spread = logprobs_from_hidden(
         hidden, weight, completion_ids[:, :used][valid_used], temperature, chunk_size, transform
     )
@@ -101,13 +102,14 @@ def completion_logprobs(
     return logp, entropy
 
 
-def _can_pack(model: torch.nn.Module, length: int) -> bool:
-    """Whether the decoder takes the custom [B, 1, Q, K] attention mask packed rows need: transformers passes such a
-    mask through unchanged to SDPA (boolean) and eager attention (additive), and a sliding window shorter than the
-    rows would not apply to it."""
+def _packing_attention(model: torch.nn.Module, rows_length: int) -> str | None:
+    """The decoder's attention ("sdpa" or "eager") where it takes the custom [B, 1, Q, K] mask packed rows need,
+    else None: transformers passes such a mask through unchanged to SDPA (boolean) and eager attention (additive),
+    and a sliding window shorter than the rows would not apply to it."""
     config = model.config.get_text_config()
     window = getattr(config, "sliding_window", None)
-    return config._attn_implementation in ("sdpa", "eager") and not (window and window < length)
+    packs = config._attn_implementation in ("sdpa", "eager") and not (window and window < rows_length)
+    return config._attn_implementation if packs else None
 
 
 def _pack_rows(owner: list[int], fed: list[int]) -> tuple[list[int], list[tuple[int, int]]]:
@@ -132,13 +134,14 @@ def _pack_rows(owner: list[int], fed: list[int]) -> tuple[list[int], list[tuple[
     return bin_owner, placed
 
 
-def _shared_prompt_hidden(model, input_ids, attention_mask, width: int, lengths: list[int], pack: bool) -> torch.Tensor:
+def _shared_prompt_hidden(model, input_ids, attention_mask, width: int, lengths: list[int],
+                          packing_attention: str | None) -> torch.Tensor:
     """[B, W+T] ids and mask (prompt width W), each row's completion length -> [sum(lengths), H] hidden states that
     predict the completion tokens, row by row. Each distinct prompt runs once, its KV cache shared by the rows that
-    have it. With ``pack``, the completions of one prompt are packed several to a decoder row, each attending to the
-    prompt and its own earlier tokens, so a short row costs little padding (one bench step of SmolLM2, 8 groups of 8
-    rows up to 64 tokens: 2497 tokens fed in 3960 slots unpacked, 2727 packed); without, each row is a decoder row of
-    its own, padded to the longest."""
+    have it. With a ``packing_attention`` (see _packing_attention), the completions of one prompt are packed several
+    to a decoder row, each attending to the prompt and its own earlier tokens, so a short row costs little padding
+    (one bench step of SmolLM2, 8 groups of 8 rows up to 64 tokens: 2497 tokens fed in 3960 slots unpacked, 2727
+    packed); without, each row is a decoder row of its own, padded to the longest."""
     from transformers import DynamicCache
 
     device = input_ids.device
@@ -149,6 +152,7 @@ def _shared_prompt_hidden(model, input_ids, attention_mask, width: int, lengths:
     # Position j predicts token j + 1: token 0 comes from the prompt's last state, token t from completion state
     # t - 1, so a row feeds all its tokens but the last.
     fed = [max(n - 1, 0) for n in lengths]
+    pack = packing_attention is not None
     bin_owner, placed = _pack_rows(owners, fed) if pack else (owners, [(row, 0) for row in range(len(fed))])
     capacity = max(fed)
     sources = torch.zeros(len(bin_owner), capacity, dtype=torch.long)  # where each fed token is in the completions
@@ -183,7 +187,7 @@ def _shared_prompt_hidden(model, input_ids, attention_mask, width: int, lengths:
         cache.batch_select_indices(bins)  # each decoder row gets its prompt's keys and values (indexing keeps the graph)
         segment = segment.to(device)
         if pack:
-            additive = model.config.get_text_config()._attn_implementation == "eager"
+            additive = packing_attention == "eager"  # eager attention adds its mask to the scores
             mask = _packed_mask(prompt_mask[bins], segment, embeds.dtype if additive else None)
         else:
             mask = torch.cat([prompt_mask[bins], (segment >= 0).long()], -1)

@@ -64,7 +64,7 @@ class _LinearLogprobs(torch.autograd.Function):
         matmul_dtype = _matmul_dtype(hidden, weight)
         ctx.set_materialize_grads(False)  # an unused entropy's gradient stays None, and its terms are skipped
         with torch.autocast(hidden.device.type, enabled=False):
-            chunks = _Chunks(hidden, weight, temperature, transform, chunk_size, matmul_dtype, keep_tanh=False)
+            chunks = _Chunks(hidden, weight, temperature, transform, chunk_size, matmul_dtype, for_backward=False)
             taken = torch.empty(tokens.shape, dtype=chunks.dtype, device=hidden.device)
             lse, entropy = torch.empty_like(taken), torch.empty_like(taken)
             for rows, logits, probs in chunks:
@@ -82,7 +82,7 @@ class _LinearLogprobs(torch.autograd.Function):
         if grad_taken is None and grad_entropy is None or not (want_hidden or want_weight):
             return None, None, None, None, None, None
         with torch.autocast(hidden.device.type, enabled=False):
-            chunks = _Chunks(hidden, weight, temperature, transform, chunk_size, matmul_dtype, keep_tanh=True)
+            chunks = _Chunks(hidden, weight, temperature, transform, chunk_size, matmul_dtype, for_backward=True)
             grad_hidden = torch.empty_like(hidden) if want_hidden else None
             grad_weight = torch.zeros(weight.shape, dtype=chunks.dtype, device=weight.device) if want_weight else None
             for rows, logits, probs in chunks:
@@ -114,10 +114,10 @@ def _matmul_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
 class _Chunks:
     """Iterates (rows, logits, probs) over ``hidden``'s rows, ``chunk_size`` at a time: ``logits`` holds
     transform(hidden[rows] @ weight.T) / temperature in fp32 (fp64 for fp64 matmuls), ``probs`` a same-shape
-    buffer; both are views of buffers allocated once. With ``keep_tanh``, a soft-capping transform keeps its tanh
-    for ``through_transform``."""
+    buffer; both are views of buffers allocated once. ``for_backward`` adds what backward's steps need: a
+    soft-capping transform's tanh for ``through_transform``, and a low-precision weight-gradient buffer."""
 
-    def __init__(self, hidden, weight, temperature, transform, chunk_size, matmul_dtype, keep_tanh: bool):
+    def __init__(self, hidden, weight, temperature, transform, chunk_size, matmul_dtype, for_backward: bool):
         self.hidden, self.weight = hidden.to(matmul_dtype), weight.to(matmul_dtype)  # each cast once, not per chunk
         self.temperature, self.transform, self.chunk_size = temperature, transform, chunk_size
         width = (min(chunk_size, hidden.shape[0]), weight.shape[0])
@@ -126,8 +126,9 @@ class _Chunks:
         self.probs = torch.empty_like(self.logits)
         low = matmul_dtype != self.dtype
         self.low = torch.empty(width, dtype=matmul_dtype, device=hidden.device) if low else None
-        self.tanh = torch.empty_like(self.logits) if keep_tanh and transform.softcap else None
-        self.weight_product = torch.empty(weight.shape, dtype=matmul_dtype, device=weight.device) if low else None
+        self.tanh = torch.empty_like(self.logits) if for_backward and transform.softcap else None
+        backward_low = for_backward and low
+        self.weight_product = torch.empty(weight.shape, dtype=matmul_dtype, device=weight.device) if backward_low else None
 
     def __iter__(self):
         for start in range(0, self.hidden.shape[0], self.chunk_size):
