@@ -47,7 +47,7 @@ from algos.distributed import (
     sum_over_ranks,
     whole_weights,
 )
-from algos.memory import activation_cost
+from algos.memory import CPU_MICRO_BATCH_ROWS, GPU_ACTIVATION_SHARE, activation_cost, free_accelerator_bytes
 from algos.metrics import MetricsLogger, UpdateStats, policy_token_mask, rollout_metrics
 from algos.multiturn import episode_metrics
 from algos.policy import completion_logprobs
@@ -374,19 +374,28 @@ class GRPOTrainer:
         return self.forward(completion_logprobs, self.model, *inputs, **options)
 
     def _micro_batch_rows(self, batch: Batch | None) -> int:
-        """Rows per micro-batch: loss.micro_batch_size, or the most that fit loss.micro_batch_memory_gb."""
+        """Rows per micro-batch: at most loss.micro_batch_size ("auto": 8 on a CPU, the whole batch on a GPU), and
+        the most that fit loss.micro_batch_memory_gb (on a GPU with "auto" and no budget: a share of its free memory)."""
         loss_cfg = self.config.loss
-        if loss_cfg.micro_batch_memory_gb is None:
-            return loss_cfg.micro_batch_size
+        most, budget_gb = loss_cfg.micro_batch_size, loss_cfg.micro_batch_memory_gb
+        if most == "auto":
+            free = free_accelerator_bytes(self.run.device)
+            if free is None:
+                most = CPU_MICRO_BATCH_ROWS
+            else:
+                most = max(batch.num_rows if batch is not None else 1, 1)
+                budget_gb = budget_gb if budget_gb is not None else GPU_ACTIVATION_SHARE * free / 1024**3
+        if budget_gb is None:
+            return most
         with whole_weights(self.forward):  # the probe runs the bare model: its weights whole on every rank
             if batch is None:
-                return loss_cfg.micro_batch_size
+                return most
             cost = activation_cost(
                 lambda rows: completion_logprobs(self.model, batch.input_ids[rows], batch.attention_mask[rows],
                                                  batch.prompt_width, self.config.rollout.temperature,
                                                  loss_cfg.logprob_chunk_size, len(self.tokenizer)),
                 batch.input_ids[:, : batch.prompt_width], self.model.parameters())
-        return cost.rows_within(loss_cfg.micro_batch_memory_gb * 1024**3, most=loss_cfg.micro_batch_size)
+        return cost.rows_within(budget_gb * 1024**3, most=most)
 
     def update(self, batch: Batch | None) -> dict[str, float]:
         """num_iterations optimizer steps over the batch (this rank's rows of it; None: none), micro-batched with exact

@@ -11,6 +11,27 @@ from typing import Any
 
 import torch
 
+# loss.micro_batch_size = "auto": rows per forward on a CPU, where a larger micro-batch does not pay (8 rows trained
+# 20.3 s, all 64 rows 28.8 s, on a 2-core Xeon: docs/performance.md); TRL's per_device_train_batch_size.
+CPU_MICRO_BATCH_ROWS = 8
+# ...and on a GPU, the share of the memory it has left that one forward's saved activations may take: backward's
+# gradients of those activations, and the allocator's fragmentation, need the rest.
+GPU_ACTIVATION_SHARE = 0.5
+
+
+def fixed_micro_batch_rows(micro_batch_size: int | str) -> int:
+    """loss.micro_batch_size where no memory probe sizes the passes (the warm start's few): "auto" is the CPU's rows."""
+    return CPU_MICRO_BATCH_ROWS if micro_batch_size == "auto" else int(micro_batch_size)
+
+
+def free_accelerator_bytes(device: torch.device) -> int | None:
+    """Bytes torch can still take on ``device``: the driver's free memory plus what torch's caching allocator holds
+    unused; None on a CPU (whose micro-batch is not sized by memory)."""
+    if device.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(device)
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+
 
 def rss_gb() -> float:
     """The process's resident memory now, in GiB (Linux: /proc/self/statm)."""

@@ -148,6 +148,8 @@ class PPOConfig(TrainConfig):
                  f"must be < run.steps ({self.run.steps}), or the policy never trains")
         require(self.loss.surrogate != "gmpo", "loss.surrogate",
                 "'gmpo' takes one advantage per row, and GAE gives one per token: use 'ppo-clip', 'gspo' or 'cispo'")
+        require(self.loss.micro_batch_size != "auto", "loss.micro_batch_size",
+                "PPO takes a number of rows ('auto' sizes GRPO/DAPO updates from the device's memory)")
         require(self.loss.micro_batch_memory_gb is None, "loss.micro_batch_memory_gb",
                 "PPO does not size micro-batches from a memory budget yet (its critic's activations are not measured): "
                 "set loss.micro_batch_size")

@@ -28,6 +28,7 @@ import torch
 
 from algos.checkpoint import export_model
 from algos.distributed import barrier, gradient_sync, micro_batch_inputs, min_over_ranks, padded_micro_batches, sum_over_ranks
+from algos.memory import fixed_micro_batch_rows
 from algos.multiturn import left_padded, observation_text, right_padded
 from algos.policy import completion_logprobs
 from algos.run_dir import WARM_START_DIR
@@ -128,7 +129,7 @@ def supervised_step(run: RunSetup, optimizer: torch.optim.Optimizer, scaler: tor
     loss.micro_batch_size rows per forward with exact gradient accumulation; the step's metrics. Every rank calls it."""
     batch = collate(rows, run.env.pad_id, run.device)
     tokens = sum_over_ranks(batch.label_mask.sum().item())[0]
-    size = run.config.loss.micro_batch_size
+    size = fixed_micro_batch_rows(run.config.loss.micro_batch_size)
     micro = padded_micro_batches([slice(start, start + size) for start in range(0, len(rows), size)])
     total, finite = 0.0, True
     for index, part in enumerate(micro):

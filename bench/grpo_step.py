@@ -130,15 +130,15 @@ def run_ours(args) -> dict:
         with mixed_precision(trainer.config.model, trainer.run.device):  # as run_training does
             batch, _ = trainer.collect(step)
             collected = now()
-            if batch is not None:
-                trainer.update(batch)
+            metrics = trainer.update(batch) if batch is not None else {}
         times.append((collected - started, now() - collected))
     gen, train = times[-1]
     # The work the floor counts: each group's prompt once, every completion token.
     prompts = batch.attention_mask[:, : batch.prompt_width].sum(-1)[:: args.group_size]
     work = {"prompt_tokens": int(prompts.sum()), "completion_tokens": int(batch.attention_mask[:, batch.prompt_width :].sum()),
             "params": sum(p.numel() for p in trainer.model.parameters()),
-            "micro_batch": trainer.config.loss.micro_batch_size}
+            # loss.micro_batch_size "auto" resolves per step (8 rows on a CPU, what fits on a GPU): the rows it took
+            "micro_batch": int(metrics.get("micro_batch_rows", 0)) or trainer.config.loss.micro_batch_size}
     return {"generate_s": gen, "train_s": train, "step_s": gen + train, **work, **peak_memory(baseline)}
 
 

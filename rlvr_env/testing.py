@@ -16,6 +16,13 @@ CHAR_CHAT_TEMPLATE = (
 )
 
 
+def available_devices() -> list[str]:
+    """The devices a test can run on here: the CPU, and CUDA where torch sees a GPU."""
+    import torch
+
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
 def build_char_tokenizer(characters: str = CHARACTERS):
     """A PreTrainedTokenizerFast with one token per character plus pad/bos/eos/unk."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers

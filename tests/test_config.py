@@ -149,7 +149,7 @@ GRPO_EDGES = [
     ("loss.aggregation", "seq-mean-token-sum-norm", "sum",
      "must be one of ('token-mean', 'seq-mean-token-mean', 'seq-mean-token-sum-norm')"),
     ("loss.entropy_coef", "0", "-0.01", "must be >= 0 (a bonus; negative would penalise entropy)"),
-    ("loss.micro_batch_size", "1", "0", "must be >= 1"),
+    ("loss.micro_batch_size", "1", "0", "must be 'auto' or a number of rows >= 1, got 0"),
     ("loss.logprob_chunk_size", "1", "0", "must be >= 1"),
 ]
 PPO_EDGES = [

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from algos.core.logprobs import LogitTransform, logprobs_from_hidden, logprobs_from_logits
+from rlvr_env.testing import available_devices
 
 
 def test_logprob_and_entropy_match_hand_computed_values():
@@ -73,13 +74,15 @@ def _reference(hidden, weight, tokens, temperature, transform):
 
 @pytest.mark.parametrize("transform", [LogitTransform(), LogitTransform(scale=0.5, softcap=3.0)])
 @pytest.mark.parametrize("uses", ["both", "log-prob only", "entropy only"])
-def test_hidden_path_gradients_match_autograd_for_any_upstream_gradient(transform, uses):
+@pytest.mark.parametrize("device", available_devices())
+def test_hidden_path_gradients_match_autograd_for_any_upstream_gradient(transform, uses, device):
     # Random weights on each output, as a loss combining ratio terms and an entropy bonus would give.
     torch.manual_seed(1)
-    hidden = torch.randn(2, 7, 6, dtype=torch.float64, requires_grad=True)
-    weight = torch.randn(13, 6, dtype=torch.float64, requires_grad=True)
-    tokens = torch.randint(0, 13, (2, 7))
-    upstream_logp, upstream_entropy = torch.randn(2, 7, dtype=torch.float64), torch.randn(2, 7, dtype=torch.float64)
+    options = {"dtype": torch.float64, "device": device}
+    hidden = torch.randn(2, 7, 6, **options, requires_grad=True)
+    weight = torch.randn(13, 6, **options, requires_grad=True)
+    tokens = torch.randint(0, 13, (2, 7), device=device)
+    upstream_logp, upstream_entropy = torch.randn(2, 7, **options), torch.randn(2, 7, **options)
 
     def loss(logp, entropy):
         terms = {"both": [logp * upstream_logp, entropy * upstream_entropy],
@@ -121,12 +124,13 @@ def test_no_vocabulary_wide_tensor_is_kept_for_backward():
     assert saved and all(shape in {(rows, 8), (vocab, 8), (rows,)} for shape in saved), saved
 
 
-def test_bf16_autocast_runs_the_head_in_bf16_and_returns_fp32():
+@pytest.mark.parametrize("device", available_devices())
+def test_bf16_autocast_runs_the_head_in_bf16_and_returns_fp32(device):
     torch.manual_seed(3)
-    hidden = torch.randn(6, 16, requires_grad=True)
-    weight = torch.randn(21, 16, requires_grad=True)
-    tokens = torch.randint(0, 21, (6,))
-    with torch.autocast("cpu", dtype=torch.bfloat16):
+    hidden = torch.randn(6, 16, device=device, requires_grad=True)
+    weight = torch.randn(21, 16, device=device, requires_grad=True)
+    tokens = torch.randint(0, 21, (6,), device=device)
+    with torch.autocast(device, dtype=torch.bfloat16):
         logp, entropy = logprobs_from_hidden(hidden, weight, tokens, chunk_size=4)
         want_logp, want_entropy = _reference(hidden, weight, tokens, 1.0, LogitTransform())  # autocast's bf16 matmul
     assert logp.dtype == entropy.dtype == torch.float32

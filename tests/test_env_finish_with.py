@@ -6,10 +6,10 @@ import pytest
 import torch
 
 import rlvr_env
-from rlvr_env.testing import build_char_tokenizer
+from rlvr_env.testing import available_devices, build_char_tokenizer
 
 MAX_NEW_TOKENS = 64
-DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DEVICES = available_devices()
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ from gymnasium.wrappers.vector import RecordEpisodeStatistics
 import rlvr_env
 from rewards import VerifyResult
 from rlvr_env.tasks.arithmetic import ArithmeticTask
-from rlvr_env.testing import build_char_tokenizer
+from rlvr_env.testing import available_devices, build_char_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -104,10 +104,7 @@ def test_same_seed_same_batch(tokenizer):
     assert torch.equal(first.reset(seed=9)[0]["input_ids"], second.reset(seed=9)[0]["input_ids"])
 
 
-devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-@pytest.mark.parametrize("device", devices)
+@pytest.mark.parametrize("device", available_devices())
 def test_state_lives_on_the_chosen_device(tokenizer, device):
     env = make_env(tokenizer, num_envs=2, max_new_tokens=3, device=device)
     obs, _ = env.reset(seed=0)

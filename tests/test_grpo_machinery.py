@@ -11,7 +11,7 @@ import torch
 
 from algos.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
 from algos.metrics import MetricsLogger, read_metrics
-from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+from rlvr_env.testing import available_devices, build_char_tokenizer, build_tiny_model
 
 
 def test_metrics_jsonl_plot_and_resume_truncation(tmp_path):
@@ -160,7 +160,9 @@ def test_completion_logprobs_of_one_token_completions_need_no_completion_pass():
 @pytest.mark.parametrize("checkpointing, attention, window, decoder_rows", [
     (False, "sdpa", None, 4), (False, "eager", None, 4), (False, "sdpa", 8, 6), (True, "sdpa", None, 6),
 ], ids=["packed-sdpa", "packed-eager", "sliding-window-unpacked", "gradient-checkpointing"])
-def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly(checkpointing, attention, window, decoder_rows):
+@pytest.mark.parametrize("device", available_devices())
+def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly(checkpointing, attention, window, decoder_rows,
+                                                                         device):
     """Groups of identical (left-padded) prompts with ragged completions: log-probs, entropy and
     gradients equal a plain full forward's; positions after a completion's end are 0. The completions of a prompt are
     packed into as few decoder rows as fit the longest (SDPA's boolean mask, eager attention's additive one); a
@@ -189,6 +191,7 @@ def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly(checkp
     mask = torch.cat([prompt_mask[order], torch.ones(6, 5, dtype=torch.long)], 1)
     for row, length in enumerate([5, 2, 1, 4, 3, 2]):  # completions end early: right padding
         mask[row, prompt_width + length :] = 0
+    model, ids, mask = model.to(device), ids.to(device), mask.to(device)
     valid = mask[:, prompt_width:].bool()
 
     logp, entropy = completion_logprobs(model, ids, mask, prompt_width, chunk_size=4)

@@ -8,10 +8,11 @@ import torch
 from reference_helpers import save_tiny_model
 from safetensors.torch import load_file
 
+from algos import grpo
 from algos.checkpoint import latest_checkpoint
 from algos.config import load_config
 from algos.grpo import GRPOConfig, GRPOTrainer
-from algos.memory import ActivationCost, activation_cost, saved_bytes
+from algos.memory import ActivationCost, activation_cost, fixed_micro_batch_rows, free_accelerator_bytes, saved_bytes
 from algos.metrics import read_metrics
 from algos.policy import completion_logprobs
 from algos.ppo import PPOConfig
@@ -92,7 +93,8 @@ def tiny_model_dir(tmp_path_factory):
 
 def train_grpo(model_dir, output_dir, **extra):
     overrides = {
-        "model.path": str(model_dir), "model.autocast": "null", "env.kwargs": '{"digits": 1, "terms": 2}',
+        # the CPU, also on a GPU host: these tests pin the sizing logic, faking the GPU's free memory where they need it
+        "model.path": str(model_dir), "model.device": "cpu", "model.autocast": "null", "env.kwargs": '{"digits": 1, "terms": 2}',
         "env.max_new_tokens": "4", "env.use_chat_template": "false", "env.eval_size": "4", "optim.lr": "1e-3",
         "run.output_dir": str(output_dir), "run.steps": "2", "run.eval_every": "0", "run.progress": "false",
         "run.tensorboard": "false", "run.plots": "false", "grpo.prompts_per_step": "3", "grpo.group_size": "4",
@@ -111,6 +113,49 @@ def test_a_budget_picks_the_rows_and_the_step_computes_the_same(tiny_model_dir, 
     assert [r["micro_batch_rows"] for r in roomy if "micro_batch_rows" in r] == [8.0, 8.0]  # loss.micro_batch_size
     for key, weight in one_row_weights.items():  # gradient accumulation is exact: the same step as 1-row micro-batches
         torch.testing.assert_close(tight_weights[key], weight, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("free_bytes", "rows"), [
+    (None, 8),  # a CPU: TRL's 8 rows, the fastest measured there
+    (10**12, 12),  # a GPU with room: the whole batch (3 prompts x 4) in one pass
+    (1, 1),  # a GPU with none: one row at a time
+])
+def test_auto_micro_batch_is_8_rows_on_a_cpu_and_what_fits_on_a_gpu(tiny_model_dir, tmp_path, monkeypatch, free_bytes,
+                                                                   rows):
+    seen = []
+    monkeypatch.setattr(grpo, "free_accelerator_bytes", lambda device: seen.append(device.type) or free_bytes)
+    metrics, _ = train_grpo(tiny_model_dir, tmp_path, **{"loss.micro_batch_size": "auto"})
+    assert seen == ["cpu", "cpu"]  # asked of the trainer's device, once per update
+    assert [r["micro_batch_rows"] for r in metrics if "micro_batch_rows" in r] == [rows, rows]
+
+
+def test_auto_micro_batch_on_a_gpu_keeps_an_explicit_budget(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr(grpo, "free_accelerator_bytes", lambda device: 10**12)
+    metrics, _ = train_grpo(tiny_model_dir, tmp_path, **{"loss.micro_batch_memory_gb": "1e-9"})
+    assert [r["micro_batch_rows"] for r in metrics if "micro_batch_rows" in r] == [1.0, 1.0]
+
+
+def test_free_accelerator_bytes_counts_the_allocators_unused_cache(monkeypatch):
+    assert free_accelerator_bytes(torch.device("cpu")) is None
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (1000, 8000))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 300)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 200)
+    assert free_accelerator_bytes(torch.device("cuda", 0)) == 1000 + 300 - 200
+
+
+def test_the_warm_starts_fixed_passes_read_auto_as_the_cpus_rows():
+    assert fixed_micro_batch_rows("auto") == 8
+    assert fixed_micro_batch_rows(3) == 3
+
+
+def test_micro_batch_size_is_auto_or_a_positive_number_of_rows():
+    assert load_config(GRPOConfig).loss.micro_batch_size == "auto"
+    assert load_config(GRPOConfig, overrides={"loss.micro_batch_size": "4"}).loss.micro_batch_size == 4
+    for bad in ("0", "big"):
+        with pytest.raises(ValueError, match="config loss.micro_batch_size: must be 'auto' or a number of rows >= 1"):
+            load_config(GRPOConfig, overrides={"loss.micro_batch_size": bad}).validate()
+    with pytest.raises(ValueError, match="config loss.micro_batch_size: PPO takes a number of rows"):
+        load_config(PPOConfig, overrides={"loss.micro_batch_size": "auto"}).validate()
 
 
 def test_ppo_refuses_a_memory_budget_by_name():
