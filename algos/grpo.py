@@ -47,7 +47,13 @@ from algos.distributed import (
     sum_over_ranks,
     whole_weights,
 )
-from algos.memory import CPU_MICRO_BATCH_ROWS, GPU_ACTIVATION_SHARE, activation_cost, free_accelerator_bytes
+from algos.memory import (
+    CPU_MICRO_BATCH_ROWS,
+    GPU_ACTIVATION_SHARE,
+    ActivationCost,
+    activation_cost,
+    free_accelerator_bytes,
+)
 from algos.metrics import MetricsLogger, UpdateStats, policy_token_mask, rollout_metrics
 from algos.multiturn import episode_metrics
 from algos.policy import completion_logprobs
@@ -310,6 +316,9 @@ class GRPOTrainer:
         self.optimizer = build_optimizer(self.run.modules, config.optim)
         self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
         self.start_step, _ = self.run.restore(self.optimizer, self.scheduler)
+        # (prompt width, batch width) of the widest batch whose activations were probed, and their cost: a batch no
+        # wider reuses it (its rows are no longer), so a run probes a few times, not at every step.
+        self._probed: tuple[tuple[int, int], ActivationCost] | None = None
         correction = g.rollout_correction
         self.rollout_correction = ("tis" if config.rollout.backend == "vllm" else "none") if correction == "auto" else correction
 
@@ -387,15 +396,19 @@ class GRPOTrainer:
                 budget_gb = budget_gb if budget_gb is not None else GPU_ACTIVATION_SHARE * free / 1024**3
         if budget_gb is None:
             return most
-        with whole_weights(self.forward):  # the probe runs the bare model: its weights whole on every rank
-            if batch is None:
-                return most
-            cost = activation_cost(
-                lambda rows: completion_logprobs(self.model, batch.input_ids[rows], batch.attention_mask[rows],
-                                                 batch.prompt_width, self.config.rollout.temperature,
-                                                 loss_cfg.logprob_chunk_size, len(self.tokenizer)),
-                batch.input_ids[:, : batch.prompt_width], self.model.parameters())
-        return cost.rows_within(budget_gb * 1024**3, most=most)
+        widths = (batch.prompt_width, batch.input_ids.shape[1]) if batch is not None else (0, 0)
+        wider = self._probed is None or any(w > seen for w, seen in zip(widths, self._probed[0]))
+        if sum_over_ranks(float(wider))[0] > 0:  # whole_weights gathers FSDP2's shards: every rank enters, or none
+            with whole_weights(self.forward):  # the probe runs the bare model: its weights whole
+                if batch is not None and wider:
+                    self._probed = (widths, activation_cost(
+                        lambda rows: completion_logprobs(self.model, batch.input_ids[rows], batch.attention_mask[rows],
+                                                         batch.prompt_width, self.config.rollout.temperature,
+                                                         loss_cfg.logprob_chunk_size, len(self.tokenizer)),
+                        batch.input_ids[:, : batch.prompt_width], self.model.parameters(), batch.attention_mask.sum(-1)))
+        if batch is None:
+            return most
+        return self._probed[1].rows_within(budget_gb * 1024**3, most=most)
 
     def update(self, batch: Batch | None) -> dict[str, float]:
         """num_iterations optimizer steps over the batch (this rank's rows of it; None: none), micro-batched with exact

@@ -70,16 +70,21 @@ class ActivationCost:
 
 
 def activation_cost(forward_rows: Callable[[torch.Tensor], Any], prompt_ids: torch.Tensor,
-                    weights: Iterable[torch.Tensor]) -> ActivationCost:
-    """Measure ``forward_rows(rows)`` (the loss's forward on those [k] row indices) on one row and on two rows with
-    different prompts (a GRPO group shares its prompt's activations: rows from two groups count it per row).
-    ``prompt_ids``: [N, P]."""
+                    weights: Iterable[torch.Tensor], row_tokens: torch.Tensor | None = None) -> ActivationCost:
+    """Measure ``forward_rows(rows)`` (the loss's forward on those [k] row indices) on the longest row, and on it with
+    the longest row of another prompt (a GRPO group shares its prompt's activations: rows from two groups count it
+    per row), so the cost bounds the batch's rows. ``prompt_ids``: [N, P]; ``row_tokens``: [N] tokens per row
+    (None: rows alike, the first ones are taken)."""
     weights = list(weights)
-    other = (prompt_ids != prompt_ids[:1]).any(-1).nonzero().flatten()
-    second = int(other[0]) if len(other) else min(1, len(prompt_ids) - 1)
-    one = saved_bytes(lambda: forward_rows(torch.tensor([0])), weights)
-    if second == 0:  # a one-row batch
+    lengths = (row_tokens if row_tokens is not None else torch.zeros(len(prompt_ids))).double()
+    first = int(lengths.argmax())  # the first of equals
+    others = (prompt_ids != prompt_ids[first]).any(-1)
+    if not others.any():  # one group: the longest of the other rows
+        others = torch.arange(len(prompt_ids), device=prompt_ids.device) != first
+    one = saved_bytes(lambda: forward_rows(torch.tensor([first])), weights)
+    if not others.any():  # a one-row batch
         return ActivationCost(fixed_bytes=0, row_bytes=one)
-    two = saved_bytes(lambda: forward_rows(torch.tensor([0, second])), weights)
+    second = int(lengths.masked_fill(~others.to(lengths.device), -1).argmax())
+    two = saved_bytes(lambda: forward_rows(torch.tensor([first, second])), weights)
     row = max(two - one, 1)
     return ActivationCost(fixed_bytes=max(one - row, 0), row_bytes=row)

@@ -86,8 +86,9 @@ def main() -> None:
     args = parser.parse_args()
 
     from algos.config import PolicyLossConfig
+    from algos.memory import fixed_micro_batch_rows
 
-    micro_batch = PolicyLossConfig().micro_batch_size
+    micro_batch = fixed_micro_batch_rows(PolicyLossConfig().micro_batch_size)  # this bench runs on the CPU: "auto" is 8
     if args.parts:
         print(json.dumps(measure_parts(args.parts, args.autocast or None, args.tokens, micro_batch)))
         return

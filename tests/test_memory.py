@@ -3,6 +3,8 @@ by hand, the fit, the probe rows, and a bound that holds on a real model's batch
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 from reference_helpers import save_tiny_model
@@ -70,6 +72,23 @@ def test_the_probe_takes_two_rows_with_different_prompts_and_bounds_a_real_micro
         assert 0.5 * (cost.fixed_bytes + rows * cost.row_bytes) <= kept <= cost.fixed_bytes + rows * cost.row_bytes
 
 
+def test_the_probe_takes_the_longest_rows_and_bounds_a_ragged_batch(model):
+    ids, mask, width = grouped_batch()
+    for row, length in enumerate([5, 2, 3, 1, 4, 5, 1, 2, 2, 3, 5, 1]):  # completions end early: right padding
+        mask[row, width + length :] = 0
+    probed = []
+
+    def forward_rows(rows):
+        probed.append(rows.tolist())
+        return completion_logprobs(model, ids[rows], mask[rows], width)
+
+    cost = activation_cost(forward_rows, ids[:, :width], model.parameters(), mask.sum(-1))
+    assert probed == [[0], [0, 5]]  # row 0 is the longest (the first of three), row 5 the longest of another group
+    for rows in ([0, 5, 10], [3, 6, 11], list(range(12))):
+        kept = saved_bytes(lambda r=rows: forward_rows(torch.tensor(r)), model.parameters())
+        assert kept <= cost.fixed_bytes + len(rows) * cost.row_bytes
+
+
 def test_a_batch_of_one_group_probes_its_first_two_rows(model):
     ids, mask, width = grouped_batch(groups=1, group_size=4)
     probed = []
@@ -91,7 +110,7 @@ def tiny_model_dir(tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
 
 
-def train_grpo(model_dir, output_dir, **extra):
+def grpo_config(model_dir, output_dir, **extra) -> GRPOConfig:
     overrides = {
         # the CPU, also on a GPU host: these tests pin the sizing logic, faking the GPU's free memory where they need it
         "model.path": str(model_dir), "model.device": "cpu", "model.autocast": "null", "env.kwargs": '{"digits": 1, "terms": 2}',
@@ -100,8 +119,26 @@ def train_grpo(model_dir, output_dir, **extra):
         "run.tensorboard": "false", "run.plots": "false", "grpo.prompts_per_step": "3", "grpo.group_size": "4",
         "loss.entropy_coef": "0.01", **extra,
     }
-    GRPOTrainer(load_config(GRPOConfig, overrides=overrides)).train()
+    return load_config(GRPOConfig, overrides=overrides)
+
+
+def train_grpo(model_dir, output_dir, **extra):
+    GRPOTrainer(grpo_config(model_dir, output_dir, **extra)).train()
     return read_metrics(output_dir), load_file(latest_checkpoint(output_dir) / "model" / "model.safetensors")
+
+
+def test_the_trainer_probes_again_only_for_a_wider_batch(tiny_model_dir, tmp_path, monkeypatch):
+    trainer = GRPOTrainer(grpo_config(tiny_model_dir, tmp_path, **{"loss.micro_batch_memory_gb": "100"}))
+    probed = []
+    monkeypatch.setattr(grpo, "activation_cost", lambda *args: probed.append(tuple(args[1].shape)) or ActivationCost(0, 1))
+
+    def batch(prompt_width, width):
+        ids = torch.randint(4, 50, (4, width))
+        return SimpleNamespace(prompt_width=prompt_width, input_ids=ids, attention_mask=torch.ones_like(ids), num_rows=4)
+
+    for prompt_width, width in [(6, 10), (6, 9), (5, 10), (7, 10), (6, 10), (7, 12), (7, 12)]:
+        assert trainer._micro_batch_rows(batch(prompt_width, width)) == 8  # the budget holds loss.micro_batch_size rows
+    assert probed == [(4, 6), (4, 7), (4, 7)]  # the first batch, a wider prompt, a wider batch
 
 
 def test_a_budget_picks_the_rows_and_the_step_computes_the_same(tiny_model_dir, tmp_path):
