@@ -7,13 +7,16 @@ import math
 import pytest
 import torch
 
+from algos.policy import position_ids_from_mask
 from algos.rollout import (
+    GROUPED_SDPA,
     HFRollout,
     Rollout,
     RolloutBackend,
     SamplingParams,
     filter_logits,
     inverse_cdf_sample,
+    registered_grouped_sdpa,
     row_seeds,
     sample_tokens,
 )
@@ -124,8 +127,8 @@ def test_seeded_sampling_is_reproducible_and_seeds_differ(model, tokenizer):
     assert len({tuple(row.tolist()) for row in first}) > 1  # one prompt, several different samples
 
 
-def test_a_cpu_rollout_decodes_with_eager_attention_and_gives_sdpa_back(model, tokenizer):
-    """Eager attention decodes faster on a CPU; what it samples is what an SDPA forward scores (the logprobs
+def test_a_cpu_rollout_decodes_with_grouped_sdpa_and_gives_sdpa_back(model, tokenizer):
+    """grouped_sdpa_attention decodes faster on a CPU; what it samples is what an SDPA forward scores (the logprobs
     check of test_prompts_prefill_once_per_group... runs through it too), and the model keeps SDPA afterwards."""
     model.set_attn_implementation("sdpa")
     seen = []
@@ -136,8 +139,37 @@ def test_a_cpu_rollout_decodes_with_eager_attention_and_gives_sdpa_back(model, t
         HFRollout(seed=0).generate(model, env)
     finally:
         hook.remove()
-    assert seen and set(seen) == {"eager"}
+    assert seen and set(seen) == {GROUPED_SDPA}
     assert model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("kv_heads", [2, 4], ids=["grouped-query", "multi-head"])
+def test_grouped_sdpa_attention_equals_eager_on_a_left_padded_cached_decode(kv_heads):
+    from transformers import DynamicCache, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=kv_heads)
+    model = LlamaForCausalLM(config).eval()
+    ids = torch.randint(3, 50, (3, 8))
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # left padding, as the env's prompts
+    mask[2, :1] = 0
+
+    def decode(implementation):
+        model.set_attn_implementation(implementation)
+        cache, positions = DynamicCache(config=config), position_ids_from_mask(mask)
+        with torch.no_grad():
+            logits = [model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache).logits[:, -1]]
+            step_mask, position = mask, positions[:, -1:]
+            for _ in range(3):
+                token = logits[-1].argmax(-1, keepdim=True)
+                step_mask, position = torch.cat([step_mask, torch.ones_like(token)], 1), position + 1
+                logits.append(model(input_ids=token, attention_mask=step_mask, position_ids=position,
+                                    past_key_values=cache).logits[:, -1])
+        return torch.stack(logits)
+
+    torch.testing.assert_close(decode(registered_grouped_sdpa()), decode("eager"), atol=1e-5, rtol=1e-5)
 
 
 def test_rollout_leaves_train_mode_as_it_was(model, tokenizer):
@@ -249,7 +281,7 @@ def test_hf_rollout_matches_generate_on_smollm():
     from algos.models import load_policy
 
     try:
-        # fp32: the rollout decodes with eager attention on a CPU, model.generate with SDPA; in bf16 weights the two
+        # fp32: the rollout decodes with grouped_sdpa_attention on a CPU, model.generate with SDPA; in bf16 weights the two
         # kernels' rounding (logits up to 0.4 apart) flips near-tied greedy tokens, in fp32 they agree to 5e-5
         model, tokenizer = load_policy("default", dtype="float32", device="cpu")
     except FileNotFoundError as err:
