@@ -26,7 +26,7 @@ def fixed_micro_batch_rows(micro_batch_size: int | str) -> int:
 
 def free_accelerator_bytes(device: torch.device) -> int | None:
     """Bytes torch can still take on ``device``: the driver's free memory plus what torch's caching allocator holds
-    unused; None on a CPU (whose micro-batch is not sized by memory)."""
+    unused; None off CUDA (a CPU's micro-batch is not sized by memory, and other accelerators are not read)."""
     if device.type != "cuda":
         return None
     free, _ = torch.cuda.mem_get_info(device)
