@@ -201,37 +201,3 @@ def test_ppo_refuses_a_memory_budget_by_name():
     with pytest.raises(ValueError, match=r"config loss.micro_batch_memory_gb: must be > 0 \(GiB\) or null"):
         load_config(GRPOConfig, overrides={"loss.micro_batch_memory_gb": "0"}).validate()
 
-
-FRAGMENTED_HEAP = """
-import torch
-from algos import runtime
-from algos.memory import rss_gb
-warm = [torch.ones(256 * 1024) for _ in range(4)]  # 1 MB each: a freed mmap raises glibc's threshold above it
-del warm
-freed, kept = [], []
-for _ in range(300):  # 300 MB on the heap, each MB followed by a 4 KB tensor that stays: holes, not a free top
-    freed.append(torch.ones(256 * 1024))
-    kept.append(torch.ones(1024))
-held = rss_gb()
-del freed
-kept_after_free = held - rss_gb()
-runtime.release_free_memory()
-print(kept_after_free, held - rss_gb())
-"""
-
-
-def test_freed_cpu_tensors_go_back_to_the_os():
-    """glibc keeps freed heap pages in the process; release_free_memory (after a rollout and after each optimizer
-    step) hands them back, so one phase's activations do not stay in the next phase's RSS. In a fresh process:
-    this one's heap holds the other tests' holes."""
-    import subprocess
-    import sys
-
-    from algos import runtime
-
-    if runtime._malloc_trim() is None:
-        pytest.skip("the C library is not glibc")
-    out = subprocess.run([sys.executable, "-c", FRAGMENTED_HEAP], capture_output=True, text=True, check=True)
-    returned_by_free, returned_by_trim = map(float, out.stdout.split())
-    assert returned_by_free < 0.05  # glibc keeps the holes
-    assert returned_by_trim > 0.2  # of the 0.29 GB freed

@@ -64,7 +64,7 @@ MODULES: dict[str, list[str]] = {
     "algos/alarms.py": ["tests/test_alarms.py"],
     "algos/policy.py": ["tests/test_grpo_machinery.py", "tests/test_core_logprobs.py", *CORE_USERS],
     "algos/grpo.py": ["tests/test_grpo_loop.py", "tests/test_grpo_machinery.py", "tests/test_ppo.py", "tests/test_config.py",
-                      *GRPO_REFERENCE, *RESUME],
+                      "tests/test_memory.py", *GRPO_REFERENCE, *RESUME],
     "algos/ppo.py": ["tests/test_ppo.py", "tests/test_config.py", *PPO_REFERENCE, *RESUME],
     "algos/config.py": ["tests/test_config.py", "tests/test_grpo_cli.py"],
     "algos/run_dir.py": ["tests/test_run_dir.py", "tests/test_grpo_loop.py", "tests/test_ppo.py", "tests/test_grpo_cli.py",
