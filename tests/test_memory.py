@@ -40,6 +40,17 @@ def test_saved_bytes_counts_what_autograd_keeps_less_the_weights():
 ])
 def test_rows_within_a_budget(budget, most, rows):
     assert ActivationCost(fixed_bytes=100, row_bytes=50).rows_within(budget, most) == rows
+    assert ActivationCost(fixed_bytes=0, row_bytes=1).rows_within(budget, most=1000) == budget  # a byte a row
+
+
+def test_the_probe_splits_what_rows_cost_from_what_a_forward_keeps_whatever_its_rows():
+    x = torch.randn(6, 4, requires_grad=True)
+    fixed = torch.randn(8, requires_grad=True)
+    prompts = torch.arange(6)[:, None]  # six groups
+    # Each row keeps its own 24 bytes (pow's 4 fp32 inputs, the gather's int64 index): no fixed part.
+    assert activation_cost(lambda rows: (x[rows] * 2).pow(2).sum(), prompts, [x]) == ActivationCost(0, 24)
+    # A forward keeping the same 32 bytes (exp's output) whatever its rows: the least a row costs, 1 byte; the rest fixed.
+    assert activation_cost(lambda rows: fixed.exp().sum(), prompts, [x]) == ActivationCost(31, 1)
 
 
 @pytest.fixture(scope="module")
@@ -174,10 +185,11 @@ def test_auto_micro_batch_on_a_gpu_keeps_an_explicit_budget(tiny_model_dir, tmp_
 
 def test_free_accelerator_bytes_counts_the_allocators_unused_cache(monkeypatch):
     assert free_accelerator_bytes(torch.device("cpu")) is None
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (1000, 8000))
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 300)
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 200)
-    assert free_accelerator_bytes(torch.device("cuda", 0)) == 1000 + 300 - 200
+    gpu = torch.device("cuda", 1)  # the trainer's GPU, not the current one
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (1000, 8000) if device == gpu else (0, 0))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device: 300 if device == gpu else 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device: 200 if device == gpu else 0)
+    assert free_accelerator_bytes(gpu) == 1000 + 300 - 200
 
 
 def test_the_warm_starts_fixed_passes_read_auto_as_the_cpus_rows():
