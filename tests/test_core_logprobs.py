@@ -114,14 +114,53 @@ def test_only_the_wanted_gradients_are_computed():
         assert (hidden.grad is not None) == hidden_grad and (weight.grad is not None) == weight_grad
 
 
-def test_no_vocabulary_wide_tensor_is_kept_for_backward():
+def _saved_shapes(hidden, weight, tokens, **options) -> list[tuple[int, ...]]:
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
+        logprobs_from_hidden(hidden, weight, tokens, **options)
+    return saved
+
+
+def test_no_vocabulary_wide_tensor_is_kept_for_backward_without_a_budget_or_a_gradient():
     vocab, rows = 97, 10
     hidden = torch.randn(rows, 8, requires_grad=True)
     weight = torch.randn(vocab, 8, requires_grad=True)
-    saved = []
-    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(tuple(t.shape)) or t, lambda t: t):
-        logprobs_from_hidden(hidden, weight, torch.randint(0, vocab, (rows,)), chunk_size=4)
+    tokens = torch.randint(0, vocab, (rows,))
+    saved = _saved_shapes(hidden, weight, tokens, chunk_size=4, keep_bytes=0)
     assert saved and all(shape in {(rows, 8), (vocab, 8), (rows,)} for shape in saved), saved
+    with torch.no_grad():  # nothing to keep them for, whatever the budget
+        assert _saved_shapes(hidden, weight, tokens, chunk_size=4) == []
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_chunks_kept_within_the_budget_give_backward_the_same_gradients(autocast, monkeypatch):
+    torch.manual_seed(4)
+    vocab, rows = 97, 10
+    hidden = torch.randn(rows, 8, requires_grad=True)
+    weight = torch.randn(vocab, 8, requires_grad=True)
+    tokens = torch.randint(0, vocab, (rows,))
+    chunk_bytes = 4 * vocab * (2 if autocast else 4)  # a 4-row chunk's raw logits in the matmul dtype
+    products = []
+    real_mm = torch.mm
+    monkeypatch.setattr(torch, "mm", lambda *args, **kwargs: products.append(args[0].shape[0]) or real_mm(*args, **kwargs))
+
+    def run(keep_bytes):
+        products.clear()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            logp, entropy = logprobs_from_hidden(hidden, weight, tokens, 0.7, 4, LogitTransform(2.0, 3.0), keep_bytes)
+        grads = torch.autograd.grad(logp.sum() + 0.3 * entropy.sum(), (hidden, weight))
+        return (logp, entropy, *grads), products.count(4) + products.count(2)  # logits chunks: 4, 4 and 2 rows
+
+    want, recomputed_all = run(0)
+    assert recomputed_all == 6  # three chunks in forward, again in backward
+    for keep_bytes, kept in [(chunk_bytes, 1), (2 * chunk_bytes + 1, 2), (10**9, 3)]:
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            saved = _saved_shapes(hidden, weight, tokens, chunk_size=4, keep_bytes=keep_bytes)
+        assert saved.count((4, vocab)) + saved.count((2, vocab)) == kept
+        got, products_made = run(keep_bytes)
+        assert products_made == 6 - kept
+        for g, w in zip(got, want):
+            assert torch.equal(g, w)  # the kept logits are bitwise the recomputed ones
 
 
 @pytest.mark.parametrize("device", available_devices())

@@ -2,8 +2,9 @@
 
 Rows of hidden states (or logits) are processed `chunk_size` tokens at a time.
 From hidden states, one autograd function projects each chunk through the LM
-head into reused buffers and recomputes it in backward; from logits, each chunk
-runs under activation checkpointing. Either way no V-wide tensor is kept for
+head into reused buffers; backward reuses the chunks' logits kept from forward
+up to `keep_bytes` and recomputes the rest; from logits, each chunk runs under
+activation checkpointing. Beyond that budget no V-wide tensor is kept for
 backward.
 """
 
@@ -15,6 +16,9 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 DEFAULT_CHUNK_SIZE = 256  # tokens per chunk: 256 x 49k vocab x 4 bytes ~ 50 MB per V-wide tensor
+# Forward's chunk logits kept for backward, which otherwise recomputes them: a quarter of the LM head's matmuls. 256 MiB
+# holds a CPU micro-batch of SmolLM2 (8 rows x 64 tokens x 49k vocab in bf16 or fp32); longer ones recompute the rest.
+DEFAULT_KEEP_BYTES = 256 * 2**20
 
 
 def _logprob_entropy(logits: torch.Tensor, tokens: torch.Tensor, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,36 +58,40 @@ def _check_options(temperature: float, chunk_size: int) -> None:
 
 class _LinearLogprobs(torch.autograd.Function):
     """[N, H] hidden, [V, H] weight, [N] tokens -> ([N] log-prob, [N] entropy) of softmax(transform(hidden @ weight.T)
-    / temperature), chunk by chunk through [chunk, V] buffers reused by every chunk. Only hidden, weight and two
-    floats per row are kept for backward, which recomputes each chunk's logits, writes their gradient in place, and
-    accumulates the weight's gradient in one [V, H] tensor: no V-wide tensor is allocated per chunk, nor a [V, H] one
-    per chunk (each fresh allocation that large is page-faulted in again, which dominated a CPU update)."""
+    / temperature), chunk by chunk through [chunk, V] buffers reused by every chunk. Kept for backward: hidden and
+    weight (in the matmul dtype, cast once), two floats per row, and the first chunks' raw logits up to ``keep_bytes``
+    (bitwise what a recomputation gives). Backward recomputes the other chunks' logits, writes their gradient in place,
+    and accumulates the weight's gradient in one [V, H] tensor: no [V, H] tensor is allocated per chunk (each fresh
+    allocation that large is page-faulted in again, which dominated a CPU update)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, tokens, temperature: float, transform: LogitTransform, chunk_size: int):
+    def forward(ctx, hidden, weight, tokens, temperature: float, transform: LogitTransform, chunk_size: int,
+                keep_bytes: int):
         matmul_dtype = _matmul_dtype(hidden, weight)
         ctx.set_materialize_grads(False)  # an unused entropy's gradient stays None, and its terms are skipped
         with torch.autocast(hidden.device.type, enabled=False):
-            chunks = _Chunks(hidden, weight, temperature, transform, chunk_size, matmul_dtype, for_backward=False)
+            chunks = _Chunks(hidden, weight, temperature, transform, chunk_size, matmul_dtype, for_backward=False,
+                             keep_bytes=keep_bytes)
             taken = torch.empty(tokens.shape, dtype=chunks.dtype, device=hidden.device)
             lse, entropy = torch.empty_like(taken), torch.empty_like(taken)
             for rows, logits, probs in chunks:
                 lse[rows], entropy[rows] = chunks.softmax(logits, probs)
                 taken[rows] = logits.gather(1, tokens[rows, None]).squeeze(1) - lse[rows]
-        ctx.save_for_backward(hidden, weight, tokens, lse, entropy)
-        ctx.options = temperature, transform, chunk_size, matmul_dtype
+        ctx.save_for_backward(chunks.hidden, chunks.weight, tokens, lse, entropy, *chunks.kept)
+        ctx.options = temperature, transform, chunk_size, matmul_dtype, hidden.dtype, weight.dtype
         return taken, entropy
 
     @staticmethod
     def backward(ctx, grad_taken, grad_entropy):
-        hidden, weight, tokens, lse, entropy = ctx.saved_tensors
-        temperature, transform, chunk_size, matmul_dtype = ctx.options
+        hidden, weight, tokens, lse, entropy, *kept = ctx.saved_tensors
+        temperature, transform, chunk_size, matmul_dtype, hidden_dtype, weight_dtype = ctx.options
         want_hidden, want_weight = ctx.needs_input_grad[:2]
         if grad_taken is None and grad_entropy is None or not (want_hidden or want_weight):
-            return None, None, None, None, None, None
+            return None, None, None, None, None, None, None
         with torch.autocast(hidden.device.type, enabled=False):
-            chunks = _Chunks(hidden, weight, temperature, transform, chunk_size, matmul_dtype, for_backward=True)
-            grad_hidden = torch.empty_like(hidden) if want_hidden else None
+            chunks = _Chunks(hidden, weight, temperature, transform, chunk_size, matmul_dtype, for_backward=True,
+                             kept=kept)
+            grad_hidden = torch.empty(hidden.shape, dtype=hidden_dtype, device=hidden.device) if want_hidden else None
             grad_weight = torch.zeros(weight.shape, dtype=chunks.dtype, device=weight.device) if want_weight else None
             for rows, logits, probs in chunks:
                 torch.sub(logits, lse[rows, None], out=probs).exp_()
@@ -101,8 +109,8 @@ class _LinearLogprobs(torch.autograd.Function):
                 chunks.through_transform(grad)
                 chunks.backward_matmuls(rows, grad, grad_hidden, grad_weight)
         if grad_weight is not None:
-            grad_weight = grad_weight.to(weight.dtype)
-        return grad_hidden, grad_weight, None, None, None, None
+            grad_weight = grad_weight.to(weight_dtype)
+        return grad_hidden, grad_weight, None, None, None, None, None
 
 
 def _matmul_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
@@ -114,11 +122,15 @@ def _matmul_dtype(hidden: torch.Tensor, weight: torch.Tensor) -> torch.dtype:
 class _Chunks:
     """Iterates (rows, logits, probs) over ``hidden``'s rows, ``chunk_size`` at a time: ``logits`` holds
     transform(hidden[rows] @ weight.T) / temperature in fp32 (fp64 for fp64 matmuls), ``probs`` a same-shape
-    buffer; both are views of buffers allocated once. ``for_backward`` adds what backward's steps need: a
-    soft-capping transform's tanh for ``through_transform``, and a low-precision weight-gradient buffer."""
+    buffer; both are views of buffers allocated once. Forward appends to ``kept`` each chunk's raw logits
+    (hidden @ weight.T in the matmul dtype) while they fit ``keep_bytes``; backward takes ``kept`` in their place.
+    ``for_backward`` adds what backward's steps need: a soft-capping transform's tanh for ``through_transform``, and
+    a low-precision weight-gradient buffer."""
 
-    def __init__(self, hidden, weight, temperature, transform, chunk_size, matmul_dtype, for_backward: bool):
+    def __init__(self, hidden, weight, temperature, transform, chunk_size, matmul_dtype, for_backward: bool,
+                 keep_bytes: int = 0, kept: list[torch.Tensor] = ()):
         self.hidden, self.weight = hidden.to(matmul_dtype), weight.to(matmul_dtype)  # each cast once, not per chunk
+        self.keep_bytes, self.kept = keep_bytes, list(kept)
         self.temperature, self.transform, self.chunk_size = temperature, transform, chunk_size
         width = (min(chunk_size, hidden.shape[0]), weight.shape[0])
         self.dtype = torch.promote_types(matmul_dtype, torch.float32)
@@ -135,16 +147,20 @@ class _Chunks:
             rows = slice(start, min(start + self.chunk_size, self.hidden.shape[0]))
             count = rows.stop - rows.start
             logits, probs = self.logits[:count], self.probs[:count]
-            self._logits(rows, logits)
+            self._logits(start // self.chunk_size, rows, logits)
             yield rows, logits, probs
 
-    def _logits(self, rows: slice, logits: torch.Tensor) -> None:
-        if self.low is None:
-            torch.mm(self.hidden[rows], self.weight.T, out=logits)
+    def _logits(self, index: int, rows: slice, logits: torch.Tensor) -> None:
+        raw = logits if self.low is None else self.low[: logits.shape[0]]
+        if index < len(self.kept):  # backward: forward's
+            raw = self.kept[index]
         else:
-            low = self.low[: logits.shape[0]]
-            torch.mm(self.hidden[rows], self.weight.T, out=low)
-            logits.copy_(low)
+            if sum(t.nbytes for t in self.kept) + raw.nbytes <= self.keep_bytes:  # forward, within budget: keep
+                raw = torch.empty_like(raw)
+                self.kept.append(raw)
+            torch.mm(self.hidden[rows], self.weight.T, out=raw)
+        if raw is not logits:
+            logits.copy_(raw)
         scale, softcap = self.transform.scale, self.transform.softcap
         if scale != 1.0:
             logits.mul_(scale)
@@ -196,9 +212,11 @@ def logprobs_from_hidden(
     temperature: float = 1.0,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     transform: LogitTransform = LogitTransform(),
+    keep_bytes: int = DEFAULT_KEEP_BYTES,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """[B, T, H] hidden, [V, H] lm_head weight, [B, T] tokens -> ([B, T] log pi(token), [B, T] entropy), fp32;
-    the logits are ``transform(hidden @ weight.T) / temperature``, ``chunk_size`` rows of them at a time."""
+    the logits are ``transform(hidden @ weight.T) / temperature``, ``chunk_size`` rows of them at a time, the first
+    chunks' kept for backward up to ``keep_bytes`` (0: all recomputed, no V-wide tensor kept)."""
     if hidden.shape[:-1] != tokens.shape:
         raise ValueError(f"hidden {tuple(hidden.shape)} and tokens {tuple(tokens.shape)} disagree on [B, T]")
     _check_options(temperature, chunk_size)
@@ -206,7 +224,10 @@ def logprobs_from_hidden(
         empty = torch.zeros(tokens.shape, dtype=torch.float32, device=hidden.device)
         return empty, empty.clone()
     flat = hidden.reshape(-1, hidden.shape[-1])
-    taken, entropy = _LinearLogprobs.apply(flat, lm_head_weight, tokens.reshape(-1), temperature, transform, chunk_size)
+    if not (torch.is_grad_enabled() and (hidden.requires_grad or lm_head_weight.requires_grad)):
+        keep_bytes = 0  # no backward to keep them for
+    taken, entropy = _LinearLogprobs.apply(flat, lm_head_weight, tokens.reshape(-1), temperature, transform, chunk_size,
+                                           keep_bytes)
     return taken.view(tokens.shape), entropy.view(tokens.shape)
 
 
