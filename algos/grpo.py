@@ -38,8 +38,8 @@ from algos.core.aggregation import aggregate_loss
 from algos.core.kl import kl_estimate
 from algos.core.rollout_correction import mismatch_sums
 from algos.distributed import (
+    accumulation_passes,
     gather_rows,
-    gradient_sync,
     micro_batch_inputs,
     min_over_ranks,
     padded_micro_batches,
@@ -444,33 +444,32 @@ class GRPOTrainer:
             # Policy statistics describe the last iteration, where the ratio has moved away from 1.
             stats = UpdateStats()
             loss_total, entropy_sum, finite = 0.0, 0.0, True
-            for index, rows in enumerate(micro):
-                with gradient_sync(self.forward, enabled=index == len(micro) - 1):
-                    logp, entropy = self._logprobs(batch, rows)
-                    if rows is None:
-                        (logp.sum() * 0.0).backward()
-                        continue
-                    m = mask[rows]
-                    # With one iteration the policy is pi_old itself: ratio 1, gradient of the plain surrogate.
-                    old = old_logp[rows] if old_logp is not None else logp.detach()
-                    out = surrogate(logp, old, batch.advantages[rows], m, loss_cfg.eps_low, loss_cfg.eps_high,
-                                    loss_cfg.dual_clip)
-                    per_token = out.per_token_loss
-                    if batch.rollout_logp is not None:
-                        per_token = per_token * self._rollout_weights(old, batch.rollout_logp[rows], m, mismatch,
-                                                                      measure=iteration == 0)
-                    if ref_logp is not None:
-                        kl = kl_estimate(logp, ref_logp[rows], g.kl_estimator, g.kl_clamp)
-                        per_token = per_token + g.beta * kl * m
-                        stats.add("kl", (kl.detach() * m).sum().item())
-                    if loss_cfg.entropy_coef:
-                        per_token = per_token - loss_cfg.entropy_coef * entropy * m
-                    loss = aggregate_loss(per_token, m, loss_cfg.aggregation, **norms)
-                    # A non-finite loss still runs backward (every rank makes as many passes); the NaN gradient and
-                    # the flag below skip the update on every rank, so no NaN reaches the weights.
-                    finite &= bool(torch.isfinite(loss))
-                    # DDP and FSDP2 average gradients over ranks: times the world size, the sum of the ranks' losses.
-                    self.scaler.scale(loss * world.size).backward()
+            for rows in accumulation_passes(self.forward, micro, self.run.device.type):
+                logp, entropy = self._logprobs(batch, rows)
+                if rows is None:
+                    (logp.sum() * 0.0).backward()
+                    continue
+                m = mask[rows]
+                # With one iteration the policy is pi_old itself: ratio 1, gradient of the plain surrogate.
+                old = old_logp[rows] if old_logp is not None else logp.detach()
+                out = surrogate(logp, old, batch.advantages[rows], m, loss_cfg.eps_low, loss_cfg.eps_high,
+                                loss_cfg.dual_clip)
+                per_token = out.per_token_loss
+                if batch.rollout_logp is not None:
+                    per_token = per_token * self._rollout_weights(old, batch.rollout_logp[rows], m, mismatch,
+                                                                  measure=iteration == 0)
+                if ref_logp is not None:
+                    kl = kl_estimate(logp, ref_logp[rows], g.kl_estimator, g.kl_clamp)
+                    per_token = per_token + g.beta * kl * m
+                    stats.add("kl", (kl.detach() * m).sum().item())
+                if loss_cfg.entropy_coef:
+                    per_token = per_token - loss_cfg.entropy_coef * entropy * m
+                loss = aggregate_loss(per_token, m, loss_cfg.aggregation, **norms)
+                # A non-finite loss still runs backward (every rank makes as many passes); the NaN gradient and
+                # the flag below skip the update on every rank, so no NaN reaches the weights.
+                finite &= bool(torch.isfinite(loss))
+                # DDP and FSDP2 average gradients over ranks: times the world size, the sum of the ranks' losses.
+                self.scaler.scale(loss * world.size).backward()
                 loss_total += loss.item()
                 entropy_sum += (entropy.detach() * response_mask[rows]).sum().item()
                 stats.add_surrogate(out.stats, m.sum().item())

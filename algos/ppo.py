@@ -49,8 +49,8 @@ from algos.core.gae import (
 from algos.core.kl import kl_estimate
 from algos.core.logprobs import logprobs_from_hidden
 from algos.distributed import (
+    accumulation_passes,
     gather_padded,
-    gradient_sync,
     micro_batch_inputs,
     min_over_ranks,
     padded_micro_batches,
@@ -410,47 +410,46 @@ class PPOTrainer:
                          "token_budget": self.config.env.max_new_tokens}
                 finite = True
                 micro = self._micro_batches(mine)
-                for index, rows in enumerate(micro):
-                    with gradient_sync(self.forward, enabled=index == len(micro) - 1):
-                        logp, entropy, values = self._forward(batch.input_ids, batch.attention_mask, batch.prompt_width,
-                                                              rows, train_policy)
-                        if rows is None:
-                            zero = values.sum() * 0.0 + (logp.sum() * 0.0 if logp is not None else 0.0)
-                            zero.backward()
-                            continue
-                        m = batch.mask[rows]
-                        n_tokens = m.sum().item()
-                        loss = torch.zeros((), device=m.device)
-                        if self.critic is not None:
-                            value_loss_tokens, clipped = clipped_value_loss(values, batch.old_values[rows],
-                                                                            batch.returns[rows], p.value_clip)
-                            value_loss = aggregate_loss(value_loss_tokens, m, "token-mean",
-                                                        global_num_tokens=minibatch_tokens)
-                            loss = p.vf_coef * value_loss
-                            stats.add("value_loss", value_loss.item() * minibatch_tokens)  # this micro-batch's token sum
-                            stats.add("value_clip_frac", value_clip_fraction(clipped, m).item(), n_tokens)
-                        if train_policy:
-                            out = surrogate(logp, batch.old_logp[rows], batch.advantages[rows], m,
-                                            loss_cfg.eps_low, loss_cfg.eps_high, loss_cfg.dual_clip)
-                            per_token = out.per_token_loss
-                            if loss_cfg.entropy_coef:
-                                per_token = per_token - loss_cfg.entropy_coef * entropy * m
-                            policy_loss = aggregate_loss(per_token, m, loss_cfg.aggregation, **norms)
-                            loss = loss + policy_loss
-                            stats.add("policy_loss", policy_loss.item() * minibatch_tokens)
-                            with torch.no_grad():
-                                # Drift from the rollout policy, KL(pi_old || pi): k1 = log(pi_old/pi), k3 >= 0.
-                                for estimator in ("k1", "k3"):
-                                    drift = kl_estimate(batch.old_logp[rows], logp, estimator, p.kl_clamp) * m
-                                    stats.add(f"approx_kl_{estimator}", drift.sum().item())
-                                stats.add("entropy", (entropy * m).sum().item())
-                            stats.add_surrogate(out.stats, n_tokens)
-                        tokens_seen += n_tokens
-                        # A non-finite loss still runs backward (every rank makes as many passes); the flag below skips
-                        # the minibatch's step on every rank, so no NaN reaches the weights.
-                        finite &= bool(torch.isfinite(loss))
-                        # DDP and FSDP2 average gradients over ranks: times the world size, the sum of the ranks' losses.
-                        self.scaler.scale(loss * world.size).backward()
+                for rows in accumulation_passes(self.forward, micro, self.run.device.type):
+                    logp, entropy, values = self._forward(batch.input_ids, batch.attention_mask, batch.prompt_width,
+                                                          rows, train_policy)
+                    if rows is None:
+                        zero = values.sum() * 0.0 + (logp.sum() * 0.0 if logp is not None else 0.0)
+                        zero.backward()
+                        continue
+                    m = batch.mask[rows]
+                    n_tokens = m.sum().item()
+                    loss = torch.zeros((), device=m.device)
+                    if self.critic is not None:
+                        value_loss_tokens, clipped = clipped_value_loss(values, batch.old_values[rows],
+                                                                        batch.returns[rows], p.value_clip)
+                        value_loss = aggregate_loss(value_loss_tokens, m, "token-mean",
+                                                    global_num_tokens=minibatch_tokens)
+                        loss = p.vf_coef * value_loss
+                        stats.add("value_loss", value_loss.item() * minibatch_tokens)  # this micro-batch's token sum
+                        stats.add("value_clip_frac", value_clip_fraction(clipped, m).item(), n_tokens)
+                    if train_policy:
+                        out = surrogate(logp, batch.old_logp[rows], batch.advantages[rows], m,
+                                        loss_cfg.eps_low, loss_cfg.eps_high, loss_cfg.dual_clip)
+                        per_token = out.per_token_loss
+                        if loss_cfg.entropy_coef:
+                            per_token = per_token - loss_cfg.entropy_coef * entropy * m
+                        policy_loss = aggregate_loss(per_token, m, loss_cfg.aggregation, **norms)
+                        loss = loss + policy_loss
+                        stats.add("policy_loss", policy_loss.item() * minibatch_tokens)
+                        with torch.no_grad():
+                            # Drift from the rollout policy, KL(pi_old || pi): k1 = log(pi_old/pi), k3 >= 0.
+                            for estimator in ("k1", "k3"):
+                                drift = kl_estimate(batch.old_logp[rows], logp, estimator, p.kl_clamp) * m
+                                stats.add(f"approx_kl_{estimator}", drift.sum().item())
+                            stats.add("entropy", (entropy * m).sum().item())
+                        stats.add_surrogate(out.stats, n_tokens)
+                    tokens_seen += n_tokens
+                    # A non-finite loss still runs backward (every rank makes as many passes); the flag below skips
+                    # the minibatch's step on every rank, so no NaN reaches the weights.
+                    finite &= bool(torch.isfinite(loss))
+                    # DDP and FSDP2 average gradients over ranks: times the world size, the sum of the ranks' losses.
+                    self.scaler.scale(loss * world.size).backward()
                 finite = min_over_ranks(float(finite))[0] == 1.0
                 outcome = guarded_optimizer_step(self.modules, self.optimizer, self.config.optim.max_grad_norm, finite,
                                                  self.scaler)

@@ -63,9 +63,10 @@ def compute_dtype(model_cfg: ModelConfig) -> str:
 def mixed_precision(model_cfg: ModelConfig, device: torch.device) -> contextlib.AbstractContextManager:
     """torch.autocast to model.autocast's dtype around rollouts and updates, or a no-op when it is None.
 
-    The weight-cast cache is off: it lives until the outermost autocast exits, so across a training
+    The weight-cast cache is off here: it lives until the outermost autocast exits, so across a training
     loop every forward would reuse the half-precision copies made at the first forward, before any
-    update (tests/test_grpo_loop.py). Measured here: off is also faster on CPU.
+    update (tests/test_grpo_loop.py). Blocks whose weights stay fixed turn it on for themselves
+    (weights_cast_once: a rollout, one gradient accumulation).
     """
     if model_cfg.autocast is None:
         return contextlib.nullcontext()

@@ -27,7 +27,14 @@ import numpy as np
 import torch
 
 from algos.checkpoint import export_model
-from algos.distributed import barrier, gradient_sync, micro_batch_inputs, min_over_ranks, padded_micro_batches, sum_over_ranks
+from algos.distributed import (
+    accumulation_passes,
+    barrier,
+    micro_batch_inputs,
+    min_over_ranks,
+    padded_micro_batches,
+    sum_over_ranks,
+)
 from algos.memory import fixed_micro_batch_rows
 from algos.multiturn import left_padded, observation_text, right_padded
 from algos.policy import completion_logprobs
@@ -132,11 +139,10 @@ def supervised_step(run: RunSetup, optimizer: torch.optim.Optimizer, scaler: tor
     size = fixed_micro_batch_rows(run.config.loss.micro_batch_size)
     micro = padded_micro_batches([slice(start, start + size) for start in range(0, len(rows), size)])
     total, finite = 0.0, True
-    for index, part in enumerate(micro):
-        with gradient_sync(run.forward, enabled=index == len(micro) - 1):
-            loss = micro_batch_loss(run, batch, part, tokens)
-            finite &= bool(torch.isfinite(loss))
-            scaler.scale(loss * run.world.size).backward()  # DDP and FSDP2 average over ranks: this sums them
+    for part in accumulation_passes(run.forward, micro, run.device.type):
+        loss = micro_batch_loss(run, batch, part, tokens)
+        finite &= bool(torch.isfinite(loss))
+        scaler.scale(loss * run.world.size).backward()  # DDP and FSDP2 average over ranks: this sums them
         total += loss.item()
     finite = min_over_ranks(float(finite))[0] == 1.0
     outcome = guarded_optimizer_step(run.model, optimizer, run.config.optim.max_grad_norm, finite, scaler)

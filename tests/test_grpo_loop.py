@@ -258,6 +258,38 @@ def test_a_rollout_casts_each_weight_once_and_the_next_forward_sees_the_update()
         assert layer(x).dtype == torch.float32
 
 
+def test_an_accumulation_casts_each_weight_once_with_the_gradients_of_casting_per_forward():
+    from algos.config import ModelConfig
+    from algos.distributed import accumulation_passes
+    from algos.runtime import mixed_precision
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+    x = torch.randn(6, 8)
+    micro = [slice(0, 2), slice(2, 4), slice(4, 6)]
+
+    def gradients(passes):
+        model.zero_grad()
+        outputs = []
+        with mixed_precision(ModelConfig(autocast="bfloat16"), torch.device("cpu")):
+            for rows in passes:
+                out = model(x[rows])
+                outputs.append(out.detach())
+                out.float().square().sum().backward()
+        return outputs, [p.grad.clone() for p in model.parameters()]
+
+    want_outputs, want = gradients(micro)  # a cast per forward
+    got_outputs, got = gradients(accumulation_passes(model, micro, "cpu"))
+    assert all(torch.equal(g, w) for g, w in zip(got + got_outputs, want + want_outputs))
+    with mixed_precision(ModelConfig(autocast="bfloat16"), torch.device("cpu")), torch.no_grad():
+        outputs = []
+        for _ in accumulation_passes(model, micro[:2], "cpu"):
+            outputs.append(model(x[micro[0]]))
+            model[0].weight.add_(1.0)  # never done mid-accumulation: here it shows the first cast is reused
+        assert torch.equal(outputs[0], outputs[1])
+        assert not torch.equal(model(x[micro[0]]), outputs[0])  # after the accumulation the changed weights are cast anew
+
+
 COUNTDOWN = '{"num_numbers": 3, "step_reward": 0.1}'
 
 
