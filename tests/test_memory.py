@@ -152,6 +152,38 @@ def test_the_trainer_probes_again_only_for_a_wider_batch(tiny_model_dir, tmp_pat
     assert probed == [(4, 6), (4, 7), (4, 7)]  # the first batch, a wider prompt, a wider batch
 
 
+def test_the_trainers_probe_measures_the_updates_forward_and_sizes_rows_in_gib(tiny_model_dir, tmp_path, monkeypatch):
+    trainer = GRPOTrainer(grpo_config(tiny_model_dir, tmp_path, **{
+        "rollout.temperature": "0.7", "loss.logprob_chunk_size": "3", "loss.micro_batch_size": "auto"}))
+    ids, mask, width = grouped_batch()
+    for row, length in enumerate([2, 5, 3, 1, 4, 5, 1, 2, 2, 3, 5, 1]):  # row 0 is not the longest
+        mask[row, width + length :] = 0
+    batch = SimpleNamespace(prompt_width=width, input_ids=ids, attention_mask=mask, num_rows=12)
+    forwards = []
+    real_forward = grpo.completion_logprobs
+
+    def recorded_forward(model, input_ids, attention_mask, prompt_width, *options, **named):
+        forwards.append((options, named))
+        return real_forward(model, input_ids, attention_mask, prompt_width, *options, **named)
+
+    monkeypatch.setattr(grpo, "completion_logprobs", recorded_forward)
+    cost = activation_cost(lambda rows: real_forward(trainer.model, ids[rows], mask[rows], width, 0.7, 3, len(trainer.tokenizer)),
+                           ids[:, :width], trainer.model.parameters(), mask.sum(-1))
+    gib = 1024**3
+    # An explicit budget one byte short of 4 rows: 3.
+    trainer.config.loss.micro_batch_memory_gb = (cost.fixed_bytes + 4 * cost.row_bytes - 1) / gib
+    assert trainer._micro_batch_rows(batch) == 3
+    assert trainer._probed[1] == cost  # the longest rows, as the update's forward computes them
+    assert forwards == [((0.7, 3, len(trainer.tokenizer)), {})] * 2  # the probe's two passes
+    # No budget on a GPU: half its free memory, here exactly 3 rows' worth.
+    trainer.config.loss.micro_batch_memory_gb = None
+    monkeypatch.setattr(grpo, "free_accelerator_bytes", lambda device: 2 * (cost.fixed_bytes + 3 * cost.row_bytes))
+    assert trainer._micro_batch_rows(batch) == 3
+    # A rank without rows (its batch None) takes one and probes nothing: the others' probe decides.
+    trainer._probed = None
+    assert trainer._micro_batch_rows(None) == 1 and trainer._probed is None
+
+
 def test_a_budget_picks_the_rows_and_the_step_computes_the_same(tiny_model_dir, tmp_path):
     tight, tight_weights = train_grpo(tiny_model_dir, tmp_path / "tight", **{"loss.micro_batch_memory_gb": "1e-9"})
     roomy, _ = train_grpo(tiny_model_dir, tmp_path / "roomy", **{"loss.micro_batch_memory_gb": "100"})
