@@ -132,6 +132,23 @@ def test_no_vocabulary_wide_tensor_is_kept_for_backward_without_a_budget_or_a_gr
         assert _saved_shapes(hidden, weight, tokens, chunk_size=4) == []
 
 
+def test_logits_are_kept_only_for_a_backward_that_will_run(monkeypatch):
+    import algos.core.logprobs as logprobs_module
+
+    budgets = []
+    real_apply = logprobs_module._LinearLogprobs.apply
+    monkeypatch.setattr(logprobs_module._LinearLogprobs, "apply", lambda *args: budgets.append(args[-1]) or real_apply(*args))
+    tokens = torch.tensor([[1, 2]])
+    for grad_enabled, hidden_grad, weight_grad, kept in [(True, True, False, True), (True, False, True, True),
+                                                         (True, False, False, False), (False, True, True, False)]:
+        budgets.clear()
+        hidden = torch.randn(1, 2, 4, requires_grad=hidden_grad)
+        weight = torch.randn(5, 4, requires_grad=weight_grad)
+        with torch.set_grad_enabled(grad_enabled):
+            logprobs_from_hidden(hidden, weight, tokens, keep_bytes=1000)
+        assert budgets == [1000 if kept else 0]
+
+
 @pytest.mark.parametrize("autocast", [False, True])
 def test_chunks_kept_within_the_budget_give_backward_the_same_gradients(autocast, monkeypatch):
     torch.manual_seed(4)
