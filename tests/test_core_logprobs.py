@@ -170,7 +170,8 @@ def test_chunks_kept_within_the_budget_give_backward_the_same_gradients(autocast
 
     want, recomputed_all = run(0)
     assert recomputed_all == 6  # three chunks in forward, again in backward
-    for keep_bytes, kept in [(chunk_bytes, 1), (2 * chunk_bytes + 1, 2), (10**9, 3)]:
+    # 1.5 chunks' bytes: the first chunk, then not the second, nor the shorter last one that would still fit.
+    for keep_bytes, kept in [(chunk_bytes, 1), (chunk_bytes * 3 // 2, 1), (2 * chunk_bytes + 1, 2), (10**9, 3)]:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
             saved = _saved_shapes(hidden, weight, tokens, chunk_size=4, keep_bytes=keep_bytes)
         assert saved.count((4, vocab)) + saved.count((2, vocab)) == kept

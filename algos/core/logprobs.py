@@ -155,7 +155,9 @@ class _Chunks:
         if index < len(self.kept):  # backward: forward's
             raw = self.kept[index]
         else:
-            if sum(t.nbytes for t in self.kept) + raw.nbytes <= self.keep_bytes:  # forward, within budget: keep
+            # Forward keeps a prefix of the chunks (backward finds chunk i at kept[i]): from the first that does not
+            # fit the budget, none, not even a shorter last one that would.
+            if index == len(self.kept) and sum(t.nbytes for t in self.kept) + raw.nbytes <= self.keep_bytes:
                 raw = torch.empty_like(raw)
                 self.kept.append(raw)
             torch.mm(self.hidden[rows], self.weight.T, out=raw)
