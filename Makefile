@@ -14,9 +14,22 @@ VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 TORCH_VERSION ?= 2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup lint test test-fast test-vllm demo bench mutation clean
+.PHONY: setup sandbox lint test test-fast test-vllm demo bench mutation clean
 
-setup: $(STAMP)
+setup: $(STAMP) sandbox
+
+# The code verifier's sandbox (rewards/code_sandbox.py) is Debian's bubblewrap: installed here where the
+# machine allows it (root with apt-get); elsewhere one warning, and the verifier falls back to namespaces.
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get install -y -q bubblewrap >/dev/null 2>&1 \
+	      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; } \
+	      || echo "WARNING: apt-get could not install bubblewrap: the code verifier falls back to namespaces"; \
+	  else \
+	    echo "WARNING: bwrap is not installed and this user cannot install it (root and apt-get needed):" \
+	         "model-written code then runs with namespaces only; install Debian's 'bubblewrap' or your distribution's"; \
+	  fi; }
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,16 +50,16 @@ $(VLLM_STAMP): pyproject.toml Makefile
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 
-test: lint $(STAMP) test-vllm
+test: lint $(STAMP) sandbox test-vllm
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_PY) -m pytest -q -p no:cacheprovider tests/test_rollout_vllm.py
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) sandbox
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
-demo: $(STAMP)
+demo: $(STAMP) sandbox
 	$(PY) examples/demo.py
 
 bench: $(STAMP)

@@ -1,10 +1,12 @@
 """Accuracy and speed of rewards.math_equal against math-verify 0.9.0, measured in one run.
 
 Prints (1) accuracy per category on bench/data/verifier_cases.jsonl for both, with false
-positives / false negatives, and (2) single-process throughput and latency percentiles
-on long responses ending in \\boxed{}, with the ratio ours / math-verify.
+positives / false negatives, (2) single-process throughput and latency percentiles
+on long responses ending in \\boxed{}, with the ratio ours / math-verify, and (3) the code
+verifier's latency per completion on rlvr/Code-v0's bundled problems: one at a time, and a
+GRPO-sized batch through score_batch (the sandbox's cost, which the math rows do not have).
 
-    .venv/bin/python bench/verifiers.py [--repeat 1] [--cases bench/data/verifier_cases.jsonl]
+    .venv/bin/python bench/verifiers.py [--repeat 1] [--cases bench/data/verifier_cases.jsonl] [--code-only]
 """
 
 from __future__ import annotations
@@ -26,7 +28,10 @@ except ModuleNotFoundError as err:
                      "pip install -e '.[bench]' (the dev extra includes it)") from None
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from rewards import math_verifier  # noqa: E402
+from rewards import math_verifier, score_batch  # noqa: E402
+from rewards.code import code_verifier  # noqa: E402
+
+CODE_PROBLEMS = Path(__file__).resolve().parents[1] / "rlvr_env" / "tasks" / "code_problems.jsonl"
 
 CASES = Path(__file__).parent / "data" / "verifier_cases.jsonl"
 
@@ -108,12 +113,50 @@ def speed_table(cases: list[dict], repeat: int) -> None:
     print(f"throughput ratio ours / math-verify: {ours[0] / reference[0]:.1f}x")
 
 
+def percentiles(latencies: list[float]) -> tuple[float, float]:
+    """(p50, p99) of ``latencies`` in milliseconds."""
+    ordered = sorted(latencies)
+    return statistics.median(ordered) * 1e3, ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1e3
+
+
+def code_table(repeat: int, group: int = 8) -> None:
+    """Per-completion latency of the code verifier on the bundled gold solutions: sequential, then
+    ``group`` completions per problem scored together by score_batch (a GRPO step's shape)."""
+    rows = [json.loads(line) for line in CODE_PROBLEMS.read_text().splitlines() if line.strip()]
+    pairs = [(f"```python\n{row['code']}\n```", {"tests": row["test_list"], "setup": row.get("test_setup_code") or ""})
+             for row in rows]
+    code_verifier(*pairs[0][:1], answer=pairs[0][1])  # first run: probes the sandbox, warms the page cache
+    latencies, scores = [], []
+    for _ in range(repeat):
+        for completion, answer in pairs:
+            start = time.perf_counter()
+            scores.append(code_verifier(completion, answer=answer).score)
+            latencies.append(time.perf_counter() - start)
+    p50, p99 = percentiles(latencies)
+    isolation = code_verifier(*pairs[0][:1], answer=pairs[0][1]).details.get("isolation")
+    print(f"code verifier ({isolation}), {len(pairs)} gold solutions x {repeat}: mean score {statistics.mean(scores):.3f}")
+    print(f"{'mode':28} {'completions':>11} {'p50 ms':>8} {'p99 ms':>8} {'ms/completion':>14}")
+    print(f"{'one at a time':28} {len(latencies):11d} {p50:8.1f} {p99:8.1f} {statistics.mean(latencies) * 1e3:14.1f}")
+    batch = [pair for pair in pairs for _ in range(group)]
+    start = time.perf_counter()
+    results = score_batch([c for c, _ in batch], [a for _, a in batch], verifier=code_verifier, timeout=30)
+    elapsed = time.perf_counter() - start
+    assert all(r.score == 1.0 for r in results), [r for r in results if r.score != 1.0][:2]
+    mode = f"score_batch, {group} per problem"
+    print(f"{mode:28} {len(batch):11d} {'':>8} {'':>8} {elapsed / len(batch) * 1e3:14.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1,
                         help="passes over the long responses when timing (later passes hit both libraries' caches)")
     parser.add_argument("--cases", type=Path, default=CASES, help="labelled cases (jsonl), default %(default)s")
+    parser.add_argument("--code-only", action="store_true", help="only the code verifier's latency table")
     args = parser.parse_args()
+    code_table(max(args.repeat, 5))
+    if args.code_only:
+        return
+    print()
     cases = load_cases(args.cases)
     print(f"{len(cases)} labelled cases ({sum(c['equal'] for c in cases)} equal, "
           f"{sum(not c['equal'] for c in cases)} not equal) from {args.cases.name}\n")

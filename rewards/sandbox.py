@@ -78,9 +78,10 @@ class Worker:
             self.kill()
             raise WorkerError("rewards worker failed to start")
 
-    def call(self, function: Callable, args: tuple, timeout: float) -> Any:
-        """function(*args) in the worker; its JSON-plain result, or CheckTimeout after `timeout` seconds."""
-        payload = pickle.dumps((function, args), protocol=pickle.HIGHEST_PROTOCOL)
+    def call(self, function: Callable, args: tuple, timeout: float, raw: bool = False) -> Any:
+        """function(*args) in the worker; its JSON-plain result (as returned where ``raw``: the function's
+        own promise of JSON data), or CheckTimeout after `timeout` seconds."""
+        payload = pickle.dumps((function, args, raw), protocol=pickle.HIGHEST_PROTOCOL)
         try:
             self.process.stdin.write(struct.pack("<Q", len(payload)) + payload)
         except (BrokenPipeError, OSError) as exc:
@@ -144,10 +145,10 @@ class WorkerSet:
         self._all: list[Worker] = []
         self._pid = os.getpid()
 
-    def call(self, function: Callable, args: tuple, timeout: float) -> Any:
+    def call(self, function: Callable, args: tuple, timeout: float, raw: bool = False) -> Any:
         worker = self._acquire()
         try:
-            return worker.call(function, args, timeout)
+            return worker.call(function, args, timeout, raw)
         finally:
             with self._lock:
                 if worker.alive:
@@ -178,11 +179,14 @@ WORKERS = WorkerSet()
 atexit.register(WORKERS.shutdown)
 
 
-def run_limited(function: Callable, args: tuple, timeout: float) -> Any:
-    """function(*args) under a hard limit; in a worker already, run directly (the parent holds the limit)."""
+def run_limited(function: Callable, args: tuple, timeout: float, *, raw: bool = False) -> Any:
+    """function(*args) under a hard limit; in a worker already, run directly (the parent holds the limit).
+    The result goes through to_plain, except with ``raw``: for this project's functions that return
+    JSON data of their own making, larger than to_plain keeps."""
     if in_worker():
-        return to_plain(function(*args))
-    return WORKERS.call(function, args, timeout)
+        result = function(*args)
+        return result if raw else to_plain(result)
+    return WORKERS.call(function, args, timeout, raw)
 
 
 def _serve() -> None:
@@ -200,11 +204,16 @@ def _serve() -> None:
         (size,) = struct.unpack("<Q", header)
         request = source.read(size)
         try:
-            function, args = pickle.loads(request)
-            reply = {"result": to_plain(function(*args))}
+            function, args, raw = pickle.loads(request)
+            result = function(*args)
+            reply = {"result": result if raw else to_plain(result)}
         except Exception as exc:  # report any failure as data; the parent decides the status
             reply = {"error": f"{type(exc).__name__}: {str(exc)[:300]}"}
-        out.write(json.dumps(reply).encode() + b"\n")
+        try:
+            line = json.dumps(reply)
+        except (TypeError, ValueError) as exc:  # a raw result that is not JSON data after all
+            line = json.dumps({"error": f"{type(exc).__name__}: {str(exc)[:300]}"})
+        out.write(line.encode() + b"\n")
 
 
 if __name__ == "__main__":
