@@ -24,9 +24,9 @@ normalisers count only those); with none, the update is skipped and logged as
 from __future__ import annotations
 
 import dataclasses
-import math
+import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -38,15 +38,14 @@ from algos.core.aggregation import aggregate_loss
 from algos.core.kl import kl_estimate
 from algos.core.rollout_correction import mismatch_sums
 from algos.distributed import (
-    accumulation_passes,
     gather_rows,
     micro_batch_inputs,
-    min_over_ranks,
     padded_micro_batches,
     rank_offset,
     sum_over_ranks,
     whole_weights,
 )
+from algos.learn import accumulate_and_step
 from algos.memory import (
     CPU_MICRO_BATCH_ROWS,
     GPU_ACTIVATION_SHARE,
@@ -58,7 +57,7 @@ from algos.metrics import MetricsLogger, UpdateStats, policy_token_mask, rollout
 from algos.multiturn import episode_metrics
 from algos.policy import completion_logprobs
 from algos.rollout import RolloutBackend
-from algos.runtime import advance_schedule, build_optimizer, build_scheduler, guarded_optimizer_step
+from algos.runtime import advance_schedule, build_optimizer, build_scheduler
 from algos.trainer import round_seed, run_training, setup_run
 
 
@@ -217,6 +216,19 @@ class Batch:
     @property
     def num_rows(self) -> int:
         return self.input_ids.shape[0]
+
+
+class _UpdateInputs(NamedTuple):
+    """What every micro-batch of one update reads: the batch, its [N, T] loss and policy masks, the [N, T]
+    pi_old and reference log-probs (None without), the loss's global normalisers, and the mismatch sums."""
+
+    batch: Batch
+    mask: torch.Tensor
+    response_mask: torch.Tensor
+    old_logp: torch.Tensor | None
+    ref_logp: torch.Tensor | None
+    norms: dict[str, float]
+    mismatch: dict[str, float]
 
 
 def shape_rewards(result, g: GRPOSection, max_new_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -413,7 +425,7 @@ class GRPOTrainer:
     def update(self, batch: Batch | None) -> dict[str, float]:
         """num_iterations optimizer steps over the batch (this rank's rows of it; None: none), micro-batched with exact
         gradient accumulation. Every rank calls it; normalisers and decisions are over all ranks."""
-        g, loss_cfg, world = self.config.grpo, self.config.loss, self.run.world
+        g, world = self.config.grpo, self.run.world
         num_rows = batch.num_rows if batch is not None else 0
         mask = batch.loss_mask.float() if batch is not None else torch.zeros(0, 1, device=self.run.device)
         # Entropy is logged over every token the policy generated, not only the loss's: overlong filtering masks the
@@ -435,60 +447,59 @@ class GRPOTrainer:
         with torch.no_grad():
             old_logp = self._pass_logprobs(batch, micro) if g.num_iterations > 1 else None
             ref_logp = self._pass_logprobs(batch, micro, reference=True) if self.ref_model else None
-        surrogate = POLICY_LOSSES[loss_cfg.surrogate]
 
         totals: dict[str, float] = {}
         mismatch: dict[str, float] = {}
+        inputs = _UpdateInputs(batch, mask, response_mask, old_logp, ref_logp, norms, mismatch)
         applied = 0
         for iteration in range(g.num_iterations):
             # Policy statistics describe the last iteration, where the ratio has moved away from 1.
-            stats = UpdateStats()
-            loss_total, entropy_sum, finite = 0.0, 0.0, True
-            for rows in accumulation_passes(self.forward, micro, self.run.device.type):
-                logp, entropy = self._logprobs(batch, rows)
-                if rows is None:
-                    (logp.sum() * 0.0).backward()
-                    continue
-                m = mask[rows]
-                # With one iteration the policy is pi_old itself: ratio 1, gradient of the plain surrogate.
-                old = old_logp[rows] if old_logp is not None else logp.detach()
-                out = surrogate(logp, old, batch.advantages[rows], m, loss_cfg.eps_low, loss_cfg.eps_high,
-                                loss_cfg.dual_clip)
-                per_token = out.per_token_loss
-                if batch.rollout_logp is not None:
-                    per_token = per_token * self._rollout_weights(old, batch.rollout_logp[rows], m, mismatch,
-                                                                  measure=iteration == 0)
-                if ref_logp is not None:
-                    kl = kl_estimate(logp, ref_logp[rows], g.kl_estimator, g.kl_clamp)
-                    per_token = per_token + g.beta * kl * m
-                    stats.add("kl", (kl.detach() * m).sum().item())
-                if loss_cfg.entropy_coef:
-                    per_token = per_token - loss_cfg.entropy_coef * entropy * m
-                loss = aggregate_loss(per_token, m, loss_cfg.aggregation, **norms)
-                # A non-finite loss still runs backward (every rank makes as many passes); the NaN gradient and
-                # the flag below skip the update on every rank, so no NaN reaches the weights.
-                finite &= bool(torch.isfinite(loss))
-                # DDP and FSDP2 average gradients over ranks: times the world size, the sum of the ranks' losses.
-                self.scaler.scale(loss * world.size).backward()
-                loss_total += loss.item()
-                entropy_sum += (entropy.detach() * response_mask[rows]).sum().item()
-                stats.add_surrogate(out.stats, m.sum().item())
-            finite = min_over_ranks(float(finite))[0] == 1.0
-            outcome = guarded_optimizer_step(self.run.modules, self.optimizer, self.config.optim.max_grad_norm, finite,
-                                             self.scaler)
-            applied += outcome.applied
-            totals["loss"] = sum_over_ranks(loss_total)[0] if finite else math.nan
-            totals["grad_norm"] = outcome.grad_norm
+            stats, entropy_sums = UpdateStats(), []
+            micro_batch_loss = functools.partial(self._micro_batch_loss, inputs, stats=stats, entropy_sums=entropy_sums,
+                                                 measure=iteration == 0)
+            step = accumulate_and_step(micro, micro_batch_loss, forward=self.forward, device_type=self.run.device.type,
+                                       modules=self.run.modules, optimizer=self.optimizer, scaler=self.scaler,
+                                       max_grad_norm=self.config.optim.max_grad_norm, world_size=world.size)
+            applied += step.applied
+            totals["loss"] = step.loss
+            totals["grad_norm"] = step.grad_norm
         # One skipped iteration (e.g. a float16 overflow) does not undo the others: the weights moved unless all were.
         totals["skipped_update"] = float(applied == 0)
         totals["skipped_iterations"] = g.num_iterations - applied
         lr = advance_schedule(self.scheduler)[0]
         totals.update(stats.over_ranks().means(num_tokens))
-        totals["entropy"] = sum_over_ranks(entropy_sum)[0] / max(1.0, response_tokens)
+        totals["entropy"] = sum_over_ranks(sum(entropy_sums))[0] / max(1.0, response_tokens)
         totals.update(self._mismatch_metrics(mismatch, num_tokens, num_seqs))
         totals["lr"] = lr
         totals["micro_batch_rows"] = float(size)
         return totals
+
+    def _micro_batch_loss(self, inputs: _UpdateInputs, rows: slice | None, *, stats: UpdateStats,
+                          entropy_sums: list[float], measure: bool) -> torch.Tensor:
+        """GRPO's loss of one micro-batch: the clipped surrogate (rollout-corrected), plus beta x KL to the reference,
+        minus the entropy bonus, aggregated by the batch's global normalisers; its statistics go to ``stats`` and
+        ``entropy_sums``. ``rows`` None: a zero-weight pass."""
+        g, loss_cfg, batch = self.config.grpo, self.config.loss, inputs.batch
+        logp, entropy = self._logprobs(batch, rows)
+        if rows is None:
+            return logp.sum() * 0.0
+        m = inputs.mask[rows]
+        # With one iteration the policy is pi_old itself: ratio 1, gradient of the plain surrogate.
+        old = inputs.old_logp[rows] if inputs.old_logp is not None else logp.detach()
+        out = POLICY_LOSSES[loss_cfg.surrogate](logp, old, batch.advantages[rows], m, loss_cfg.eps_low,
+                                                loss_cfg.eps_high, loss_cfg.dual_clip)
+        per_token = out.per_token_loss
+        if batch.rollout_logp is not None:
+            per_token = per_token * self._rollout_weights(old, batch.rollout_logp[rows], m, inputs.mismatch, measure)
+        if inputs.ref_logp is not None:
+            kl = kl_estimate(logp, inputs.ref_logp[rows], g.kl_estimator, g.kl_clamp)
+            per_token = per_token + g.beta * kl * m
+            stats.add("kl", (kl.detach() * m).sum().item())
+        if loss_cfg.entropy_coef:
+            per_token = per_token - loss_cfg.entropy_coef * entropy * m
+        entropy_sums.append((entropy.detach() * inputs.response_mask[rows]).sum().item())
+        stats.add_surrogate(out.stats, m.sum().item())
+        return aggregate_loss(per_token, m, loss_cfg.aggregation, **inputs.norms)
 
     def _rollout_weights(self, old: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, sums: dict[str, float],
                          measure: bool) -> torch.Tensor | float:

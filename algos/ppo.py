@@ -26,6 +26,7 @@ tokens the policy sampled, and the tool outputs between them are context that ne
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,20 +50,19 @@ from algos.core.gae import (
 from algos.core.kl import kl_estimate
 from algos.core.logprobs import logprobs_from_hidden
 from algos.distributed import (
-    accumulation_passes,
     gather_padded,
     micro_batch_inputs,
-    min_over_ranks,
     padded_micro_batches,
     rank_offset,
     sum_over_ranks,
     whole_weights,
 )
+from algos.learn import accumulate_and_step
 from algos.metrics import MetricsLogger, UpdateStats, policy_token_mask, rollout_metrics
 from algos.multiturn import episode_metrics
 from algos.policy import completion_logprobs, lm_head_of
 from algos.rollout import RolloutBackend
-from algos.runtime import advance_schedule, build_optimizer, build_scheduler, guarded_optimizer_step
+from algos.runtime import advance_schedule, build_optimizer, build_scheduler
 from algos.trainer import round_seed, run_training, setup_run
 from algos.value_model import VALUE_MODEL_KINDS, build_value_model, last_hidden_states, policy_backbone
 
@@ -393,9 +393,8 @@ class PPOTrainer:
         """ppo_epochs x num_minibatches optimizer steps; returns token-weighted means of the loss stats. A minibatch is
         a share of the whole batch (every rank's rows, shuffled by one permutation on every rank); each rank computes
         its own rows of it, and normalisers are the minibatch's over all ranks."""
-        p, loss_cfg, world = self.config.ppo, self.config.loss, self.run.world
-        surrogate = POLICY_LOSSES[loss_cfg.surrogate]
-        stats, tokens_seen = UpdateStats(), 0.0
+        p, world = self.config.ppo, self.run.world
+        stats, tokens_seen = UpdateStats(), []
         skipped, grad_norms = 0, []
         first, total_rows = rank_offset(batch.num_rows), int(sum_over_ranks(batch.num_rows)[0])
         shuffles = torch.Generator().manual_seed(batch.shuffle_seed)
@@ -408,58 +407,59 @@ class PPOTrainer:
                 minibatch_tokens = max(1.0, sum_over_ranks(batch.mask[mine].sum().item())[0])
                 norms = {"global_num_tokens": minibatch_tokens, "global_num_seqs": max(1, len(minibatch)),
                          "token_budget": self.config.env.max_new_tokens}
-                finite = True
-                micro = self._micro_batches(mine)
-                for rows in accumulation_passes(self.forward, micro, self.run.device.type):
-                    logp, entropy, values = self._forward(batch.input_ids, batch.attention_mask, batch.prompt_width,
-                                                          rows, train_policy)
-                    if rows is None:
-                        zero = values.sum() * 0.0 + (logp.sum() * 0.0 if logp is not None else 0.0)
-                        zero.backward()
-                        continue
-                    m = batch.mask[rows]
-                    n_tokens = m.sum().item()
-                    loss = torch.zeros((), device=m.device)
-                    if self.critic is not None:
-                        value_loss_tokens, clipped = clipped_value_loss(values, batch.old_values[rows],
-                                                                        batch.returns[rows], p.value_clip)
-                        value_loss = aggregate_loss(value_loss_tokens, m, "token-mean",
-                                                    global_num_tokens=minibatch_tokens)
-                        loss = p.vf_coef * value_loss
-                        stats.add("value_loss", value_loss.item() * minibatch_tokens)  # this micro-batch's token sum
-                        stats.add("value_clip_frac", value_clip_fraction(clipped, m).item(), n_tokens)
-                    if train_policy:
-                        out = surrogate(logp, batch.old_logp[rows], batch.advantages[rows], m,
-                                        loss_cfg.eps_low, loss_cfg.eps_high, loss_cfg.dual_clip)
-                        per_token = out.per_token_loss
-                        if loss_cfg.entropy_coef:
-                            per_token = per_token - loss_cfg.entropy_coef * entropy * m
-                        policy_loss = aggregate_loss(per_token, m, loss_cfg.aggregation, **norms)
-                        loss = loss + policy_loss
-                        stats.add("policy_loss", policy_loss.item() * minibatch_tokens)
-                        with torch.no_grad():
-                            # Drift from the rollout policy, KL(pi_old || pi): k1 = log(pi_old/pi), k3 >= 0.
-                            for estimator in ("k1", "k3"):
-                                drift = kl_estimate(batch.old_logp[rows], logp, estimator, p.kl_clamp) * m
-                                stats.add(f"approx_kl_{estimator}", drift.sum().item())
-                            stats.add("entropy", (entropy * m).sum().item())
-                        stats.add_surrogate(out.stats, n_tokens)
-                    tokens_seen += n_tokens
-                    # A non-finite loss still runs backward (every rank makes as many passes); the flag below skips
-                    # the minibatch's step on every rank, so no NaN reaches the weights.
-                    finite &= bool(torch.isfinite(loss))
-                    # DDP and FSDP2 average gradients over ranks: times the world size, the sum of the ranks' losses.
-                    self.scaler.scale(loss * world.size).backward()
-                finite = min_over_ranks(float(finite))[0] == 1.0
-                outcome = guarded_optimizer_step(self.modules, self.optimizer, self.config.optim.max_grad_norm, finite,
-                                                 self.scaler)
-                skipped += not outcome.applied
-                grad_norms.append(outcome.grad_norm)
+                micro_batch_loss = functools.partial(self._micro_batch_loss, batch, train_policy=train_policy,
+                                                     norms=norms, stats=stats, tokens_seen=tokens_seen)
+                step = accumulate_and_step(self._micro_batches(mine), micro_batch_loss, forward=self.forward,
+                                           device_type=self.run.device.type, modules=self.modules,
+                                           optimizer=self.optimizer, scaler=self.scaler,
+                                           max_grad_norm=self.config.optim.max_grad_norm, world_size=world.size)
+                skipped += not step.applied
+                grad_norms.append(step.grad_norm)
         lr, *critic_lr = advance_schedule(self.scheduler)
-        tokens_seen = sum_over_ranks(tokens_seen)[0]
+        tokens_seen = sum_over_ranks(sum(tokens_seen))[0]
         return {**stats.over_ranks().means(max(tokens_seen, 1.0)), "grad_norm": sum(grad_norms) / len(grad_norms),
                 "skipped_updates": skipped, "lr": lr, **({"critic_lr": critic_lr[0]} if critic_lr else {}),
                 "critic_warmup": float(not train_policy)}
+
+    def _micro_batch_loss(self, batch: Batch, rows: slice | None, *, train_policy: bool, norms: dict[str, float],
+                          stats: UpdateStats, tokens_seen: list[float]) -> torch.Tensor:
+        """PPO's loss of one micro-batch of a minibatch: vf_coef x the clipped value loss (with a critic) plus the
+        clipped surrogate minus the entropy bonus (when the policy trains), over the minibatch's token count
+        (``norms``); its statistics go to ``stats`` and its token count to ``tokens_seen``. ``rows`` None: a
+        zero-weight pass."""
+        p, loss_cfg = self.config.ppo, self.config.loss
+        logp, entropy, values = self._forward(batch.input_ids, batch.attention_mask, batch.prompt_width, rows,
+                                              train_policy)
+        if rows is None:
+            return values.sum() * 0.0 + (logp.sum() * 0.0 if logp is not None else 0.0)
+        m = batch.mask[rows]
+        n_tokens, minibatch_tokens = m.sum().item(), norms["global_num_tokens"]
+        loss = torch.zeros((), device=m.device)
+        if self.critic is not None:
+            value_loss_tokens, clipped = clipped_value_loss(values, batch.old_values[rows], batch.returns[rows],
+                                                            p.value_clip)
+            value_loss = aggregate_loss(value_loss_tokens, m, "token-mean", global_num_tokens=minibatch_tokens)
+            loss = p.vf_coef * value_loss
+            stats.add("value_loss", value_loss.item() * minibatch_tokens)  # this micro-batch's token sum
+            stats.add("value_clip_frac", value_clip_fraction(clipped, m).item(), n_tokens)
+        if train_policy:
+            out = POLICY_LOSSES[loss_cfg.surrogate](logp, batch.old_logp[rows], batch.advantages[rows], m,
+                                                    loss_cfg.eps_low, loss_cfg.eps_high, loss_cfg.dual_clip)
+            per_token = out.per_token_loss
+            if loss_cfg.entropy_coef:
+                per_token = per_token - loss_cfg.entropy_coef * entropy * m
+            policy_loss = aggregate_loss(per_token, m, loss_cfg.aggregation, **norms)
+            loss = loss + policy_loss
+            stats.add("policy_loss", policy_loss.item() * minibatch_tokens)
+            with torch.no_grad():
+                # Drift from the rollout policy, KL(pi_old || pi): k1 = log(pi_old/pi), k3 >= 0.
+                for estimator in ("k1", "k3"):
+                    drift = kl_estimate(batch.old_logp[rows], logp, estimator, p.kl_clamp) * m
+                    stats.add(f"approx_kl_{estimator}", drift.sum().item())
+                stats.add("entropy", (entropy * m).sum().item())
+            stats.add_surrogate(out.stats, n_tokens)
+        tokens_seen.append(n_tokens)
+        return loss
 
     # ------------------------------------------------------------ loop
 

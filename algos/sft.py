@@ -28,18 +28,17 @@ import torch
 
 from algos.checkpoint import export_model
 from algos.distributed import (
-    accumulation_passes,
     barrier,
     micro_batch_inputs,
-    min_over_ranks,
     padded_micro_batches,
     sum_over_ranks,
 )
+from algos.learn import accumulate_and_step
 from algos.memory import fixed_micro_batch_rows
 from algos.multiturn import left_padded, observation_text, right_padded
 from algos.policy import completion_logprobs
 from algos.run_dir import WARM_START_DIR
-from algos.runtime import build_optimizer, grad_scaler, guarded_optimizer_step
+from algos.runtime import build_optimizer, grad_scaler
 from rlvr_env.multiturn_env import MultiTurnTask, render_conversation, with_tool_instructions
 from rlvr_env.prompting import encode_prompts, render_prompt, uses_chat_template
 from rlvr_env.token_vector_env import draw_problem_indices
@@ -138,16 +137,11 @@ def supervised_step(run: RunSetup, optimizer: torch.optim.Optimizer, scaler: tor
     tokens = sum_over_ranks(batch.label_mask.sum().item())[0]
     size = fixed_micro_batch_rows(run.config.loss.micro_batch_size)
     micro = padded_micro_batches([slice(start, start + size) for start in range(0, len(rows), size)])
-    total, finite = 0.0, True
-    for part in accumulation_passes(run.forward, micro, run.device.type):
-        loss = micro_batch_loss(run, batch, part, tokens)
-        finite &= bool(torch.isfinite(loss))
-        scaler.scale(loss * run.world.size).backward()  # DDP and FSDP2 average over ranks: this sums them
-        total += loss.item()
-    finite = min_over_ranks(float(finite))[0] == 1.0
-    outcome = guarded_optimizer_step(run.model, optimizer, run.config.optim.max_grad_norm, finite, scaler)
-    return {"warm_start/loss": sum_over_ranks(total)[0], "warm_start/tokens": tokens,
-            "warm_start/grad_norm": outcome.grad_norm, "warm_start/skipped_update": float(not outcome.applied)}
+    step = accumulate_and_step(micro, partial(micro_batch_loss, run, batch, tokens=tokens), forward=run.forward,
+                               device_type=run.device.type, modules=run.model, optimizer=optimizer, scaler=scaler,
+                               max_grad_norm=run.config.optim.max_grad_norm, world_size=run.world.size)
+    return {"warm_start/loss": step.loss, "warm_start/tokens": tokens,
+            "warm_start/grad_norm": step.grad_norm, "warm_start/skipped_update": float(not step.applied)}
 
 
 def demonstration_indices(seed: int, step: int, task_size: int | None, count: int) -> list[int]:
