@@ -46,9 +46,10 @@ $(VLLM_STAMP): pyproject.toml Makefile
 	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
-# ruff's rules and line length: pyproject.toml [tool.ruff]
+# ruff's rules and line length: pyproject.toml [tool.ruff]; the package layering: [tool.importlinter]
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 test: lint $(STAMP) sandbox test-vllm
 	$(PY) -m pytest -q $(PYTEST_ARGS)
@@ -76,4 +77,4 @@ mutation: $(STAMP)
 	$(PY) tests/mutation/run.py $(MODULE)
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache mutants
+	rm -rf $(VENV) $(VLLM_VENV) runs .pytest_cache .import_linter_cache mutants

@@ -3,7 +3,7 @@
 verl's and OpenRLHF's loaders execute a file by path as a top-level module with no package
 (``importlib.util.spec_from_file_location``); the docs point them at ``rewards/reward_file.py``, which
 imports from here, and this file's imports are absolute so that it loads that way too. SkyRL-gym's
-environment is in ``rewards.skyrl_env`` (it needs skyrl_gym).
+environment is in ``rlvr_env.skyrl_env`` (it needs skyrl_gym and builds rlvr_env's tasks).
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ VERL_PATHS = ("pkg://rewards.adapters", "rewards/reward_file.py")
 VERL_FUNCTION = "compute_score"
 OPENRLHF_REMOTE_RM_URL = "rewards/reward_file.py"
 SLIME_CUSTOM_RM_PATH = "rewards.adapters.slime_reward"
-SKYRL_REGISTRATION = 'register(id="rlvr_arithmetic", entry_point="rewards.skyrl_env:RlvrTaskEnv", kwargs={"task": "Arithmetic"})'
+SKYRL_REGISTRATION = 'register(id="rlvr_arithmetic", entry_point="rlvr_env.skyrl_env:RlvrTaskEnv", kwargs={"task": "Arithmetic"})'
 
 SMOLLM2_PROMPT = "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
 
@@ -357,7 +357,7 @@ def skyrl_gym_with_rlvr_env():
 def test_skyrl_gym_env_scores_rows_read_as_skyrl_reads_them(skyrl_gym_with_rlvr_env, tmp_path):
     import datasets
 
-    from rewards.skyrl_env import skyrl_dataset_rows
+    from rlvr_env.skyrl_env import skyrl_dataset_rows
 
     path = tmp_path / "train.parquet"
     datasets.Dataset.from_list(skyrl_dataset_rows("Arithmetic", 2, env_class="rlvr_arithmetic")).to_parquet(path)
@@ -374,6 +374,18 @@ def test_skyrl_gym_env_scores_rows_read_as_skyrl_reads_them(skyrl_gym_with_rlvr_
         env.close()
     assert outputs == [(True, [], 1.0, True, {"correct": 1.0, "format": 1.0, "solved": 1.0}),  # the task's
                        (True, [], 0.1, True, {"correct": 0.0, "format": 1.0, "solved": 0.0})]  # format credit
+
+
+def test_the_deprecated_rewards_skyrl_env_warns_and_reexports(monkeypatch):
+    pytest.importorskip("skyrl_gym")
+    import rlvr_env.skyrl_env
+
+    monkeypatch.delitem(sys.modules, "rewards.skyrl_env", raising=False)  # it warns on its first import only
+    with pytest.warns(DeprecationWarning, match=r"rlvr_env\.skyrl_env"):
+        shim = importlib.import_module("rewards.skyrl_env")
+    assert (shim.RlvrTaskEnv, shim.skyrl_dataset_rows) == (rlvr_env.skyrl_env.RlvrTaskEnv,
+                                                           rlvr_env.skyrl_env.skyrl_dataset_rows)
+    assert shim.__all__ == ["RlvrTaskEnv", "skyrl_dataset_rows"]
 
 
 @pytest.mark.parametrize("extras", [{}, {"reward_spec": {"method": "rule"}}, {"reward_spec": {"ground_truth": " "}}])
