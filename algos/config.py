@@ -227,14 +227,15 @@ class PolicyLossConfig:
     # LOSS_AGGREGATIONS: GRPO's 1/|o_i| "seq-mean-token-mean"; DAPO's and PPO's "token-mean"; Dr. GRPO's "seq-mean-token-sum-norm"
     aggregation: str = "seq-mean-token-mean"
     entropy_coef: float = 0.0  # entropy bonus (0 = off; entropy is logged either way)
-    # Rows per forward/backward; gradients accumulate exactly. "auto" (GRPO/DAPO): on a CPU 8 rows (TRL's
+    # Rows per forward/backward; gradients accumulate exactly. "auto": on a CPU 8 rows (TRL's
     # per-device default, and the fastest measured there), on a GPU the most of the batch whose activations fit
     # micro_batch_memory_gb, or else half the memory the GPU has left (an H200's update of 64 rows took 1.55 s
     # in 8-row passes, 0.34 s in one: docs/performance.md). A number: at most that many rows.
     micro_batch_size: int | str = "auto"
     # A budget in GiB for the activations one forward keeps for backward (verl's dynamic batch size, in bytes):
     # rows per micro-batch = the most that fit, at most micro_batch_size, measured on each step's rows
-    # (algos/memory.py). None = micro_batch_size rows (on a GPU with "auto": half its free memory). GRPO/DAPO only.
+    # (algos/learn/micro_batches.py, every algorithm's). None = micro_batch_size rows (on a GPU with "auto": half
+    # its free memory).
     micro_batch_memory_gb: float | None = None
     logprob_chunk_size: int = 256  # tokens per LM-head chunk: 256 x 49k vocab x fp32 = 50 MB per V-wide tensor
 

@@ -45,13 +45,9 @@ from algos.distributed import (
     sum_over_ranks,
     whole_weights,
 )
-from algos.learn import accumulate_and_step
+from algos.learn import MicroBatchSizer, accumulate_and_step
 from algos.memory import (
-    CPU_MICRO_BATCH_ROWS,
-    GPU_ACTIVATION_SHARE,
-    ActivationCost,
     activation_cost,
-    free_accelerator_bytes,
 )
 from algos.metrics import MetricsLogger, UpdateStats, policy_token_mask, rollout_metrics
 from algos.multiturn import episode_metrics
@@ -328,9 +324,7 @@ class GRPOTrainer:
         self.optimizer = build_optimizer(self.run.modules, config.optim)
         self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
         self.start_step, _ = self.run.restore(self.optimizer, self.scheduler)
-        # (prompt width, batch width) of the widest batch whose activations were probed, and their cost: a batch no
-        # wider reuses it (its rows are no longer), so a run probes a few times, not at every step.
-        self._probed: tuple[tuple[int, int], ActivationCost] | None = None
+        self.micro_batch_sizer = MicroBatchSizer(config.loss, self.run.device, self.forward)
         correction = g.rollout_correction
         self.rollout_correction = ("tis" if config.rollout.backend == "vllm" else "none") if correction == "auto" else correction
 
@@ -395,32 +389,18 @@ class GRPOTrainer:
         return self.forward(completion_logprobs, self.model, *inputs, **options)
 
     def _micro_batch_rows(self, batch: Batch | None) -> int:
-        """Rows per micro-batch: at most loss.micro_batch_size ("auto": 8 on a CPU, the whole batch on a GPU), and
-        the most that fit loss.micro_batch_memory_gb (on a GPU with "auto" and no budget: a share of its free memory)."""
-        loss_cfg = self.config.loss
-        most, budget_gb = loss_cfg.micro_batch_size, loss_cfg.micro_batch_memory_gb
-        if most == "auto":
-            free = free_accelerator_bytes(self.run.device)
-            if free is None:
-                most = CPU_MICRO_BATCH_ROWS
-            else:
-                most = max(batch.num_rows if batch is not None else 1, 1)
-                budget_gb = budget_gb if budget_gb is not None else GPU_ACTIVATION_SHARE * free / 1024**3
-        if budget_gb is None:
-            return most
-        widths = (batch.prompt_width, batch.input_ids.shape[1]) if batch is not None else (0, 0)
-        wider = self._probed is None or any(w > seen for w, seen in zip(widths, self._probed[0]))
-        if sum_over_ranks(float(wider))[0] > 0:  # whole_weights gathers FSDP2's shards: every rank enters, or none
-            with whole_weights(self.forward):  # the probe runs the bare model: its weights whole
-                if batch is not None and wider:
-                    self._probed = (widths, activation_cost(
-                        lambda rows: completion_logprobs(self.model, batch.input_ids[rows], batch.attention_mask[rows],
-                                                         batch.prompt_width, self.config.rollout.temperature,
-                                                         loss_cfg.logprob_chunk_size, len(self.tokenizer)),
-                        batch.input_ids[:, : batch.prompt_width], self.model.parameters(), batch.attention_mask.sum(-1)))
+        """Rows per micro-batch of this update (algos/learn/micro_batches.py), probed on the policy's log-probs."""
         if batch is None:
-            return most
-        return self._probed[1].rows_within(budget_gb * 1024**3, most=most)
+            return self.micro_batch_sizer.rows(None, (0, 0), measure=lambda: None)
+
+        def policy_logprobs(rows: torch.Tensor):
+            return completion_logprobs(self.model, batch.input_ids[rows], batch.attention_mask[rows], batch.prompt_width,
+                                       self.config.rollout.temperature, self.config.loss.logprob_chunk_size,
+                                       len(self.tokenizer))
+
+        widths = (batch.prompt_width, batch.input_ids.shape[1])
+        return self.micro_batch_sizer.rows(batch.num_rows, widths, measure=lambda: activation_cost(
+            policy_logprobs, batch.input_ids[:, : batch.prompt_width], self.model.parameters(), batch.attention_mask.sum(-1)))
 
     def update(self, batch: Batch | None) -> dict[str, float]:
         """num_iterations optimizer steps over the batch (this rank's rows of it; None: none), micro-batched with exact

@@ -57,7 +57,8 @@ from algos.distributed import (
     sum_over_ranks,
     whole_weights,
 )
-from algos.learn import accumulate_and_step
+from algos.learn import MicroBatchSizer, accumulate_and_step
+from algos.memory import activation_cost
 from algos.metrics import MetricsLogger, UpdateStats, policy_token_mask, rollout_metrics
 from algos.multiturn import episode_metrics
 from algos.policy import completion_logprobs, lm_head_of
@@ -139,7 +140,8 @@ class PPOConfig(TrainConfig):
     """PPO: the shared sections plus `ppo`."""
 
     ppo: PPOSection = field(default_factory=PPOSection)
-    # PPO's policy loss: a token mean (TRL's and verl's PPO), 16 rows per forward/backward.
+    # PPO's policy loss: a token mean (TRL's and verl's PPO), 16 rows per forward/backward ("auto" and a memory
+    # budget as GRPO's, the probe running the critic's forward too).
     loss: PolicyLossConfig = field(default_factory=lambda: PolicyLossConfig(aggregation="token-mean", micro_batch_size=16))
 
     def validate(self) -> None:
@@ -148,11 +150,6 @@ class PPOConfig(TrainConfig):
                  f"must be < run.steps ({self.run.steps}), or the policy never trains")
         require(self.loss.surrogate != "gmpo", "loss.surrogate",
                 "'gmpo' takes one advantage per row, and GAE gives one per token: use 'ppo-clip', 'gspo' or 'cispo'")
-        require(self.loss.micro_batch_size != "auto", "loss.micro_batch_size",
-                "PPO takes a number of rows ('auto' sizes GRPO/DAPO updates from the device's memory)")
-        require(self.loss.micro_batch_memory_gb is None, "loss.micro_batch_memory_gb",
-                "PPO does not size micro-batches from a memory budget yet (its critic's activations are not measured): "
-                "set loss.micro_batch_size")
 
 
 Config = PPOConfig
@@ -222,6 +219,7 @@ class PPOTrainer:
         # Some trained weights get no gradient in a pass: the policy's in the critic warm-up, the critic's in the warm start.
         self.forward = self.run.wrap(some_frozen=p.critic_warmup_steps > 0 or config.warm_start.steps > 0, **trained)
         self.modules = self.run.modules
+        self.micro_batch_sizer = MicroBatchSizer(config.loss, self.run.device, self.forward)
         # Dropout off throughout (as TRL's PPO): old and new log-probs/values must come from the same function.
         self.modules.eval()
         self.optimizer = self._build_optimizer()
@@ -295,9 +293,20 @@ class PPOTrainer:
         return logprobs_from_hidden(hidden, weight, completion_ids, self.config.rollout.temperature,
                                     self.config.loss.logprob_chunk_size, transform)
 
-    def _micro_batches(self, rows: torch.Tensor) -> list[torch.Tensor | None]:
-        """``rows`` in micro-batches, padded with None (zero-weight passes) to the most any rank has."""
-        return padded_micro_batches(list(rows.split(self.config.loss.micro_batch_size)))
+    def _micro_batch_rows(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int) -> int:
+        """Rows per micro-batch for these [N, P+T] rows (algos/learn/micro_batches.py), probed on PPO's training
+        forward: the policy's log-probs and the critic's values. Every rank calls it."""
+
+        def training_forward(rows: torch.Tensor):
+            return self._logprobs_and_values(input_ids[rows], attention_mask[rows], prompt_width)
+
+        widths = (prompt_width, input_ids.shape[1])
+        return self.micro_batch_sizer.rows(input_ids.shape[0], widths, measure=lambda: activation_cost(
+            training_forward, input_ids[:, :prompt_width], self.modules.parameters(), attention_mask.sum(-1)))
+
+    def _micro_batches(self, rows: torch.Tensor, size: int) -> list[torch.Tensor | None]:
+        """``rows`` in micro-batches of ``size``, padded with None (zero-weight passes) to the most any rank has."""
+        return padded_micro_batches(list(rows.split(size)))
 
     def _forward(self, batch_ids: torch.Tensor, batch_mask: torch.Tensor, prompt_width: int, rows: torch.Tensor | None,
                  train_policy: bool = True):
@@ -358,7 +367,8 @@ class PPOTrainer:
         """[N, P+T] sampled rows -> ([N, T] log pi_old, [N, T] V_old, [N, T] per-token KL to the reference or None)."""
         p = self.config.ppo
         old_logp, old_values, ref_logp = [], [], []
-        for rows in self._micro_batches(torch.arange(input_ids.shape[0], device=self.run.device)):
+        size = self._micro_batch_rows(input_ids, attention_mask, prompt_width)
+        for rows in self._micro_batches(torch.arange(input_ids.shape[0], device=self.run.device), size):
             logp, _, values = self._forward(input_ids, attention_mask, prompt_width, rows)
             if rows is None:
                 continue
@@ -398,6 +408,7 @@ class PPOTrainer:
         skipped, grad_norms = 0, []
         first, total_rows = rank_offset(batch.num_rows), int(sum_over_ranks(batch.num_rows)[0])
         shuffles = torch.Generator().manual_seed(batch.shuffle_seed)
+        size = self._micro_batch_rows(batch.input_ids, batch.attention_mask, batch.prompt_width)
 
         for _ in range(p.ppo_epochs):
             order = torch.randperm(total_rows, generator=shuffles).to(self.run.device)
@@ -409,7 +420,7 @@ class PPOTrainer:
                          "token_budget": self.config.env.max_new_tokens}
                 micro_batch_loss = functools.partial(self._micro_batch_loss, batch, train_policy=train_policy,
                                                      norms=norms, stats=stats, tokens_seen=tokens_seen)
-                step = accumulate_and_step(self._micro_batches(mine), micro_batch_loss, forward=self.forward,
+                step = accumulate_and_step(self._micro_batches(mine, size), micro_batch_loss, forward=self.forward,
                                            device_type=self.run.device.type, modules=self.modules,
                                            optimizer=self.optimizer, scaler=self.scaler,
                                            max_grad_norm=self.config.optim.max_grad_norm, world_size=world.size)
@@ -419,7 +430,7 @@ class PPOTrainer:
         tokens_seen = sum_over_ranks(sum(tokens_seen))[0]
         return {**stats.over_ranks().means(max(tokens_seen, 1.0)), "grad_norm": sum(grad_norms) / len(grad_norms),
                 "skipped_updates": skipped, "lr": lr, **({"critic_lr": critic_lr[0]} if critic_lr else {}),
-                "critic_warmup": float(not train_policy)}
+                "critic_warmup": float(not train_policy), "micro_batch_rows": float(size)}
 
     def _micro_batch_loss(self, batch: Batch, rows: slice | None, *, train_policy: bool, norms: dict[str, float],
                           stats: UpdateStats, tokens_seen: list[float]) -> torch.Tensor:

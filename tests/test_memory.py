@@ -14,6 +14,7 @@ from algos import grpo
 from algos.checkpoint import latest_checkpoint
 from algos.config import load_config
 from algos.grpo import GRPOConfig, GRPOTrainer
+from algos.learn import micro_batches
 from algos.memory import ActivationCost, activation_cost, fixed_micro_batch_rows, free_accelerator_bytes, saved_bytes
 from algos.metrics import read_metrics
 from algos.policy import completion_logprobs
@@ -173,15 +174,15 @@ def test_the_trainers_probe_measures_the_updates_forward_and_sizes_rows_in_gib(t
     # An explicit budget one byte short of 4 rows: 3.
     trainer.config.loss.micro_batch_memory_gb = (cost.fixed_bytes + 4 * cost.row_bytes - 1) / gib
     assert trainer._micro_batch_rows(batch) == 3
-    assert trainer._probed[1] == cost  # the longest rows, as the update's forward computes them
+    assert trainer.micro_batch_sizer.probed[1] == cost  # the longest rows, as the update's forward computes them
     assert forwards == [((0.7, 3, len(trainer.tokenizer)), {})] * 2  # the probe's two passes
     # No budget on a GPU: half its free memory, here exactly 3 rows' worth.
     trainer.config.loss.micro_batch_memory_gb = None
-    monkeypatch.setattr(grpo, "free_accelerator_bytes", lambda device: 2 * (cost.fixed_bytes + 3 * cost.row_bytes))
+    monkeypatch.setattr(micro_batches, "free_accelerator_bytes", lambda device: 2 * (cost.fixed_bytes + 3 * cost.row_bytes))
     assert trainer._micro_batch_rows(batch) == 3
     # A rank without rows (its batch None) takes one and probes nothing: the others' probe decides.
-    trainer._probed = None
-    assert trainer._micro_batch_rows(None) == 1 and trainer._probed is None
+    trainer.micro_batch_sizer.probed = None
+    assert trainer._micro_batch_rows(None) == 1 and trainer.micro_batch_sizer.probed is None
 
 
 def test_a_budget_picks_the_rows_and_the_step_computes_the_same(tiny_model_dir, tmp_path):
@@ -203,14 +204,14 @@ def test_a_budget_picks_the_rows_and_the_step_computes_the_same(tiny_model_dir, 
 def test_auto_micro_batch_is_8_rows_on_a_cpu_and_what_fits_on_a_gpu(tiny_model_dir, tmp_path, monkeypatch, free_bytes,
                                                                    rows):
     seen = []
-    monkeypatch.setattr(grpo, "free_accelerator_bytes", lambda device: seen.append(device.type) or free_bytes)
+    monkeypatch.setattr(micro_batches, "free_accelerator_bytes", lambda device: seen.append(device.type) or free_bytes)
     metrics, _ = train_grpo(tiny_model_dir, tmp_path, **{"loss.micro_batch_size": "auto"})
     assert seen == ["cpu", "cpu"]  # asked of the trainer's device, once per update
     assert [r["micro_batch_rows"] for r in metrics if "micro_batch_rows" in r] == [rows, rows]
 
 
 def test_auto_micro_batch_on_a_gpu_keeps_an_explicit_budget(tiny_model_dir, tmp_path, monkeypatch):
-    monkeypatch.setattr(grpo, "free_accelerator_bytes", lambda device: 10**12)
+    monkeypatch.setattr(micro_batches, "free_accelerator_bytes", lambda device: 10**12)
     metrics, _ = train_grpo(tiny_model_dir, tmp_path, **{"loss.micro_batch_memory_gb": "1e-9"})
     assert [r["micro_batch_rows"] for r in metrics if "micro_batch_rows" in r] == [1.0, 1.0]
 
@@ -235,13 +236,10 @@ def test_micro_batch_size_is_auto_or_a_positive_number_of_rows():
     for bad in ("0", "big"):
         with pytest.raises(ValueError, match="config loss.micro_batch_size: must be 'auto' or a number of rows >= 1"):
             load_config(GRPOConfig, overrides={"loss.micro_batch_size": bad}).validate()
-    with pytest.raises(ValueError, match="config loss.micro_batch_size: PPO takes a number of rows"):
-        load_config(PPOConfig, overrides={"loss.micro_batch_size": "auto"}).validate()
+    load_config(PPOConfig, overrides={"loss.micro_batch_size": "auto", "loss.micro_batch_memory_gb": "2"}).validate()
 
 
-def test_ppo_refuses_a_memory_budget_by_name():
-    with pytest.raises(ValueError, match="config loss.micro_batch_memory_gb: PPO does not size micro-batches"):
-        load_config(PPOConfig, overrides={"loss.micro_batch_memory_gb": "2"}).validate()
+def test_a_bad_memory_budget_is_named():
     with pytest.raises(ValueError, match=r"config loss.micro_batch_memory_gb: must be > 0 \(GiB\) or null"):
         load_config(GRPOConfig, overrides={"loss.micro_batch_memory_gb": "0"}).validate()
 

@@ -10,7 +10,9 @@ import torch
 
 from algos import ppo
 from algos.config import load_config
+from algos.memory import activation_cost
 from algos.metrics import read_metrics
+from algos.policy import completion_logprobs
 from rlvr_cli import main as rlvr_main
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
@@ -280,3 +282,22 @@ def test_a_bad_task_or_eval_task_is_refused_before_the_run_directory_is_touched(
         with pytest.raises(ValueError, match=f"{key}"):
             trainer_cls(load_config(config_cls, overrides={**base, key: value}))
         assert (tmp_path / "checkpoint-3").is_dir() and not (tmp_path / "config.yaml").exists()
+
+
+@pytest.mark.parametrize("value_model", ["head", "separate"])
+def test_micro_batches_are_sized_as_grpo_s_auto_and_by_a_memory_budget(tiny_model_dir, tmp_path, value_model):
+    auto = ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path / "auto", **{"ppo.value_model": value_model,
+                                                                            "loss.micro_batch_size": "auto"}))
+    batch, _ = auto.collect(step=1)
+    assert auto.update(batch, train_policy=True)["micro_batch_rows"] == 8  # a CPU's rows
+    budget = ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path / "budget", **{"ppo.value_model": value_model,
+                                                                                "loss.micro_batch_memory_gb": "1e-9"}))
+    batch, _ = budget.collect(step=1)
+    stats = budget.update(batch, train_policy=True)
+    assert stats["micro_batch_rows"] == 1 and stats["skipped_updates"] == 0  # a row cannot be split
+    (_, cost), one_row = budget.micro_batch_sizer.probed, batch.input_ids[:1]
+    # the probe ran PPO's training forward: the critic's activations are in the cost
+    policy_only = activation_cost(lambda rows: completion_logprobs(budget.policy, one_row[rows], batch.attention_mask[:1][rows],
+                                                                   batch.prompt_width), one_row[:, : batch.prompt_width],
+                                  budget.modules.parameters())
+    assert cost.fixed_bytes + cost.row_bytes > policy_only.row_bytes
