@@ -78,12 +78,21 @@ def _algorithm(name: str) -> tuple[Any, dict[str, Any] | None]:
 KEYS_USAGE = "Config keys: --section.key value, or --key value where one section has the key ('null' for none)."
 
 
+def _other_algorithms_sections(config_cls: type) -> set[str]:
+    """Sections other algorithms' configs have and ``config_cls`` does not (``ppo`` for GRPO): one config file may
+    hold them all, and each algorithm sets the others' aside."""
+    every = {f.name for module, _ in ALGORITHMS.values() for f in dataclasses.fields(importlib.import_module(module).Config)}
+    return every - {f.name for f in dataclasses.fields(config_cls)}
+
+
 def _train_keys(namespace) -> str:
     from algos.config import TrainConfig, describe_sections, from_dict
 
     if namespace.algo:  # None when --help comes before --algo
         module, preset = _algorithm(namespace.algo)
-        return f"{KEYS_USAGE}\nDefaults of --algo {namespace.algo}:\n" + describe_sections(from_dict(module.Config, preset or {}))
+        aside = ", ".join(sorted(_other_algorithms_sections(module.Config)))
+        return (f"{KEYS_USAGE}\nDefaults of --algo {namespace.algo} (a --config file's sections of other algorithms, "
+                f"{aside}, are set aside):\n" + describe_sections(from_dict(module.Config, preset or {})))
     algorithm_configs = [importlib.import_module(name).Config() for name in dict.fromkeys(m for m, _ in ALGORITHMS.values())]
     return (f"{KEYS_USAGE}\nDefaults (an algorithm may change some: rlvr train --algo NAME --help shows its own):\n"
             + describe_sections(TrainConfig(), *algorithm_configs))
@@ -171,7 +180,9 @@ def _train(args) -> int:
             return _fail(f"algorithm {args.algo!r} is not available: module {module_name} is missing")
         raise
     try:
-        config = _load(module.Config, args, {"env.id": args.env, "model.path": args.model}, preset=preset)
+        # one config file serves every --algo: the sections of the others are set aside
+        config = _load(module.Config, args, {"env.id": args.env, "model.path": args.model}, preset=preset,
+                       unused_sections=_other_algorithms_sections(module.Config))
         summary = module.train(config, resume=args.resume)
     except (*USER_ERRORS, KeyboardInterrupt) as err:
         return _report(err)

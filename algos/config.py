@@ -139,7 +139,7 @@ VLLM_ARGUMENTS_SET_BY_ROLLOUT = frozenset(
 
 @dataclass
 class RolloutConfig:
-    backend: str = "hf"  # "hf" (transformers + KV cache) or "vllm" (needs vllm installed)
+    backend: str = "hf"  # "hf" (transformers + KV cache), "vllm" (needs vllm installed), or a registered engine
     temperature: float = 1.0  # sampling temperature; log-probs are computed at the same temperature
     top_p: float = 1.0  # nucleus sampling (1.0 = off, keeps log-probs on-policy)
     top_k: int = 0  # 0 = off
@@ -152,7 +152,9 @@ class RolloutConfig:
     vllm_engine_kwargs: dict[str, Any] = field(default_factory=dict)  # more vllm.LLM arguments, e.g. {max_model_len: 2048}
 
     def validate(self) -> None:
-        require(self.backend in ("hf", "vllm"), "rollout.backend", f"must be 'hf' or 'vllm', got {self.backend!r}")
+        # the engines are algos/environment.py's ROLLOUT_ENGINES: a run checks the name before it loads its model
+        require(isinstance(self.backend, str) and bool(self.backend), "rollout.backend",
+                f"must name a rollout engine ('hf', 'vllm', or one registered in ROLLOUT_ENGINES), got {self.backend!r}")
         require(0 < self.vllm_gpu_memory_utilization <= 1, "rollout.vllm_gpu_memory_utilization", "must be in (0, 1]")
         require(self.vllm_dtype in (None, "float32", "bfloat16", "float16"), "rollout.vllm_dtype",
                  f"must be null, 'float32', 'bfloat16' or 'float16', got {self.vllm_dtype!r}")

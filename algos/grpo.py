@@ -45,6 +45,7 @@ from algos.distributed import (
     sum_over_ranks,
     whole_weights,
 )
+from algos.environment import ROLLOUT_ENGINES
 from algos.learn import MicroBatchSizer, accumulate_and_step
 from algos.memory import (
     activation_cost,
@@ -326,7 +327,9 @@ class GRPOTrainer:
         self.start_step, _ = self.run.restore(self.optimizer, self.scheduler)
         self.micro_batch_sizer = MicroBatchSizer(config.loss, self.run.device, self.forward)
         correction = g.rollout_correction
-        self.rollout_correction = ("tis" if config.rollout.backend == "vllm" else "none") if correction == "auto" else correction
+        if correction == "auto":  # an engine with its own copy of the weights samples from a slightly other policy
+            correction = "tis" if ROLLOUT_ENGINES[config.rollout.backend].own_weights else "none"
+        self.rollout_correction = correction
 
     # ------------------------------------------------------------ sampling
 

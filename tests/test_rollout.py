@@ -352,3 +352,27 @@ def test_rope_scaling_stretches_the_context_the_length_check_allows(tokenizer):
     env.reset(seed=0)
     assert 24 < env.prompt_width + 16 <= 96
     assert isinstance(HFRollout().generate(model, env, greedy=True), Rollout)
+
+
+def test_a_registered_engine_is_what_rollout_backend_names(monkeypatch):
+    """A new engine is one registration: config, the run's checks and the rollout correction read ROLLOUT_ENGINES."""
+    from algos import environment
+    from algos.config import load_config
+    from algos.environment import ROLLOUT_ENGINES, RolloutEngine, make_rollout_backend
+    from algos.grpo import GRPOConfig
+
+    built = []
+    engine = RolloutEngine(lambda config, sampling, multiturn: built.append((sampling, multiturn)) or "backend",
+                           own_weights=True, requires="a_module_nobody_installed", install="pip install it")
+    monkeypatch.setitem(ROLLOUT_ENGINES, "mine", engine)
+    config = load_config(GRPOConfig, overrides=["--rollout.backend", "mine", "--rollout.temperature", "0.5"])
+    assert make_rollout_backend(config) == "backend"
+    assert built == [({"temperature": 0.5, "top_p": 1.0, "top_k": 0}, False)]
+    with pytest.raises(ValueError, match="rollout.backend = 'mine' needs a_module_nobody_installed: pip install it"):
+        ROLLOUT_ENGINES["mine"].check_available("mine")
+    multiturn = load_config(GRPOConfig, overrides=["--rollout.backend", "mine", "--env.id", "rlvr/CalculatorArithmetic-v0"])
+    with pytest.raises(ValueError, match="multi-turn task, whose episodes only 'hf' play"):
+        make_rollout_backend(multiturn)
+    with pytest.raises(ValueError, match="unknown rollout.backend 'nope': choose one of 'hf', 'vllm', 'mine'"):
+        make_rollout_backend(load_config(GRPOConfig, overrides=["--rollout.backend", "nope"]))
+    assert environment.ROLLOUT_ENGINES["vllm"].own_weights and not environment.ROLLOUT_ENGINES["hf"].own_weights

@@ -25,7 +25,8 @@ class Registry(dict):
         A call after the definition, not a decorator: mutmut, which `make mutation` runs, leaves decorated
         functions unmutated, and these are the formulas mutation testing must reach."""
         if name in self:
-            raise ValueError(f"{self.kind} {name!r} is already registered ({self[name].__qualname__})")
+            held = getattr(self[name], "__qualname__", type(self[name]).__name__)
+            raise ValueError(f"{self.kind} {name!r} is already registered ({held})")
         self[name] = function
         return function
 
