@@ -19,6 +19,7 @@ import json
 import math
 import types
 import typing
+import warnings
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,8 +151,14 @@ class RolloutConfig:
     # precision they are scored in; vllm's "auto" would take the checkpoint's (bf16, refused by pre-Ampere GPUs).
     vllm_dtype: str | None = None
     vllm_engine_kwargs: dict[str, Any] = field(default_factory=dict)  # more vllm.LLM arguments, e.g. {max_model_len: 2048}
+    # Multi-turn tasks (algos/multiturn.py): each episode's tokens after its initial prompt, the policy's and the tool
+    # outputs' together; env.max_new_tokens bounds the policy's alone. None: twice env.max_new_tokens. Every
+    # algorithm's (it was grpo.max_episode_tokens and ppo.max_episode_tokens, still read: RENAMED_KEYS).
+    max_episode_tokens: int | None = None
 
     def validate(self) -> None:
+        require(self.max_episode_tokens is None or self.max_episode_tokens >= 1, "rollout.max_episode_tokens",
+                "must be >= 1 or null")
         # the engines are algos/environment.py's ROLLOUT_ENGINES: a run checks the name before it loads its model
         require(isinstance(self.backend, str) and bool(self.backend), "rollout.backend",
                 f"must name a rollout engine ('hf', 'vllm', or one registered in ROLLOUT_ENGINES), got {self.backend!r}")
@@ -604,6 +611,41 @@ def to_dict(config: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(config)))
 
 
+# Keys that moved: old dotted key -> its new one. Config files, CLI flags and an old checkpoint's config.yaml
+# (--resume) still say the old one for a release; each is read as the new key, with a FutureWarning.
+RENAMED_KEYS = {
+    "grpo.max_episode_tokens": "rollout.max_episode_tokens",
+    "ppo.max_episode_tokens": "rollout.max_episode_tokens",
+}
+
+
+def _renamed(key: str) -> str:
+    new = RENAMED_KEYS.get(key)
+    if new is None:
+        return key
+    warnings.warn(f"config key {key} is now {new}: the old name is read for one more release", FutureWarning,
+                  stacklevel=3)
+    return new
+
+
+def with_renamed_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` (nested sections) with every RENAMED_KEYS old key moved to its new place; the same value under both
+    names is fine, two different ones are an error naming both."""
+    data = copy.deepcopy(data)
+    for old, new in RENAMED_KEYS.items():
+        old_section, old_name = old.split(".")
+        if not isinstance(data.get(old_section), dict) or old_name not in data[old_section]:
+            continue
+        value = data[old_section].pop(old_name)
+        new_section, new_name = _renamed(old).split(".")
+        held = data.setdefault(new_section, {})
+        if new_name in held and held[new_name] != value:
+            raise ValueError(f"config {old} = {value!r} and {new} = {held[new_name]!r}: {old} is the old name of "
+                             f"{new}; keep {new} only")
+        held[new_name] = value
+    return data
+
+
 def load_config(
     cls: type,
     path: str | Path | None = None,
@@ -616,11 +658,11 @@ def load_config(
     (a training run's `optim` and `grpo` when `rlvr eval` reads its config.yaml); any other unknown key is an error."""
     data: dict[str, Any] = _merge({}, preset or {})
     if path is not None:
-        data = _merge(data, {k: v for k, v in load_file(path).items() if k not in unused_sections})
+        data = _merge(data, with_renamed_keys({k: v for k, v in load_file(path).items() if k not in unused_sections}))
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
     for key, value in (overrides or {}).items():
-        path = _resolve_key(cls, key)
+        path = _resolve_key(cls, _renamed(key))
         # Deeper than section.field: a key inside a mapping field, which has no type hint to convert to.
         _set_dotted(data, path, _cli_scalar(value) if len(path) > 2 and isinstance(value, str) else value)
     config = from_dict(cls, data)

@@ -95,9 +95,7 @@ def _hf_backend(config, sampling: dict[str, Any], multiturn: bool):
     if multiturn:
         from algos.multiturn import MultiTurnHFRollout
 
-        # the algorithm's section (grpo or ppo) names the episode budget; evaluation takes the default
-        section = getattr(config, "grpo", None) or getattr(config, "ppo", None)
-        return MultiTurnHFRollout(**sampling, max_episode_tokens=section.max_episode_tokens if section else None)
+        return MultiTurnHFRollout(**sampling, max_episode_tokens=config.rollout.max_episode_tokens)
     return rollout.HFRollout(**sampling)
 
 

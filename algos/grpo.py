@@ -91,9 +91,6 @@ class GRPOSection:
     # up to float rounding. The mismatch is logged either way whenever the backend returns log-probs.
     rollout_correction: str = "auto"
     rollout_correction_cap: float = 2.0  # C (verl's rollout_is_threshold 2; TRL's clip_max 3)
-    # Multi-turn tasks (algos/multiturn.py): each episode's tokens after its initial prompt, the policy's and the tool
-    # outputs' together; env.max_new_tokens bounds the policy's alone. None: twice env.max_new_tokens.
-    max_episode_tokens: int | None = None
 
     def validate(self) -> None:
         require(self.prompts_per_step >= 1, "grpo.prompts_per_step", "must be >= 1")
@@ -119,8 +116,6 @@ class GRPOSection:
         require(self.rollout_correction in ("auto", "none", *ROLLOUT_CORRECTIONS.names), "grpo.rollout_correction",
                 f"must be one of {('auto', 'none', *ROLLOUT_CORRECTIONS.names)}, got {self.rollout_correction!r}")
         require(self.rollout_correction_cap > 1, "grpo.rollout_correction_cap", "must be > 1")
-        require(self.max_episode_tokens is None or self.max_episode_tokens >= 1, "grpo.max_episode_tokens",
-                "must be >= 1 or null")
 
 
 @dataclass

@@ -183,7 +183,7 @@ class MultiTurnHFRollout(HFRollout):
         limit = context_length(model)
         if limit is not None and prompt_ids.shape[1] + max_tokens > limit:
             raise ValueError(f"the longest initial prompt ({prompt_ids.shape[1]} tokens) + the episode's token budget "
-                             f"({max_tokens}: grpo.max_episode_tokens or ppo.max_episode_tokens) exceed the model's "
+                             f"({max_tokens}: rollout.max_episode_tokens) exceed the model's "
                              f"context ({limit})")
 
         first_rows = torch.arange(0, env.num_envs, group_size, device=device)  # each group's prompt runs once

@@ -97,9 +97,6 @@ class PPOSection:
     reward_source: str = "env"  # "env": the task's verifiers; "model": a learned reward model's score
     reward_model: str | None = None  # local AutoModelForSequenceClassification directory (reward_source=model)
     reward_model_batch_size: int = 16
-    # Multi-turn tasks (algos/multiturn.py): each episode's tokens after its initial prompt, the policy's and the tool
-    # outputs' together; env.max_new_tokens bounds the policy's alone. None: twice env.max_new_tokens (as grpo's).
-    max_episode_tokens: int | None = None
 
     def validate(self) -> None:
         for name in ("prompts_per_step", "samples_per_prompt", "ppo_epochs", "num_minibatches", "reward_model_batch_size",
@@ -131,8 +128,6 @@ class PPOSection:
                  "must name a reward model directory when ppo.reward_source is 'model'")
         require(self.reward_source == "model" or self.reward_model is None, "ppo.reward_model",
                  "is set, but ppo.reward_source is 'env', so it would be ignored: set ppo.reward_source = 'model'")
-        require(self.max_episode_tokens is None or self.max_episode_tokens >= 1, "ppo.max_episode_tokens",
-                "must be >= 1 or null")
 
 
 @dataclass

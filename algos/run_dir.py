@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from algos import checkpoint as ckpt
-from algos.config import from_dict, load_file, save_config, to_dict
+from algos.config import from_dict, load_file, save_config, to_dict, with_renamed_keys
 
 WARM_START_DIR = "warm_start"  # the policy after the warm start (algos/sft.py): a transformers directory, the KL reference
 
@@ -88,7 +88,7 @@ def check_resumable(config: Any, checkpoint: Path) -> None:
     saved = checkpoint / ckpt.CONFIG_FILE
     if not saved.is_file():
         raise ValueError(f"cannot resume {checkpoint}: it holds no {ckpt.CONFIG_FILE}, the config it was trained with")
-    raw = load_file(saved)
+    raw = with_renamed_keys(load_file(saved))  # a checkpoint written before a key moved still resumes
     try:
         trained_with = _values_by_key(to_dict(from_dict(type(config), raw)))
     except ValueError as error:

@@ -8,7 +8,7 @@ the model's own tokens. The base model never writes the call (docs/agents.md), s
 (docs/warm_start.md) has imitated solved episodes: the call, the calculator's output, the boxed answer. Prints held-out
 greedy accuracy before, after the warm start and after RL, and the path of the curves' PNG
 (metrics.jsonl has turns_mean, tool_calls_mean, tool_errors_mean per step). Extra ``--section.key value``
-arguments override the config below, e.g. ``--env.kwargs '{"digits": 6}'`` or ``--grpo.max_episode_tokens 512``.
+arguments override the config below, e.g. ``--env.kwargs '{"digits": 6}'`` or ``--rollout.max_episode_tokens 512``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ DEFAULTS = {
     "env.id": "rlvr/CalculatorArithmetic-v0",
     "env.kwargs": json.dumps({"digits": 3, "max_turns": 3}),
     "env.max_new_tokens": "128",
-    "grpo.max_episode_tokens": "256",
+    "rollout.max_episode_tokens": "256",
     "env.eval_size": "32",
     "optim.lr": "1e-6",
     "grpo.prompts_per_step": "4",

@@ -198,3 +198,33 @@ def test_a_section_given_in_part_keeps_its_algorithms_defaults_for_the_rest(tmp_
     path.write_text("[loss]\nmicro_batch_size = 4\n")
     assert load_config(PPOConfig, path).loss.aggregation == "token-mean"
     assert load_config(GRPOConfig, overrides={"loss.entropy_coef": "0.01"}).loss.aggregation == "seq-mean-token-mean"
+
+
+def test_a_moved_key_is_read_under_its_old_name_from_flags_files_and_old_checkpoints(tmp_path):
+    import yaml
+
+    from algos.checkpoint import CONFIG_FILE
+    from algos.ppo import PPOConfig
+    from algos.run_dir import check_resumable
+
+    with pytest.warns(FutureWarning, match="grpo.max_episode_tokens is now rollout.max_episode_tokens"):
+        assert load_config(GRPOConfig, overrides={"grpo.max_episode_tokens": "40"}).rollout.max_episode_tokens == 40
+    (tmp_path / "old.yaml").write_text("ppo: {max_episode_tokens: 50}\n")
+    with pytest.warns(FutureWarning, match="ppo.max_episode_tokens"):
+        assert load_config(PPOConfig, tmp_path / "old.yaml").rollout.max_episode_tokens == 50
+    (tmp_path / "both.yaml").write_text("ppo: {max_episode_tokens: 50}\nrollout: {max_episode_tokens: 60}\n")
+    both = "ppo.max_episode_tokens = 50 and rollout.max_episode_tokens = 60"
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match=both):
+        load_config(PPOConfig, tmp_path / "both.yaml")
+    # a checkpoint written before the key moved: its config.yaml says grpo.max_episode_tokens
+    config = load_config(GRPOConfig, overrides={"rollout.max_episode_tokens": "70", "run.steps": "4"})
+    checkpoint = tmp_path / "checkpoint-2"
+    checkpoint.mkdir()
+    save_config(config, checkpoint / CONFIG_FILE)
+    saved = yaml.safe_load((checkpoint / CONFIG_FILE).read_text())
+    saved["grpo"]["max_episode_tokens"] = saved["rollout"].pop("max_episode_tokens")
+    (checkpoint / CONFIG_FILE).write_text(yaml.safe_dump(saved))
+    with pytest.warns(FutureWarning):
+        check_resumable(config, checkpoint)
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="rollout.max_episode_tokens: 70 -> 80"):
+        check_resumable(load_config(GRPOConfig, overrides={"rollout.max_episode_tokens": "80", "run.steps": "4"}), checkpoint)

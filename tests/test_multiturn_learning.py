@@ -34,7 +34,7 @@ def tool_model(tmp_path_factory):
 def run_config(model_path, output_dir, **overrides):
     base = {
         "model.path": str(model_path), "model.autocast": "null", "env.id": "rlvr/CalculatorArithmetic-v0",
-        "env.kwargs": json.dumps(TASK_KWARGS), "env.max_new_tokens": "96", "grpo.max_episode_tokens": "120",
+        "env.kwargs": json.dumps(TASK_KWARGS), "env.max_new_tokens": "96", "rollout.max_episode_tokens": "120",
         "env.eval_size": "100", "env.eval_batch_size": "0", "run.steps": "8", "run.output_dir": str(output_dir),
         "run.save_every": "0", "run.progress": "false", "run.tensorboard": "false", "run.plots": "false",
         "grpo.prompts_per_step": "8", "grpo.group_size": "8", "grpo.beta": "0", "optim.lr": "1e-3",

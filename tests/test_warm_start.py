@@ -164,7 +164,7 @@ def test_a_warm_start_step_applies_the_gradient_of_the_token_mean_cross_entropy(
     config = load_config(GRPOConfig, overrides={
         **QUIET, "model.path": saved_model(tmp_path / "model", tool_tokenizer()), "run.output_dir": str(tmp_path / "run"),
         "env.id": "rlvr/CalculatorArithmetic-v0", "env.kwargs": json.dumps(TASK_KWARGS), "env.max_new_tokens": "128",
-        "grpo.max_episode_tokens": "170", "env.eval_size": "2", "grpo.group_size": "2", "loss.micro_batch_size": "2",
+        "rollout.max_episode_tokens": "170", "env.eval_size": "2", "grpo.group_size": "2", "loss.micro_batch_size": "2",
         "optim.max_grad_norm": "1e9", "model.device": "cpu"})
     run = grpo.GRPOTrainer(config).run
     task = run.env.task
@@ -206,7 +206,7 @@ def test_a_tiny_model_warm_started_on_demonstrations_calls_the_calculator(tmp_pa
     config = load_config(GRPOConfig, overrides={
         **QUIET, "model.path": saved_model(tmp_path / "model", tool_tokenizer(), hidden_size=64, num_heads=4),
         "run.output_dir": str(tmp_path / "run"), "env.id": "rlvr/CalculatorArithmetic-v0",
-        "env.kwargs": json.dumps(TASK_KWARGS), "env.max_new_tokens": "128", "grpo.max_episode_tokens": "170",
+        "env.kwargs": json.dumps(TASK_KWARGS), "env.max_new_tokens": "128", "rollout.max_episode_tokens": "170",
         "env.eval_size": "16", "grpo.group_size": "2", "warm_start.steps": "60", "warm_start.lr": "3e-3",
         "warm_start.batch_size": "16", "loss.micro_batch_size": "16"})
     trainer = grpo.GRPOTrainer(config)
