@@ -188,13 +188,13 @@ def record_resolved_names(config: Any) -> None:
     that is a checkpoint or run directory becomes the model directory it names (so the KL reference, a resume and
     vllm keep these weights when that other run saves newer checkpoints), env.id its one spelling."""
     from algos.models import DEFAULT_MODEL_ALIAS, resolve_model_path
-    from rlvr_env.registry import resolve_id
+    from rlvr_env.registry import spelled_id
 
     model_dir = resolve_model_path(config.model.path)
     if config.model.path != DEFAULT_MODEL_ALIAS and Path(config.model.path).expanduser().resolve() != model_dir.resolve():
         warnings.warn(f"model.path {config.model.path} resolves to {model_dir}; the run records that", stacklevel=3)
         config.model.path = str(model_dir)
-    config.env.id = resolve_id(config.env.id)  # "arithmetic" -> "rlvr/Arithmetic-v0"
+    config.env.id = spelled_id(config.env.id)  # "arithmetic" -> "rlvr/Arithmetic-v0"; a task module's "mod:" kept
 
 
 class Agent(Protocol):

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
+import importlib.metadata
 import re
 from typing import Any
 
@@ -15,6 +17,10 @@ NAMESPACE = "rlvr"
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.]*")
 _ENV_ID = re.compile(rf"(?:{NAMESPACE}/)?(?P<name>[A-Za-z][A-Za-z0-9_.]*?)(?:-v(?P<version>\d+))?", re.IGNORECASE)
 REASONING_GYM_PREFIX = "rg."
+# Installed packages declare their tasks here (pyproject: [project.entry-points."rlvr_env.tasks"] squares =
+# "my_package.tasks"): each entry names a module that registers tasks on import, or a function that does.
+ENTRY_POINT_GROUP = "rlvr_env.tasks"
+_entry_points_loaded = False
 
 # env id -> (task class, default task kwargs)
 _TASKS: dict[str, tuple[type[Task], dict[str, Any]]] = {}
@@ -65,26 +71,78 @@ def _ids_named(name: str) -> list[str]:
     return ids
 
 
+def import_task_module(module: str) -> None:
+    """Import ``module`` for the tasks it registers (the part before ``:`` of ``"my_package.tasks:Squares-v0"``,
+    Gymnasium's convention); ValueError naming it when it cannot be imported."""
+    try:
+        importlib.import_module(module)
+    except ImportError as error:
+        raise ValueError(f"env id {module}:...: cannot import module {module!r} ({error}); the part before ':' is "
+                         "the module that registers the task, importable from here (installed, or on PYTHONPATH)") from error
+
+
+def load_entry_point_tasks() -> bool:
+    """Register the tasks installed packages declare in the ``rlvr_env.tasks`` entry-point group (once); whether
+    this call loaded any."""
+    global _entry_points_loaded
+    if _entry_points_loaded:
+        return False
+    _entry_points_loaded = True
+    entries = list(importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))
+    for entry in entries:
+        try:
+            loaded = entry.load()
+        except Exception as error:
+            raise ValueError(f"entry point {entry.name} = {entry.value} ({ENTRY_POINT_GROUP}): {error}") from error
+        if callable(loaded):
+            loaded()
+    return bool(entries)
+
+
+def spelled_id(env_id_or_name: str) -> str:
+    """The one spelling a run records: the registered id, after the module that registers it when one was named
+    (``"my_package.tasks:rlvr/Squares-v0"``), so a resume or an eval in a fresh process finds it again."""
+    module, sep, _ = env_id_or_name.rpartition(":")
+    return f"{module}{sep}{resolve_id(env_id_or_name)}"
+
+
 def resolve_id(env_id_or_name: str) -> str:
-    """``"rlvr/Arithmetic-v0"``, ``"Arithmetic-v0"`` or ``"Arithmetic"`` (latest version) -> the env id.
-    Names match case-insensitively (``"rlvr/arithmetic-v0"``); an unknown id's error suggests close ones."""
-    match = _ENV_ID.fullmatch(env_id_or_name)
-    if match and match["name"].lower().startswith(REASONING_GYM_PREFIX):
-        register_reasoning_gym()
-    if match:
-        ids = _ids_named(match["name"])
-        if match["version"] is not None:
-            ids = [i for i in ids if int(i.rsplit("-v", 1)[1]) == int(match["version"])]
-        if ids:
-            return max(ids, key=lambda i: int(i.rsplit("-v", 1)[1]))
+    """``"rlvr/Arithmetic-v0"``, ``"Arithmetic-v0"`` or ``"Arithmetic"`` (latest version) -> the env id;
+    ``"my_package.tasks:Squares-v0"`` imports ``my_package.tasks`` first, and an id no task has looks in the
+    ``rlvr_env.tasks`` entry points before it fails. Names match case-insensitively (``"rlvr/arithmetic-v0"``);
+    an unknown id's error suggests close ones and says how to name a task of one's own."""
+    module, sep, env_id_or_name = env_id_or_name.rpartition(":")
+    if sep:
+        import_task_module(module)
+    found = _registered_id(env_id_or_name)
+    if found is None and load_entry_point_tasks():
+        found = _registered_id(env_id_or_name)
+    if found is not None:
+        return found
     by_name: dict[str, list[str]] = {}  # lower-cased name -> its ids, for suggestions
     for env_id in sorted(_TASKS):
         by_name.setdefault(_name_of(env_id).lower(), []).append(env_id)
+    match = _ENV_ID.fullmatch(env_id_or_name)
     query = (match["name"] if match else env_id_or_name).lower()
     close = [i for name in difflib.get_close_matches(query, by_name, n=3) for i in by_name[name]]
     hint = f"did you mean {' or '.join(close)}? " if close else ""
     known = ", ".join(sorted(i for i in _TASKS if not i.startswith(f"{NAMESPACE}/{REASONING_GYM_PREFIX}")))
-    raise ValueError(f"no task registered as {env_id_or_name!r}; {hint}registered: {known}")
+    own = (f"a task of your own: name the module that registers it, e.g. my_package.tasks:{env_id_or_name}, or "
+           f"declare it in the {ENTRY_POINT_GROUP!r} entry-point group")
+    raise ValueError(f"no task registered as {env_id_or_name!r}; {hint}registered: {known}; {own}")
+
+
+def _registered_id(env_id_or_name: str) -> str | None:
+    """The registered id ``env_id_or_name`` names (latest version when it gives none), or None."""
+    match = _ENV_ID.fullmatch(env_id_or_name)
+    if match and match["name"].lower().startswith(REASONING_GYM_PREFIX):
+        register_reasoning_gym()
+    if not match:
+        return None
+    ids = _ids_named(match["name"])
+    if match["version"] is not None:
+        ids = [i for i in ids if int(i.rsplit("-v", 1)[1]) == int(match["version"])]
+    return max(ids, key=lambda i: int(i.rsplit("-v", 1)[1])) if ids else None
 
 
 def make_task(env_id_or_name: str, **kwargs: Any) -> Task:

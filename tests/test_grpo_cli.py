@@ -4,7 +4,9 @@ import argparse
 import dataclasses
 import json
 import re
+import shlex
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -349,3 +351,49 @@ def test_one_config_file_serves_every_algorithm(tiny_dir, capsys):
     with pytest.raises(SystemExit):
         main(["train", "--algo", "ppo", "--help"])
     assert "sections of other algorithms, grpo, are set aside" in capsys.readouterr().out
+
+
+def _readme_block(after: str, language: str) -> str:
+    """The first ```language block of README.md after the line containing ``after``."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    start = text.index(f"```{language}\n", text.index(after)) + len(language) + 4
+    return text[start : text.index("```", start)]
+
+
+def test_the_readme_s_own_task_trains_from_the_cli_by_its_module(tiny_dir, capsys, monkeypatch):
+    """README's "register your own task" section: its code saved as my_tasks.py, then its training command."""
+    (tiny_dir / "my_tasks.py").write_text(_readme_block("Register your own task", "python"))
+    monkeypatch.syspath_prepend(str(tiny_dir))
+    command = shlex.split(_readme_block("Saved as `my_tasks.py`", "bash").strip())
+    assert command[:2] == ["rlvr", "train"] and "my_tasks:Squares-v0" in command
+    command[command.index("--model") + 1] = str(tiny_dir / "model")
+    tiny = ["--env.max_new_tokens", "2", "--env.eval_size", "2", "--env.use_chat_template", "false", "--run.progress",
+            "false", "--run.tensorboard", "false", "--run.plots", "false", "--grpo.prompts_per_step", "2",
+            "--grpo.group_size", "2", "--run.steps", "1", "--run.output_dir", str(tiny_dir / "squares")]
+    assert main([*command[1:], *tiny]) == 0, capsys.readouterr().err
+    recorded = (tiny_dir / "squares" / "config.yaml").read_text()
+    assert "id: my_tasks:rlvr/Squares-v0" in recorded  # so --resume and rlvr eval find the task in a fresh process
+    assert main(["eval", "--model", str(tiny_dir / "squares"), "--config", str(tiny_dir / "squares" / "config.yaml"),
+                 "--num-problems", "2"]) == 0
+
+
+def test_an_unknown_own_task_says_how_to_name_it_and_entry_points_register_tasks(tiny_dir, capsys, monkeypatch):
+    from rlvr_env import registry
+
+    assert _train(tiny_dir, "--env", "rlvr/Cubes-v0") == 2
+    assert "name the module that registers it, e.g. my_package.tasks:rlvr/Cubes-v0" in capsys.readouterr().err
+    assert _train(tiny_dir, "--env", "no_such_module:Cubes-v0") == 2
+    assert "cannot import module 'no_such_module'" in capsys.readouterr().err
+
+    class Entry:  # what importlib.metadata lists for a package declaring [project.entry-points."rlvr_env.tasks"]
+        name, value = "cubes", "their_package:register"
+
+        @staticmethod
+        def load():
+            from rlvr_env.tasks.arithmetic import ArithmeticTask
+            return lambda: registry.register_task("Cubes", ArithmeticTask)
+
+    monkeypatch.setattr(registry.importlib.metadata, "entry_points", lambda group: [Entry] if group == "rlvr_env.tasks" else [])
+    monkeypatch.setattr(registry, "_entry_points_loaded", False)
+    monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
+    assert registry.resolve_id("Cubes-v0") == "rlvr/Cubes-v0"
