@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,10 @@ PLOT_FILE = "curves.png"
 # Shown in the progress bar when present (short names keep the bar on one line).
 PROGRESS_KEYS = {"reward_mean": "reward", "accuracy": "acc", "entropy": "ent", "kl": "kl", "eval_accuracy": "eval",
                  "eval_accuracy_transfer": "xfer"}
+# One line per step where no live bar is shown (run.progress false, or stderr not a terminal: a cluster's log file),
+# as TRL and verl print theirs: these keys, those the step logged, in this order.
+LINE_KEYS = {"reward_mean": "reward", "accuracy": "acc", "kl": "kl", "entropy": "entropy", "completion_len_mean": "len",
+             "truncation_rate": "trunc", "eval_accuracy": "eval", "warm_start/loss": "sft_loss", "step_time_s": "s"}
 # Curves drawn at the end, in this order, when the run logged them.
 PLOT_KEYS = (
     "reward_mean", "accuracy", "eval_accuracy", "eval_accuracy_transfer", "entropy", "kl", "clip_frac_low", "clip_frac_high",
@@ -55,6 +60,16 @@ def read_metrics(output_dir: str | Path) -> list[dict[str, Any]]:
     return records
 
 
+def step_line(step: int, total_steps: int, record: dict[str, Any]) -> str:
+    """``step 3/10 | reward 0.25 | acc 0.125 | ... | s 1.52``: the LINE_KEYS the record has, 3 significant digits."""
+    parts = [f"step {step}/{total_steps}"]
+    for key, short in LINE_KEYS.items():
+        value = record.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            parts.append(f"{short} {value:.3g}")
+    return " | ".join(parts)
+
+
 class MetricsLogger:
     """Logs one dict of scalars per step. Resuming at `start_step` drops records after it,
     so a killed-and-resumed run leaves the same metrics.jsonl as an uninterrupted one."""
@@ -88,7 +103,10 @@ class MetricsLogger:
                 pass
             else:
                 self._tb = SummaryWriter(log_dir=str(self.output_dir / "tensorboard"), purge_step=start_step + 1)
-        self._bar = tqdm(total=total_steps, initial=start_step, desc="train", dynamic_ncols=True, disable=not progress)
+        # A bar only on a terminal: in a log file its carriage returns make one endless line.
+        bar = progress and sys.stderr.isatty()
+        self._bar = tqdm(total=total_steps, initial=start_step, desc="train", dynamic_ncols=True, disable=not bar)
+        self._total_steps = total_steps
 
     def log(self, step: int, metrics: dict[str, Any], tensorboard_step: int | None = None) -> None:
         """One record at ``step``; TensorBoard draws it at ``tensorboard_step`` when given (the warm start's steps)."""
@@ -99,13 +117,16 @@ class MetricsLogger:
             for key, value in record.items():
                 if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
                     self._tb.add_scalar(key, value, step if tensorboard_step is None else tensorboard_step)
+        if self._bar.disable:
+            print(step_line(step, self._total_steps, record), file=sys.stderr, flush=True)
+            return
         shown = {short: record[key] for key, short in PROGRESS_KEYS.items() if record.get(key) is not None}
         self._bar.set_postfix({k: f"{v:.3g}" for k, v in shown.items()}, refresh=False)
         self._bar.update(max(0, step - self._bar.n))
 
     def write(self, message: str) -> None:
-        """A line of text that does not break the progress bar."""
-        self._bar.write(message)
+        """A line of text that does not break the progress bar (stderr, as the bar and the step lines)."""
+        self._bar.write(message, file=sys.stderr)
 
     def phase_bar(self, total: int, desc: str) -> tqdm:
         """A bar of its own for work before the first step (the warm start), shown when the run's is."""

@@ -430,3 +430,16 @@ def test_a_chat_template_asked_for_but_missing_is_said_not_silently_dropped():
         warnings.simplefilter("error")
         make_env(load_config(GRPOConfig, overrides=["--env.use_chat_template", "false"]), tokenizer, num_envs=2,
                  device=torch.device("cpu"))
+
+
+def test_without_a_live_bar_each_step_is_one_line_on_stderr(tmp_path, capsys):
+    """run.progress false, or stderr not a terminal (a cluster's log): one line per step, as TRL and verl print."""
+    logger = MetricsLogger(tmp_path, total_steps=10, tensorboard=False, progress=True)  # pytest's stderr is no terminal
+    logger.log(3, {"reward_mean": 0.25, "accuracy": 0.125, "kl": 0.00123456, "entropy": 4.6, "completion_len_mean": 12.25,
+                   "step_time_s": 1.519, "clip_frac_low": 0.5, "skipped_update": True})
+    logger.write("alarm: something")
+    logger.close(plot=False)
+    out, err = capsys.readouterr()
+    assert out == ""  # stdout stays the command's JSON summary alone
+    assert err.splitlines() == ["step 3/10 | reward 0.25 | acc 0.125 | kl 0.00123 | entropy 4.6 | len 12.2 | s 1.52",
+                                "alarm: something"]
