@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import numbers
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -64,12 +65,18 @@ def outcome_info(task: Task, problem: Problem, result: VerifyResult) -> dict[str
     }
 
 
+# Characters of a completion the verifier reads: 256k, about 64k tokens of English, the longest reasoning budgets
+# (R1-style traces run to tens of thousands of tokens). A longer completion is scored on its prefix, loudly.
+MAX_COMPLETION_CHARS = 262_144
+
+
 class CompletionEnv(gym.Env):
     """One episode = one problem. ``reset`` returns the prompt (rendered through the
     tokenizer's chat template when a tokenizer with one is given); ``step(completion)``
     scores it and ends the episode (``terminated=True``). A completion longer than
-    ``max_completion_chars`` is scored on its first ``max_completion_chars`` characters
-    and returns ``truncated=True`` as well.
+    ``max_completion_chars`` (MAX_COMPLETION_CHARS) is scored on its first ``max_completion_chars``
+    characters: ``truncated=True``, ``info["verifier_status"] = "truncated"`` (the prefix's own status in
+    ``info["prefix_status"]``) and a warning the first time.
 
     ``reset(options=...)``: ``{"problem_index": i}`` picks a problem, ``{"task": {...}}``
     changes task config fields (difficulty) from this episode on.
@@ -83,7 +90,7 @@ class CompletionEnv(gym.Env):
         tokenizer=None,
         use_chat_template: bool = True,
         max_prompt_chars: int = 16_384,
-        max_completion_chars: int = 16_384,
+        max_completion_chars: int = MAX_COMPLETION_CHARS,
         problem_seed: int = 0,
     ) -> None:
         if max_prompt_chars < 1 or max_completion_chars < 1:
@@ -96,6 +103,7 @@ class CompletionEnv(gym.Env):
         self.observation_space = UnicodeText(max_prompt_chars, min_length=1)
         self.action_space = UnicodeText(max_completion_chars)
         self.problem: Problem | None = None
+        self._warned_truncation = False
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -116,6 +124,13 @@ class CompletionEnv(gym.Env):
         truncated = len(action) > self.max_completion_chars
         result = self.task.verifier(action[: self.max_completion_chars], answer=self.problem.answer)
         info = outcome_info(self.task, self.problem, result)
+        if truncated:
+            info.update(verifier_status="truncated", prefix_status=result.status)
+            if not self._warned_truncation:
+                self._warned_truncation = True
+                warnings.warn(f"a completion of {len(action)} characters was scored on its first max_completion_chars = "
+                              f"{self.max_completion_chars} (info['verifier_status'] = 'truncated'); raise "
+                              "max_completion_chars to score all of it", stacklevel=2)
         self.problem = None  # one step per episode
         return self._prompt, float(result.score), True, truncated, info
 

@@ -59,10 +59,23 @@ def test_completion_env_scores_one_step(tokenizer):
     assert info["reward_components"] == {"correct": 1.0, "format": 1.0}
     env.reset(seed=4)
     # over-long: scored on the first max_completion_chars characters, truncated=True
-    obs, reward, terminated, truncated, info = env.step(f"\\boxed{{{answer}}}" + " padding" * 10)
+    with pytest.warns(UserWarning, match="scored on its first max_completion_chars = 40"):
+        obs, reward, terminated, truncated, info = env.step(f"\\boxed{{{answer}}}" + " padding" * 10)
     assert (reward, terminated, truncated) == (1.0, True, True)
+    assert (info["verifier_status"], info["prefix_status"]) == ("truncated", "ok")
     with pytest.raises(RuntimeError, match="reset"):
         env.unwrapped.step("again")
+
+
+def test_a_long_reasoning_trace_is_scored_whole_by_default():
+    """An 18k-character trace ending in the right answer: R1-style traces run to tens of thousands of tokens."""
+    env = gym.make("rlvr/Arithmetic-v0", digits=1)
+    env.reset(seed=0)
+    answer = env.unwrapped.problem.answer
+    trace = "Let me think step by step. " * 700 + f"So the answer is \\boxed{{{answer}}}."
+    assert len(trace) > 18_000
+    _, reward, _, truncated, info = env.step(trace)
+    assert (reward, truncated, info["verifier_status"]) == (1.0, False, "ok")
 
 
 def test_completion_env_plain_text_without_template():
