@@ -2,11 +2,12 @@
 
 Prints (1) accuracy per category on bench/data/verifier_cases.jsonl for both, with false
 positives / false negatives, (2) single-process throughput and latency percentiles
-on long responses ending in \\boxed{}, with the ratio ours / math-verify, and (3) the code
+on long responses ending in \\boxed{}, with the ratio ours / math-verify, (3) math_verifier's two backends
+(native, math-verify) side by side: accuracy, agreement and speed through the same hard limit, and (4) the code
 verifier's latency per completion on rlvr/Code-v0's bundled problems: one at a time, and a
 GRPO-sized batch through score_batch (the sandbox's cost, which the math rows do not have).
 
-    .venv/bin/python bench/verifiers.py [--repeat 1] [--cases bench/data/verifier_cases.jsonl] [--code-only]
+    .venv/bin/python bench/verifiers.py [--repeat 1] [--cases bench/data/verifier_cases.jsonl] [--only code|backends]
 """
 
 from __future__ import annotations
@@ -113,6 +114,30 @@ def speed_table(cases: list[dict], repeat: int) -> None:
     print(f"throughput ratio ours / math-verify: {ours[0] / reference[0]:.1f}x")
 
 
+def backend_table(cases: list[dict], repeat: int) -> None:
+    """math_verifier's two backends on the labelled cases: accuracy, FP/FN, how often they agree, and their speed
+    on the long responses (the math-verify backend pays a worker round trip per check: its hard limit)."""
+    native = lambda pred, gold: math_verifier(pred, answer=gold).score == 1.0  # noqa: E731
+    hf = lambda pred, gold: math_verifier(pred, answer=gold, backend="math-verify").score == 1.0  # noqa: E731
+    rows = {"native": [0, 0, 0], "math-verify": [0, 0, 0]}  # right, FP, FN
+    agree = 0
+    for case in cases:
+        verdicts = {name: equal(case["pred"], case["gold"]) for name, equal in (("native", native), ("math-verify", hf))}
+        agree += verdicts["native"] == verdicts["math-verify"]
+        for name, got in verdicts.items():
+            rows[name][0] += got == case["equal"]
+            rows[name][1] += got and not case["equal"]
+            rows[name][2] += case["equal"] and not got
+    pairs = long_responses(cases)
+    speed = {name: time_one(equal, pairs, repeat) for name, equal in (("native", native), ("math-verify", hf))}
+    print(f"math_verifier backends on {len(cases)} labelled cases; speed on {len(pairs)} long responses x{repeat}")
+    print(f"{'backend':12} {'accuracy':>8} {'FP':>3} {'FN':>3} {'checks/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    for name, (right, fp, fn) in rows.items():
+        throughput, p50, p99 = speed[name]
+        print(f"{name:12} {right / len(cases):8.1%} {fp:3d} {fn:3d} {throughput:9.0f} {p50:8.2f} {p99:8.2f}")
+    print(f"the backends agree on {agree / len(cases):.1%} of the cases")
+
+
 def percentiles(latencies: list[float]) -> tuple[float, float]:
     """(p50, p99) of ``latencies`` in milliseconds."""
     ordered = sorted(latencies)
@@ -151,10 +176,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1,
                         help="passes over the long responses when timing (later passes hit both libraries' caches)")
     parser.add_argument("--cases", type=Path, default=CASES, help="labelled cases (jsonl), default %(default)s")
-    parser.add_argument("--code-only", action="store_true", help="only the code verifier's latency table")
+    parser.add_argument("--only", choices=("code", "backends"), help="only the code verifier's or the backends' table")
     args = parser.parse_args()
-    code_table(max(args.repeat, 5))
-    if args.code_only:
+    if args.only != "backends":
+        code_table(max(args.repeat, 5))
+    if args.only == "code":
+        return
+    print()
+    cases = load_cases(args.cases)
+    backend_table(cases, args.repeat)
+    if args.only == "backends":
         return
     print()
     cases = load_cases(args.cases)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rewards.batch import score_batch
-from rewards.mathcheck import math_verifier
+from rewards.mathcheck import MathVerifier, math_verifier
 from rewards.result import Verifier
 
 # keyword arguments a verifier call sets itself (the Verifier contract's `completion` and `answer`,
@@ -155,7 +155,7 @@ def _gold_answers(ground_truth: Any, data_source: Any, field: str) -> list:
 
 
 def _verl_scores(data_sources: Sequence, solution_strs: Sequence, ground_truths: Sequence, extra_infos: Sequence,
-                 batch: bool) -> list[float]:
+                 verifier: Verifier, batch: bool) -> list[float]:
     """Each response's score: 1.0 when its final answer equals any of its row's accepted answers."""
     accepted = [_gold_answers(gt, source, f"ground_truths[{i}]" if batch else "ground_truth")
                 for i, (gt, source) in enumerate(zip(ground_truths, data_sources))]
@@ -170,7 +170,7 @@ def _verl_scores(data_sources: Sequence, solution_strs: Sequence, ground_truths:
             golds.append(gold)
             infos.append(info)
     scores = [0.0] * len(accepted)
-    for row, result in zip(rows, score_batch(responses, golds, infos=infos)):
+    for row, result in zip(rows, score_batch(responses, golds, verifier=verifier, infos=infos)):
         scores[row] = max(scores[row], result.score)
     return scores
 
@@ -178,7 +178,8 @@ def _verl_scores(data_sources: Sequence, solution_strs: Sequence, ground_truths:
 def compute_score(
     data_source: Any = None, solution_str: str | None = None, ground_truth: Any = None, extra_info: dict | None = None,
     *, data_sources: Sequence | None = None, solution_strs: Sequence[str] | None = None,
-    ground_truths: Sequence | None = None, extra_infos: Sequence | None = None, **reward_kwargs: Any,
+    ground_truths: Sequence | None = None, extra_infos: Sequence | None = None, backend: str = "native",
+    **reward_kwargs: Any,
 ) -> float | list[float]:
     """verl's custom_reward_function, in both of the ways verl's reward managers call it:
 
@@ -190,11 +191,13 @@ def compute_score(
     1.0 when the response's final answer equals ground_truth, or any of its answers when it is a list
     (or NumPy array); ValueError naming the sample when it holds none (None, blank, an empty list).
 
-    ``reward_kwargs`` (verl's ``custom_reward_function.reward_kwargs``, e.g. ``format_score``, and what
-    its managers add) are accepted so a verl config written for another scorer never makes this raise;
+    ``backend``: the math checker, "native" or "math-verify" (math_verifier's; in verl,
+    ``custom_reward_function.reward_kwargs.backend``). Other ``reward_kwargs`` (e.g. ``format_score``, and what
+    verl's managers add) are accepted so a verl config written for another scorer never makes this raise;
     they change nothing."""
+    verifier = MathVerifier(backend=backend)
     if solution_strs is None and ground_truths is None:
-        return _verl_scores([data_source], [solution_str], [ground_truth], [extra_info], batch=False)[0]
+        return _verl_scores([data_source], [solution_str], [ground_truth], [extra_info], verifier, batch=False)[0]
     if solution_strs is None or ground_truths is None or solution_str is not None or ground_truth is not None:
         raise TypeError("compute_score takes solution_str and ground_truth (one sample) or solution_strs and "
                         "ground_truths (verl's batch reward manager), not a mix")
@@ -204,7 +207,7 @@ def compute_score(
     if not (len(ground_truths) == len(data_sources) == len(extra_infos) == count):
         raise ValueError(f"compute_score got {count} solution_strs, {len(ground_truths)} ground_truths, "
                          f"{len(data_sources)} data_sources and {len(extra_infos)} extra_infos")
-    return _verl_scores(data_sources, solution_strs, ground_truths, extra_infos, batch=True)
+    return _verl_scores(data_sources, solution_strs, ground_truths, extra_infos, verifier, batch=True)
 
 
 def _response_of(query: str, prompt: str) -> str:

@@ -10,6 +10,8 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from .mathcheck import BACKENDS
+
 # A day is already far past any check; the bound keeps a typo (1e12) from reading as "wait forever".
 MAX_TIMEOUT_S = 86_400.0
 
@@ -49,6 +51,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     verify.add_argument("--gold", required=True, help="gold answer (bare LaTeX or plain text)")
     verify.add_argument("--timeout", type=_timeout_seconds, default=None,
                         help="hard limit in seconds for the symbolic check")
+    verify.add_argument("--backend", choices=BACKENDS, default="native",
+                        help="native (default: this project's parser, sympy only where needed) or math-verify "
+                             "(Hugging Face's, as TRL/open-r1 score; run under the same hard limit)")
     verify.set_defaults(func=_verify)
 
     score = subparsers.add_parser(
@@ -66,6 +71,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="hard limit per completion in seconds (default 5)")
     score.add_argument("--batch-size", type=int_at_least(1), default=256,
                        help="rows scored per batch (progress granularity)")
+    score.add_argument("--backend", choices=BACKENDS, default="native", help="math checker, as rlvr verify's")
     score.set_defaults(func=_score)
 
 
@@ -84,7 +90,11 @@ def _verify(args: argparse.Namespace) -> int:
     if not args.gold.strip():  # would read as "not equal" (exit 1), hiding the missing answer from a script
         print("rlvr verify: --gold is blank: give the gold answer to check against", file=sys.stderr)
         return 2
-    result = math_verifier(args.pred, answer=args.gold, timeout=args.timeout)
+    try:
+        result = math_verifier(args.pred, answer=args.gold, timeout=args.timeout, backend=args.backend)
+    except ImportError as exc:
+        print(f"rlvr verify: {exc}", file=sys.stderr)
+        return 2
     print(_json_text({"equal": result.score == 1.0, "score": result.score, "status": result.status,
                       "details": result.details}))
     return 0 if result.score == 1.0 else 1
@@ -172,7 +182,12 @@ def _score_file(args: argparse.Namespace) -> int:
 
     from .adapters import completion_text
     from .batch import score_batch
+    from .mathcheck import MathVerifier
 
+    try:
+        verifier = MathVerifier(backend=args.backend)
+    except ImportError as exc:
+        raise BadInput(str(exc)) from None
     rows = _read_rows(args.path, args.completion_key, args.answer_key)
     if args.output:
         _write_rows(args.output, [])  # a bad --output fails now, not after scoring the whole file
@@ -181,7 +196,7 @@ def _score_file(args: argparse.Namespace) -> int:
         for start in range(0, len(rows), args.batch_size):
             chunk = rows[start:start + args.batch_size]
             completions = [completion_text(r[args.completion_key]) for r in chunk]
-            results += score_batch(completions, [r[args.answer_key] for r in chunk],
+            results += score_batch(completions, [r[args.answer_key] for r in chunk], verifier=verifier,
                                    workers=args.workers, timeout=args.timeout)
             bar.update(len(chunk))
     if args.output:

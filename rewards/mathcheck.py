@@ -1,18 +1,23 @@
 """Math answer equivalence: `math_equal` (bool) and `math_verifier` (VerifyResult).
 
-Fast path in the caller's process, bounded by construction: extraction, string
-normal form, our own parser with size guards, exact fractions. Only answers it
-cannot decide (symbolic algebra, irrationals) go to a killable worker process
-that runs sympy under a hard time limit (sandbox.py).
+Two backends. "native" (the default): fast path in the caller's process, bounded by construction:
+extraction, string normal form, our own parser with size guards, exact fractions. Only answers it
+cannot decide (symbolic algebra, irrationals) go to a killable worker process that runs sympy under
+a hard time limit (sandbox.py). "math-verify": Hugging Face's math-verify (open-r1's and TRL's
+accuracy reward) with the same guarantees around it: it runs whole in that worker under the same
+limit (from any thread), the model's text is parsed by its LaTeX extraction only (its plain-expression
+parser goes through sympy's parse_expr, which evals; the gold may use it), and every result has a status.
 """
 
 from __future__ import annotations
 
 import decimal
+import importlib.util
 import math
 import numbers
 import re
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 
 from .compare import TooLarge, equivalent, exact_scalar_equal
@@ -26,6 +31,8 @@ _PLAIN_INTEGER = re.compile(r"[-+]?\d{1,64}")
 # "or" after a value (a digit, a bracket, a math delimiter) and before another
 _GOLD_OR_RE = re.compile(r"(?<=[\d)\]}$])\s*(?:\\text\s*\{\s*or\s*\}|\bor\b)\s*(?=[\w(\[{$\\-])")
 DEFAULT_TIMEOUT_S = 5.0  # math-verify's default per comparison
+BACKENDS = ("native", "math-verify")
+MATH_VERIFY_INSTALL = "pip install 'rlvr-env[math-verify]'"
 # score_batch sets this so verifiers called without an explicit timeout use the batch's limit
 CHECK_TIMEOUT_S: ContextVar[float] = ContextVar("rewards_check_timeout_s", default=DEFAULT_TIMEOUT_S)
 
@@ -94,11 +101,45 @@ def compare_answers(pred: str, gold: str, timeout: float) -> tuple[float, str, d
     return float(bool(verdict)), OK, {**details, "method": "symbolic"}
 
 
-def math_verifier(completion: str, *, answer: Any, timeout: float | None = None, **info: Any) -> VerifyResult:
+def _in_math_mode(text: str) -> str:
+    """A bare short answer ("5/4", "x^2+1") in $...$, math-verify's documented convention for a gold: its LaTeX
+    extraction reads only what is marked as math. Text with its own delimiters, or a response, is left as it is."""
+    marked = any(mark in text for mark in ("$", "\\(", "\\[", "\\boxed", "\\fbox"))
+    return text if marked or "\n" in text.strip() or len(text) > SHORT_ANSWER_CHARS else f"${text.strip()}$"
+
+
+def _math_verify_check(completion: str, gold: str) -> list:
+    """Runs inside the worker: math-verify's verdict as [equal, found] (found: the completion had an answer its
+    LaTeX extraction reads), its own signal timeouts off (the worker's kill is the limit)."""
+    from math_verify import LatexExtractionConfig, parse, verify
+
+    gold_parsed = parse(_in_math_mode(gold), parsing_timeout=None)
+    pred_parsed = parse(_in_math_mode(completion), extraction_config=[LatexExtractionConfig()], parsing_timeout=None)
+    if not pred_parsed:
+        return [False, False]
+    return [bool(verify(gold_parsed, pred_parsed, timeout_seconds=None)), True]
+
+
+def _math_verify_result(completion: str, gold: str, timeout: float) -> VerifyResult:
+    details: dict[str, Any] = {"gold": gold[:200], "method": "math-verify"}
+    try:
+        equal, found = run_limited(_math_verify_check, (completion, gold), timeout)
+    except CheckTimeout:
+        return VerifyResult(0.0, TIMEOUT, {**details, "timeout_s": timeout})
+    except WorkerError as exc:
+        return VerifyResult(0.0, ERROR, {**details, "reason": str(exc)[:300]})
+    return VerifyResult(float(bool(equal)), OK if found else NO_ANSWER, details)
+
+
+def math_verifier(completion: str, *, answer: Any, timeout: float | None = None, backend: str = "native",
+                  **info: Any) -> VerifyResult:
     """1.0 if the completion's final answer equals `answer`, else 0.0; status says why (ok/no_answer/timeout/error).
 
-    `timeout` (seconds) bounds the symbolic step; default CHECK_TIMEOUT_S (5 s unless score_batch sets it).
+    `timeout` (seconds) bounds the symbolic step (the whole check with ``backend="math-verify"``); default
+    CHECK_TIMEOUT_S (5 s unless score_batch sets it). `backend`: "native" or "math-verify" (see the module).
     """
+    if backend not in BACKENDS:
+        raise ValueError(f"math_verifier backend must be one of {BACKENDS}, got {backend!r}")
     if not isinstance(completion, str):
         return VerifyResult(0.0, ERROR, {"reason": f"completion is {type(completion).__name__}, not str"})
     if timeout is not None and not (isinstance(timeout, numbers.Real) and math.isfinite(timeout) and timeout > 0):
@@ -107,6 +148,9 @@ def math_verifier(completion: str, *, answer: Any, timeout: float | None = None,
         gold = _gold_text(answer)
     except (TypeError, ValueError) as exc:  # a dataset problem, reported per row: status error, with the reason
         return VerifyResult(0.0, ERROR, {"reason": str(exc)})
+    if backend == "math-verify":
+        require_math_verify()
+        return _math_verify_result(completion, gold, CHECK_TIMEOUT_S.get() if timeout is None else timeout)
     try:
         pred = extract_answer(completion)
         if pred is None:
@@ -120,6 +164,35 @@ def math_verifier(completion: str, *, answer: Any, timeout: float | None = None,
 math_verifier.in_process_safe = True  # bounded: its only unbounded step runs in the sandbox
 
 
-def math_equal(pred: str, gold: str, *, timeout: float | None = None) -> bool:
-    """Is `pred` (a short answer or a whole response) the same answer as `gold`? False if it cannot tell."""
-    return math_verifier(pred, answer=gold, timeout=timeout).score == 1.0
+def require_math_verify() -> None:
+    """ImportError saying how to install math-verify, where it is not."""
+    if importlib.util.find_spec("math_verify") is None:
+        raise ImportError(f"the math-verify backend needs math-verify: {MATH_VERIFY_INSTALL}")
+
+
+@dataclass(frozen=True)
+class MathVerifier:
+    """math_verifier with its options fixed, picklable for score_batch's pool and the adapters:
+    ``make_trl_reward(MathVerifier(backend="math-verify"))``."""
+
+    backend: str = "native"
+    timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"MathVerifier backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.backend == "math-verify":
+            require_math_verify()
+
+    @property
+    def in_process_safe(self) -> bool:  # both backends bound their unbounded steps by the worker
+        return True
+
+    def __call__(self, completion: str, *, answer: Any, **info: Any) -> VerifyResult:
+        return math_verifier(completion, answer=answer, timeout=self.timeout, backend=self.backend)
+
+
+def math_equal(pred: str, gold: str, *, timeout: float | None = None, backend: str = "native") -> bool:
+    """Is `pred` (a short answer or a whole response) the same answer as `gold`? False if it cannot tell.
+    (`math_equal(x, None)` is False; math_verifier reports why: status error, the gold is missing.)"""
+    return math_verifier(pred, answer=gold, timeout=timeout, backend=backend).score == 1.0
