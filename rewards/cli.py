@@ -115,6 +115,8 @@ def _completion_problem(completion: object) -> str | None:
         for position, message in enumerate(completion, 1):
             if not isinstance(message, dict):
                 return f"item {position} must be a chat message (an object with role and content), got {_json_kind(message)}"
+        if not any(message.get("role", "assistant") == "assistant" and message.get("content") for message in completion):
+            return "holds no assistant message with text: nothing to score (the last assistant message is scored)"
         return None
     return f"must be a string or a list of chat messages, got {_json_kind(completion)}"
 
@@ -166,6 +168,8 @@ def _read_rows(path: Path, completion_key: str, answer_key: str) -> list[dict]:
                 if problem:
                     raise BadInput(f"{where}: field {key!r} {problem}")
             rows.append(row)
+    if not rows:
+        raise BadInput(f"{path}: no rows (the file is empty or blank): nothing to score")
     return rows
 
 
@@ -200,7 +204,7 @@ def _score_file(args: argparse.Namespace) -> int:
                                    workers=args.workers, timeout=args.timeout)
             bar.update(len(chunk))
     if args.output:
-        _write_rows(args.output, [{**row, "score": result.score, "status": result.status}
+        _write_rows(args.output, [{**row, "score": result.score, "status": result.status, "details": result.details}
                                   for row, result in zip(rows, results)])
     statuses = Counter(r.status for r in results)
     mean = sum(r.score for r in results) / len(results) if results else 0.0

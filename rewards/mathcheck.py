@@ -193,6 +193,11 @@ class MathVerifier:
 
 
 def math_equal(pred: str, gold: str, *, timeout: float | None = None, backend: str = "native") -> bool:
-    """Is `pred` (a short answer or a whole response) the same answer as `gold`? False if it cannot tell.
-    (`math_equal(x, None)` is False; math_verifier reports why: status error, the gold is missing.)"""
+    """Is `pred` (a short answer or a whole response, any text: never raises on it) the same answer as `gold`?
+    False if it cannot tell. A missing or unusable `gold` (None, blank, an empty \\boxed{}, inf) is the caller's
+    bug, not a "no": ValueError naming it, where math_verifier reports it as status error."""
+    try:
+        _gold_text(gold)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"math_equal: {exc}") from None
     return math_verifier(pred, answer=gold, timeout=timeout, backend=backend).score == 1.0

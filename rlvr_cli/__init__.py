@@ -8,6 +8,7 @@ never imports torch.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import os
 import sys
@@ -64,9 +65,18 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    """The installed rlvr-env's version (a checkout run without installing: "unknown")."""
+    try:
+        return importlib.metadata.version("rlvr-env")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def _command_listing() -> argparse.ArgumentParser:
     """`rlvr` alone or `rlvr --help`: every command with its one-line help, no package imported."""
     parser = argparse.ArgumentParser(prog="rlvr", description=DESCRIPTION, epilog="rlvr COMMAND --help shows its options.")
+    parser.add_argument("--version", action="version", version=f"rlvr {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command, text in COMMAND_HELP.items():
         commands.add_parser(command, help=text)

@@ -69,3 +69,19 @@ def test_a_reader_that_leaves_early_ends_the_command_quietly():
     proc.stdout.close()  # as `head` does once it has its lines: the command's output has nowhere to go
     _, stderr = proc.communicate(timeout=120)
     assert (proc.returncode, stderr) == (BROKEN_PIPE_EXIT, b"")
+
+
+def test_version_and_a_short_readable_envs_listing(capsys, monkeypatch):
+    from rlvr_cli import main
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out.startswith("rlvr ")
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["envs"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 100 for line in lines)  # were 300-character lines of every default
+    assert any(line.startswith("rlvr/Countdown-v0") and "Reach a target" in line for line in lines)
+    assert main(["envs", "--kwargs"]) == 0
+    listing = capsys.readouterr().out
+    assert "rlvr/Arithmetic-v0" in listing and "\n    digits = 2\n" in listing

@@ -79,6 +79,8 @@ OK_ROW = b'{"completion": "\\\\boxed{1}", "answer": "1"}\n'
     (b'{"completion": 5, "answer": "1"}\n', "field 'completion' must be a string or a list of chat messages, got a number"),
     (b'{"completion": [{"role": "assistant", "content": "1"}, "2"], "answer": "1"}\n',
      "field 'completion' item 2 must be a chat message (an object with role and content), got a string"),
+    (b'{"completion": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}], "answer": "1"}\n',
+     "field 'completion' holds no assistant message with text: nothing to score"),
     (codecs.BOM_UTF8 + b'{"completion": "\xff", "answer": "1"}\n', "not valid UTF-8 (byte 0xff at column 17)"),
 ])
 def test_score_reports_a_bad_line_by_file_line_and_field(tmp_path, capsys, line, problem):
@@ -89,13 +91,24 @@ def test_score_reports_a_bad_line_by_file_line_and_field(tmp_path, capsys, line,
     assert not (tmp_path / "out.jsonl").exists()  # stopped before scoring or writing anything
 
 
+def test_score_refuses_an_empty_file_and_writes_why_a_row_scored_what_it_did(tmp_path, capsys):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n  \n")
+    assert run(["score", str(empty)]) == 2  # was "mean_score 0.0", exit 0
+    assert capsys.readouterr().err == f"rlvr score: {empty}: no rows (the file is empty or blank): nothing to score\n"
+    path, out_path = tmp_path / "c.jsonl", tmp_path / "scored.jsonl"
+    path.write_text('{"completion": "so \\\\boxed{4}", "answer": "3"}\n')
+    assert run(["score", str(path), "--output", str(out_path)]) == 0
+    assert json.loads(out_path.read_text())["details"] == {"pred": "4", "gold": "3", "method": "exact"}
+
+
 def test_score_keeps_a_lone_surrogate_escaped_in_the_output(tmp_path):
     path, out_path = tmp_path / "s.jsonl", tmp_path / "scored.jsonl"
     path.write_text('{"completion": "\\ud800 so \\\\boxed{1}", "answer": "1", "note": "déjà"}\n')
     assert run(["score", str(path), "--output", str(out_path)]) == 0
     assert out_path.read_text(encoding="utf-8") == (
         '{"completion": "\\ud800 so \\\\boxed{1}", "answer": "1", "note": "d\\u00e9j\\u00e0", "score": 1.0, '
-        '"status": "ok"}\n')
+        '"status": "ok", "details": {"pred": "1", "gold": "1", "method": "string"}}\n')
 
 
 def test_score_checks_the_output_path_before_scoring(tmp_path, capsys, monkeypatch):

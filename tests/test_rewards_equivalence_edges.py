@@ -149,3 +149,14 @@ def test_text_noun_after_a_number(pred, gold, expected):
 ])
 def test_undefined_values_are_never_equal(pred, gold, equal):
     assert math_equal(pred, gold) is equal
+
+
+@pytest.mark.parametrize("gold", [None, "", "   ", "\\boxed{}", float("inf"), ["1"]])
+def test_math_equal_refuses_a_missing_gold_where_math_verifier_reports_it(gold):
+    """math_equal(x, None) was a silent False; math_verifier says status error with the reason."""
+    from rewards import math_equal, math_verifier
+
+    with pytest.raises(ValueError, match="math_equal: gold answer"):
+        math_equal("\\boxed{1}", gold)
+    result = math_verifier("\\boxed{1}", answer=gold)
+    assert (result.score, result.status) == (0.0, "error") and "gold answer" in result.details["reason"]
