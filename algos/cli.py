@@ -98,10 +98,15 @@ def _train_keys(namespace) -> str:
             + describe_sections(TrainConfig(), *algorithm_configs))
 
 
+# What rlvr eval does not read: it decodes greedily.
+EVAL_IGNORES = ("rollout.temperature", "rollout.top_p", "rollout.top_k")
+
+
 def _eval_keys(namespace) -> str:
     from algos.config import EvalConfig, describe_sections
 
-    return f"{KEYS_USAGE}\nDefaults:\n" + describe_sections(EvalConfig())
+    return (f"{KEYS_USAGE}\nDefaults (decoding is greedy: {', '.join(EVAL_IGNORES)} do not apply):\n"
+            + describe_sections(EvalConfig(), leave_out=EVAL_IGNORES))
 
 
 def register(subparsers) -> None:
@@ -169,9 +174,18 @@ def _report(error: BaseException) -> int:
     return _fail(str(error))
 
 
+def _quiet_libraries() -> None:
+    """No transformers progress bars ("Loading weights", "Writing model shards") in a command's output: the run's own
+    bar or step lines say where it stands."""
+    from transformers.utils import logging as transformers_logging
+
+    transformers_logging.disable_progress_bar()
+
+
 def _train(args) -> int:
     from algos.distributed import current_world, leave
 
+    _quiet_libraries()
     try:
         module, preset = _algorithm(args.algo)
     except ModuleNotFoundError as err:
@@ -198,6 +212,7 @@ def _eval(args) -> int:
     from algos.config import EvalConfig
     from algos.distributed import current_world, leave
 
+    _quiet_libraries()
     # A training run's config.yaml works as is: its training-only sections (optim, grpo, ppo) are set aside.
     training_sections = {
         f.name for module, _ in ALGORITHMS.values() for f in dataclasses.fields(importlib.import_module(module).Config)

@@ -581,9 +581,10 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "", defaults: Any =
     return dataclasses.replace(defaults, **kwargs) if defaults is not None else cls(**kwargs)
 
 
-def describe_sections(*configs: Any) -> str:
+def describe_sections(*configs: Any, leave_out: Collection[str] = ()) -> str:
     """Each section of the config instances, once (as the first config that has it sets it), and under it one line per
-    key: its name, type and value, what `rlvr train --help` lists (the comments in this file say what each key does)."""
+    key: its name, type and value, what `rlvr train --help` lists (the comments in this file say what each key does).
+    ``leave_out``: dotted keys the command does not read (greedy evaluation's sampling keys)."""
     listed: dict[str, list[tuple[str, str, str]]] = {}  # section -> [(key, type, value as JSON)]
     for config in configs:
         for section_field in dataclasses.fields(config):
@@ -591,7 +592,8 @@ def describe_sections(*configs: Any) -> str:
                 section = getattr(config, section_field.name)
                 hints = typing.get_type_hints(type(section))
                 listed[section_field.name] = [(f.name, _type_name(hints[f.name]), json.dumps(getattr(section, f.name)))
-                                              for f in dataclasses.fields(section)]
+                                              for f in dataclasses.fields(section)
+                                              if f"{section_field.name}.{f.name}" not in leave_out]
     rows = [row for section_rows in listed.values() for row in section_rows]
     name_width, type_width = (max((len(row[column]) for row in rows), default=0) for column in (0, 1))
     lines = []

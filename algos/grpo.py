@@ -127,7 +127,9 @@ class GRPOConfig(TrainConfig):
     def validate(self) -> None:
         super().validate()
         require(self.grpo.overlong_cache <= self.env.max_new_tokens or not self.grpo.soft_overlong,
-                "grpo.overlong_cache", f"must be <= env.max_new_tokens ({self.env.max_new_tokens})")
+                "grpo.overlong_cache", f"must be <= env.max_new_tokens ({self.env.max_new_tokens}) while grpo.soft_overlong "
+                "is on (--algo dapo turns it on): DAPO's penalty grows over the budget's last grpo.overlong_cache "
+                f"tokens; set grpo.overlong_cache <= {self.env.max_new_tokens}, or grpo.soft_overlong = false")
         require(self.loss.surrogate != "gmpo" or not self.grpo.process_weight, "grpo.process_weight",
                 "gives per-token advantages, and loss.surrogate 'gmpo' takes one per row: set it to 0")
 

@@ -162,12 +162,17 @@ def describe_machine(device: torch.device) -> dict[str, Any]:
     return machine
 
 
+def _setting(value: str | None) -> str:
+    return "null" if value is None else value
+
+
 def machine_line(machine: dict[str, Any], precision: Precision) -> str:
     """One log line: where the run computes and in what precision, and why."""
     where = machine.get("gpu") or (f"{machine['cpu']} ({machine['cpu_capability']}"
                                    f"{', ' + '/'.join(machine['cpu_bf16_units']) if machine['cpu_bf16_units'] else ''})")
     return (f"device {machine['device']}: {where}, {machine['torch_threads']} torch threads of {machine['cpu_cores']} "
-            f"cores, {machine['memory_gib']} GiB memory; autocast {precision.requested} -> {precision.autocast} "
+            f"cores, {machine['memory_gib']} GiB memory; autocast {_setting(precision.requested)} -> "
+            f"{precision.autocast or 'off'} "
             f"({precision.reason})")
 
 

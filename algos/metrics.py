@@ -25,7 +25,9 @@ PROGRESS_KEYS = {"reward_mean": "reward", "accuracy": "acc", "entropy": "ent", "
 # as TRL and verl print theirs: these keys, those the step logged, in this order.
 LINE_KEYS = {"reward_mean": "reward", "accuracy": "acc", "kl": "kl", "entropy": "entropy", "completion_len_mean": "len",
              "truncation_rate": "trunc", "eval_accuracy": "eval", "warm_start/loss": "sft_loss", "step_time_s": "s"}
-# Curves drawn at the end, in this order, when the run logged them.
+# From this many points a curve is drawn faint with its moving mean on top.
+SMOOTH_FROM = 50
+# Curves drawn at the end (an interrupted run's too), in this order, when the run logged them.
 PLOT_KEYS = (
     "reward_mean", "accuracy", "eval_accuracy", "eval_accuracy_transfer", "entropy", "kl", "clip_frac_low", "clip_frac_high",
     "grad_norm", "completion_len_mean", "truncation_rate", "zero_std_group_frac", "generation_rounds",
@@ -160,12 +162,24 @@ class SilentLogger:
         return None
 
 
+def moving_mean(values: tuple[float, ...], window: int) -> list[float]:
+    """The mean of each value and the ``window - 1`` before it (fewer at the start)."""
+    sums, total = [], 0.0
+    for index, value in enumerate(values):
+        total += value
+        if index >= window:
+            total -= values[index - window]
+        sums.append(total / min(index + 1, window))
+    return sums
+
+
 def plot_metrics(output_dir: str | Path, keys: tuple[str, ...] = PLOT_KEYS) -> Path | None:
     """Draw each logged key of metrics.jsonl against step into one PNG; None when nothing was logged."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only; no display needed
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     records = read_metrics(output_dir)
     series = {}
@@ -180,9 +194,14 @@ def plot_metrics(output_dir: str | Path, keys: tuple[str, ...] = PLOT_KEYS) -> P
     fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3 * rows), squeeze=False)
     for ax, (key, points) in zip(axes.flat, series.items()):
         steps, values = zip(*points)
-        ax.plot(steps, values, marker="." if len(steps) < 50 else None)
+        if len(steps) < SMOOTH_FROM:
+            ax.plot(steps, values, marker=".")
+        else:  # noisy per-step values faint, their moving mean on top (TensorBoard's smoothing, as a window)
+            ax.plot(steps, values, alpha=0.3, linewidth=0.8)
+            ax.plot(steps, moving_mean(values, max(2, len(values) // 20)), linewidth=1.5, color="C0")
         ax.set_title(key)
         ax.set_xlabel("step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole: no 0.5 ticks on a short run
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(series):]:
         ax.axis("off")

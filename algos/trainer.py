@@ -298,7 +298,7 @@ def run_training(agent: Agent) -> dict[str, Any]:
                     logger.write(f"stopped at step {step} by run.stop_on_alarm; checkpoint-{step} holds it")
                     break
     except KeyboardInterrupt as interrupt:  # Ctrl-C: say where the run stands (the CLI prints only this line)
-        logger.close(plot=False)
+        logger.close(plot=cfg.plots)  # the curves of the steps it did
         last = ckpt.latest_checkpoint(run.output_dir)
         where = f"{last.name} is the last checkpoint; --resume continues from it" if last else "no checkpoint was saved yet"
         raise KeyboardInterrupt(f"interrupted during step {step}; {where}") from interrupt

@@ -12,6 +12,7 @@ import importlib.metadata
 import logging
 import os
 import sys
+import warnings
 
 DESCRIPTION = "RL with verifiable rewards for language models."
 
@@ -83,6 +84,11 @@ def _command_listing() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line, as the CLI's other messages (Python's default adds the file, line and source)."""
+    print(f"rlvr: {category.__name__}: {message}", file=sys.stderr if file is None else file)
+
+
 def _run(argv: list[str]) -> int:
     command = argv[0] if argv and argv[0] in REGISTRARS else None
     if command is None and argv and not argv[0].startswith("-"):
@@ -94,6 +100,7 @@ def _run(argv: list[str]) -> int:
     args = build_parser(command).parse_args(argv)
     # The library logs to the "rlvr" logger (e.g. the machine and the precision a run chose); the CLI shows it.
     logging.basicConfig(level=logging.INFO, format="rlvr: %(message)s", stream=sys.stderr)
+    warnings.showwarning = _one_line_warning
     return int(args.func(args) or 0)
 
 

@@ -140,7 +140,9 @@ GRPO_EDGES = [
     ("grpo.max_sampling_rounds", "1", "0", "must be in 1..101"),
     ("grpo.max_sampling_rounds", "101", "102", "must be in 1..101"),
     ("grpo.overlong_cache", "1", "0", "must be >= 1"),
-    ("grpo.overlong_cache", "64", "65", "must be <= env.max_new_tokens (64)", {"grpo.soft_overlong": "true"}),
+    ("grpo.overlong_cache", "64", "65", "must be <= env.max_new_tokens (64) while grpo.soft_overlong is on (--algo dapo "
+     "turns it on): DAPO's penalty grows over the budget's last grpo.overlong_cache tokens; set grpo.overlong_cache "
+     "<= 64, or grpo.soft_overlong = false", {"grpo.soft_overlong": "true"}),
     ("loss.surrogate", "gmpo", "clip", "must be one of ('ppo-clip', 'gspo', 'cispo', 'gmpo')"),
     ("loss.eps_low", "1", "1.001", "must be in (0, 1] (1: no lower bound on the ratio)"),
     ("loss.eps_low", "0.001", "0", "must be in (0, 1] (1: no lower bound on the ratio)"),

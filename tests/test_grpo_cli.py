@@ -61,6 +61,8 @@ def test_eval_help_lists_the_sections_it_reads(capsys):
         main(["eval", "--help"])
     listing = capsys.readouterr().out
     assert re.search(r"^  eval_size +int +100$", listing, re.M) and "\noptim:" not in listing
+    # greedy decoding: the sampling keys are said not to apply, and are not listed as if they did
+    assert "decoding is greedy" in listing and not re.search(r"^  (temperature|top_p|top_k) ", listing, re.M)
 
 
 def test_a_bad_problem_count_names_the_flag_typed(capsys):
@@ -232,9 +234,10 @@ def test_ctrl_c_says_where_the_run_stands(tiny_dir, monkeypatch, capsys):
     assert _train(tiny_dir, "--run.save_every", "1") == 0
     monkeypatch.setattr(GRPOTrainer, "train_step", interrupted)
     capsys.readouterr()
-    assert _train(tiny_dir, "--resume", "--run.steps", "3") == 130
+    assert _train(tiny_dir, "--resume", "--run.steps", "3", "--run.plots", "true") == 130
     last_line = capsys.readouterr().err.splitlines()[-1]
     assert last_line == "rlvr: interrupted during step 2; checkpoint-1 is the last checkpoint; --resume continues from it"
+    assert (tiny_dir / "run" / "curves.png").is_file()  # an interrupted run still draws the steps it did
 
 
 def test_evaluation_in_batches_scores_the_same_problems_as_one_batch(tiny_dir):
@@ -397,3 +400,10 @@ def test_an_unknown_own_task_says_how_to_name_it_and_entry_points_register_tasks
     monkeypatch.setattr(registry, "_entry_points_loaded", False)
     monkeypatch.setattr(registry, "_TASKS", dict(registry._TASKS))
     assert registry.resolve_id("Cubes-v0") == "rlvr/Cubes-v0"
+
+
+def test_a_run_s_output_has_no_library_progress_bars(tiny_dir, capsys):
+    """transformers' "Loading weights" and "Writing model shards" bars came between the run's own lines."""
+    assert _train(tiny_dir, "--run.save_every", "1") == 0
+    err = capsys.readouterr().err
+    assert "Loading weights" not in err and "Writing model shards" not in err and "step 1/1 | " in err

@@ -443,3 +443,12 @@ def test_without_a_live_bar_each_step_is_one_line_on_stderr(tmp_path, capsys):
     assert out == ""  # stdout stays the command's JSON summary alone
     assert err.splitlines() == ["step 3/10 | reward 0.25 | acc 0.125 | kl 0.00123 | entropy 4.6 | len 12.2 | s 1.52",
                                 "alarm: something"]
+
+
+def test_curves_are_smoothed_past_50_points_and_the_moving_mean_is_exact(tmp_path):
+    from algos.metrics import moving_mean, plot_metrics
+
+    assert moving_mean((1.0, 3.0, 5.0, 7.0), 2) == [1.0, 2.0, 4.0, 6.0]
+    assert moving_mean((2.0,), 5) == [2.0]
+    (tmp_path / "metrics.jsonl").write_text("".join(f'{{"step": {i}, "reward_mean": {i % 7 / 7}}}\n' for i in range(1, 80)))
+    assert plot_metrics(tmp_path).is_file()

@@ -141,7 +141,7 @@ def test_a_machine_description_names_what_the_numbers_depend_on():
     assert machine["memory_gib"] > 0 and machine["device"] == "cpu" and machine["torch"] == torch.__version__
     assert set(machine["cpu_bf16_units"]) <= {"AVX512-BF16", "AMX-BF16"}
     line = hardware.machine_line(machine, hardware.Precision("auto", None, "why"))
-    assert line.startswith("device cpu: ") and line.endswith("autocast auto -> None (why)")
+    assert line.startswith("device cpu: ") and line.endswith("autocast auto -> off (why)")  # "off", not "None"
 
 
 def test_the_matmul_dtype_must_be_resolved_before_a_run_computes():
@@ -248,7 +248,7 @@ def test_a_cpu_line_names_its_capability_and_bf16_units(units, shown):
     machine = {"cpu": "EPYC", "cpu_capability": "AVX2", "cpu_bf16_units": units, "torch_threads": 2, "cpu_cores": 2,
                "memory_gib": 23.5, "device": "cpu"}
     line = hardware.machine_line(machine, hardware.Precision(None, None, "fp32"))
-    assert line == f"device cpu: EPYC {shown}, 2 torch threads of 2 cores, 23.5 GiB memory; autocast None -> None (fp32)"
+    assert line == f"device cpu: EPYC {shown}, 2 torch threads of 2 cores, 23.5 GiB memory; autocast null -> off (fp32)"
 
 
 def test_the_memory_is_the_cgroups_limit_when_lower(monkeypatch):
