@@ -29,7 +29,7 @@ import tomllib
 import torch
 import yaml
 
-from algos.core import LOSS_AGGREGATIONS, POLICY_LOSSES
+from algos.core import LOSS_AGGREGATIONS, POLICY_LOSSES, ROLLOUT_CORRECTIONS
 
 STRATEGIES = ("ddp", "fsdp2")  # distributed.strategy
 
@@ -247,9 +247,19 @@ class PolicyLossConfig:
     # its free memory).
     micro_batch_memory_gb: float | None = None
     logprob_chunk_size: int = 256  # tokens per LM-head chunk: 256 x 49k vocab x fp32 = 50 MB per V-wide tensor
+    # Rollout/training mismatch correction, every algorithm's (algos/learn/rollout_correction.py; was grpo.*):
+    # "tis" (per-token weights min(pi_old / pi_rollout, C)), "seq_mask" (each sequence's ratio, 0 outside [1/C, C]),
+    # "none", or "auto": tis with an engine that samples from its own copy of the weights (vllm; TRL corrects
+    # vLLM's samples by default), none with hf, whose log-probs are the trainer's up to float rounding. The mismatch
+    # is logged either way whenever the backend returns log-probs.
+    rollout_correction: str = "auto"
+    rollout_correction_cap: float = 2.0  # C (verl's rollout_is_threshold 2; TRL's clip_max 3)
 
     def validate(self) -> None:
         require(self.surrogate in POLICY_LOSSES, "loss.surrogate", f"must be one of {POLICY_LOSSES.names}")
+        require(self.rollout_correction in ("auto", "none", *ROLLOUT_CORRECTIONS.names), "loss.rollout_correction",
+                f"must be one of {('auto', 'none', *ROLLOUT_CORRECTIONS.names)}, got {self.rollout_correction!r}")
+        require(self.rollout_correction_cap > 1, "loss.rollout_correction_cap", "must be > 1")
         require(0 < self.eps_low <= 1, "loss.eps_low", "must be in (0, 1] (1: no lower bound on the ratio)")
         require(self.eps_high > 0, "loss.eps_high", "must be > 0")
         require(self.dual_clip is None or self.dual_clip > 1, "loss.dual_clip", "must be > 1 or null")
@@ -618,6 +628,8 @@ def to_dict(config: Any) -> dict[str, Any]:
 RENAMED_KEYS = {
     "grpo.max_episode_tokens": "rollout.max_episode_tokens",
     "ppo.max_episode_tokens": "rollout.max_episode_tokens",
+    "grpo.rollout_correction": "loss.rollout_correction",
+    "grpo.rollout_correction_cap": "loss.rollout_correction_cap",
 }
 
 

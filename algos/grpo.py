@@ -32,11 +32,10 @@ import torch
 
 import rewards
 from algos.config import TrainConfig, require
-from algos.core import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES, ROLLOUT_CORRECTIONS
+from algos.core import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES
 from algos.core.advantages import process_advantages, step_rewards_vary, zero_std_group_fraction
 from algos.core.aggregation import aggregate_loss
 from algos.core.kl import kl_estimate
-from algos.core.rollout_correction import mismatch_sums
 from algos.distributed import (
     gather_rows,
     micro_batch_inputs,
@@ -47,6 +46,7 @@ from algos.distributed import (
 )
 from algos.environment import ROLLOUT_ENGINES
 from algos.learn import MicroBatchSizer, accumulate_and_step
+from algos.learn.rollout_correction import correction_weights, mismatch_metrics, resolved_method
 from algos.memory import (
     activation_cost,
 )
@@ -85,12 +85,6 @@ class GRPOSection:
     # std-normalised group advantages ignore the map s -> 2s - 1, so 0.5 is DAPO's weighting (1.0 would make a right
     # answer ending at L_max score as a short wrong one). verl's overlong_buffer.penalty_factor.
     overlong_penalty_factor: float = 0.5
-    # Rollout/training mismatch correction (algos/core/rollout_correction.py): "tis" (per-token weights
-    # min(pi_train / pi_rollout, C)), "seq_mask" (each sequence's ratio, 0 outside [1/C, C]), "none", or "auto": tis
-    # with the vllm backend (TRL corrects vLLM's samples by default), none with hf, whose log-probs are the trainer's
-    # up to float rounding. The mismatch is logged either way whenever the backend returns log-probs.
-    rollout_correction: str = "auto"
-    rollout_correction_cap: float = 2.0  # C (verl's rollout_is_threshold 2; TRL's clip_max 3)
 
     def validate(self) -> None:
         require(self.prompts_per_step >= 1, "grpo.prompts_per_step", "must be >= 1")
@@ -113,9 +107,6 @@ class GRPOSection:
         # trainer.round_seed gives each step 101 prompt seeds; more rounds would repeat the next step's prompts
         require(1 <= self.max_sampling_rounds <= 101, "grpo.max_sampling_rounds", "must be in 1..101")
         require(self.overlong_cache >= 1, "grpo.overlong_cache", "must be >= 1")
-        require(self.rollout_correction in ("auto", "none", *ROLLOUT_CORRECTIONS.names), "grpo.rollout_correction",
-                f"must be one of {('auto', 'none', *ROLLOUT_CORRECTIONS.names)}, got {self.rollout_correction!r}")
-        require(self.rollout_correction_cap > 1, "grpo.rollout_correction_cap", "must be > 1")
 
 
 @dataclass
@@ -323,10 +314,8 @@ class GRPOTrainer:
         self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
         self.start_step, _ = self.run.restore(self.optimizer, self.scheduler)
         self.micro_batch_sizer = MicroBatchSizer(config.loss, self.run.device, self.forward)
-        correction = g.rollout_correction
-        if correction == "auto":  # an engine with its own copy of the weights samples from a slightly other policy
-            correction = "tis" if ROLLOUT_ENGINES[config.rollout.backend].own_weights else "none"
-        self.rollout_correction = correction
+        self.rollout_correction = resolved_method(config.loss.rollout_correction,
+                                                  ROLLOUT_ENGINES[config.rollout.backend].own_weights)
 
     # ------------------------------------------------------------ sampling
 
@@ -449,7 +438,7 @@ class GRPOTrainer:
         lr = advance_schedule(self.scheduler)[0]
         totals.update(stats.over_ranks().means(num_tokens))
         totals["entropy"] = sum_over_ranks(sum(entropy_sums))[0] / max(1.0, response_tokens)
-        totals.update(self._mismatch_metrics(mismatch, num_tokens, num_seqs))
+        totals.update(mismatch_metrics(mismatch, num_tokens, num_seqs))
         totals["lr"] = lr
         totals["micro_batch_rows"] = float(size)
         return totals
@@ -483,35 +472,10 @@ class GRPOTrainer:
 
     def _rollout_weights(self, old: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, sums: dict[str, float],
                          measure: bool) -> torch.Tensor | float:
-        """A micro-batch's [n, T] rollout-correction weights (pi_old / pi_rollout as grpo.rollout_correction says; 1.0
-        when off), adding its mismatch to ``sums`` once per update (``measure``)."""
-        if measure:
-            for key, value in mismatch_sums(old, rollout_logp, mask).items():
-                sums[key] = sums.get(key, 0.0) + value
-        if self.rollout_correction == "none":
-            return 1.0
-        weights, cut = ROLLOUT_CORRECTIONS[self.rollout_correction](old, rollout_logp, mask,
-                                                                    self.config.grpo.rollout_correction_cap)
-        if measure:
-            for key, value in {"rollout_is_weight": (weights * mask).sum().item(), **cut}.items():
-                sums[key] = sums.get(key, 0.0) + value
-        return weights
-
-    @staticmethod
-    def _mismatch_metrics(sums: dict[str, float], num_tokens: float, num_seqs: float) -> dict[str, float]:
-        """The update's mismatch metrics, over every rank: means per loss token, or per sequence for masked rows."""
-        keys = ("rollout_logp_abs_diff", "rollout_kl", "rollout_is_weight", "rollout_is_truncated", "rollout_is_masked")
-        present = [key for key in keys if key in sums]
-        if not sum_over_ranks(len(present))[0]:
-            return {}
-        totals = dict(zip(keys, sum_over_ranks(*(sums.get(key, 0.0) for key in keys))))
-        metrics = {"rollout_logp_abs_diff": totals["rollout_logp_abs_diff"] / num_tokens,
-                   "rollout_kl": totals["rollout_kl"] / num_tokens}
-        if "rollout_is_weight" in present:
-            metrics["rollout_is_weight_mean"] = totals["rollout_is_weight"] / num_tokens
-            metrics["rollout_is_truncated_frac"] = totals["rollout_is_truncated"] / num_tokens
-            metrics["rollout_is_masked_frac"] = totals["rollout_is_masked"] / max(1.0, num_seqs)
-        return metrics
+        """A micro-batch's [n, T] rollout-correction weights (algos/learn/rollout_correction.py), adding its mismatch
+        to ``sums`` once per update (``measure``)."""
+        return correction_weights(self.rollout_correction, self.config.loss.rollout_correction_cap, old, rollout_logp,
+                                  mask, sums if measure else None)
 
     def _pass_logprobs(self, batch: Batch | None, micro: list[slice | None], reference: bool = False) -> torch.Tensor | None:
         """[n, T] log-probs of this rank's rows, one micro-batch at a time (zero-weight ones run and are dropped)."""

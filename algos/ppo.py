@@ -57,7 +57,9 @@ from algos.distributed import (
     sum_over_ranks,
     whole_weights,
 )
+from algos.environment import ROLLOUT_ENGINES
 from algos.learn import MicroBatchSizer, accumulate_and_step
+from algos.learn.rollout_correction import correction_weights, mismatch_metrics, resolved_method
 from algos.memory import activation_cost
 from algos.metrics import MetricsLogger, UpdateStats, policy_token_mask, rollout_metrics
 from algos.multiturn import episode_metrics
@@ -171,6 +173,8 @@ class Batch:
     advantages: torch.Tensor  # whitened when ppo.whiten_advantages
     returns: torch.Tensor
     shuffle_seed: int  # the minibatch shuffles' seed: the same on every rank, a pure function of (run.seed, step)
+    # [N, T] pi_old / pi_rollout as loss.rollout_correction shapes it, on each token's policy loss; None: off
+    rollout_weights: torch.Tensor | None = None
 
     @property
     def num_rows(self) -> int:
@@ -215,6 +219,8 @@ class PPOTrainer:
         self.forward = self.run.wrap(some_frozen=p.critic_warmup_steps > 0 or config.warm_start.steps > 0, **trained)
         self.modules = self.run.modules
         self.micro_batch_sizer = MicroBatchSizer(config.loss, self.run.device, self.forward)
+        self.rollout_correction = resolved_method(config.loss.rollout_correction,
+                                                  ROLLOUT_ENGINES[config.rollout.backend].own_weights)
         # Dropout off throughout (as TRL's PPO): old and new log-probs/values must come from the same function.
         self.modules.eval()
         self.optimizer = self._build_optimizer()
@@ -354,9 +360,25 @@ class PPOTrainer:
             if kl is not None and step > p.critic_warmup_steps:
                 self.kl_controller.update(sequence_kl, n_steps=int(rows))
             shuffle_seed = int(np.random.SeedSequence([self.config.run.seed, step]).generate_state(1)[0])
+            weights = self._rollout_weights(rollout, old_logp, mask, metrics)
             batch = Batch(input_ids, attention_mask, prompt_width, mask, old_logp, old_values, advantages, returns,
-                          shuffle_seed)
+                          shuffle_seed, rollout_weights=weights)
             return batch, metrics
+
+    def _rollout_weights(self, rollout, old_logp: torch.Tensor, mask: torch.Tensor,
+                         metrics: dict[str, float]) -> torch.Tensor | None:
+        """[N, T] rollout-correction weights pi_old / pi_rollout (loss.rollout_correction; None when off or when the
+        backend gives no log-probs); the mismatch goes into ``metrics`` whenever it can be measured. The policy's
+        old log-probs are PPO's own rollout-time forward, so one measure per batch serves every epoch."""
+        rollout_logp = getattr(rollout, "logprobs", None)  # a backend may return the env's RolloutResult as is
+        if rollout_logp is None:  # the same on every rank (one backend): no collective is skipped by some only
+            return None
+        sums: dict[str, float] = {}
+        weights = correction_weights(self.rollout_correction, self.config.loss.rollout_correction_cap, old_logp,
+                                     rollout_logp.to(old_logp.dtype), mask, sums)
+        num_tokens, num_seqs = sum_over_ranks(mask.sum().item(), (mask.sum(-1) > 0).sum().item())
+        metrics.update(mismatch_metrics(sums, max(num_tokens, 1.0), num_seqs))
+        return None if self.rollout_correction == "none" else weights
 
     def _rollout_forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int, mask: torch.Tensor):
         """[N, P+T] sampled rows -> ([N, T] log pi_old, [N, T] V_old, [N, T] per-token KL to the reference or None)."""
@@ -452,6 +474,8 @@ class PPOTrainer:
             out = POLICY_LOSSES[loss_cfg.surrogate](logp, batch.old_logp[rows], batch.advantages[rows], m,
                                                     loss_cfg.eps_low, loss_cfg.eps_high, loss_cfg.dual_clip)
             per_token = out.per_token_loss
+            if batch.rollout_weights is not None:
+                per_token = per_token * batch.rollout_weights[rows]
             if loss_cfg.entropy_coef:
                 per_token = per_token - loss_cfg.entropy_coef * entropy * m
             policy_loss = aggregate_loss(per_token, m, loss_cfg.aggregation, **norms)

@@ -473,7 +473,7 @@ def test_the_rollout_training_mismatch_is_measured_and_corrected_by_the_trainers
     assert trainer.rollout_correction == "none" and metrics["rollout_logp_abs_diff"] < 1e-5
     assert metrics["rollout_kl"] < 1e-9 and "rollout_is_weight_mean" not in metrics
 
-    nucleus = {"rollout.top_p": "0.6", "grpo.num_iterations": "1", "grpo.rollout_correction": "tis"}
+    nucleus = {"rollout.top_p": "0.6", "grpo.num_iterations": "1", "loss.rollout_correction": "tis"}
     trainer, batch, metrics = update_metrics("tis", **nucleus)
     mask = batch.loss_mask.float()
     with torch.no_grad():
@@ -483,6 +483,6 @@ def test_the_rollout_training_mismatch_is_measured_and_corrected_by_the_trainers
     assert metrics["rollout_is_weight_mean"] == pytest.approx(expected_weight.item(), rel=1e-4)
     assert metrics["rollout_is_weight_mean"] < 1 and metrics["rollout_is_truncated_frac"] == 0.0
 
-    _, _, metrics = update_metrics("seq_mask", **{**nucleus, "grpo.rollout_correction": "seq_mask",
-                                                  "grpo.rollout_correction_cap": "1.05"})
+    _, _, metrics = update_metrics("seq_mask", **{**nucleus, "loss.rollout_correction": "seq_mask",
+                                                  "loss.rollout_correction_cap": "1.05"})
     assert metrics["rollout_is_masked_frac"] > 0  # rows whose product of ratios fell below 1 / 1.05

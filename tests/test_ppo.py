@@ -11,7 +11,7 @@ import torch
 from algos import ppo
 from algos.config import load_config
 from algos.memory import activation_cost
-from algos.metrics import read_metrics
+from algos.metrics import UpdateStats, read_metrics
 from algos.policy import completion_logprobs
 from rlvr_cli import main as rlvr_main
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
@@ -301,3 +301,27 @@ def test_micro_batches_are_sized_as_grpo_s_auto_and_by_a_memory_budget(tiny_mode
                                                                    batch.prompt_width), one_row[:, : batch.prompt_width],
                                   budget.modules.parameters())
     assert cost.fixed_bytes + cost.row_bytes > policy_only.row_bytes
+
+
+def test_ppo_measures_and_corrects_the_rollout_training_mismatch_as_grpo_does(tiny_model_dir, tmp_path):
+    """PPO never read the rollout's log-probs: on vLLM it got no correction and no mismatch metrics. A top-p filter
+    makes the sampler's distribution narrower than the trainer's, so pi_old / pi_rollout < 1 on every token."""
+    plain = ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path / "plain"))
+    _, metrics = plain.collect(step=1)
+    assert plain.rollout_correction == "none" and metrics["rollout_logp_abs_diff"] < 1e-5  # hf: the trainer's own
+    nucleus = {"rollout.top_p": "0.6", "loss.rollout_correction": "tis"}
+    trainer = ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path / "tis", **nucleus))
+    batch, metrics = trainer.collect(step=1)
+    weights = batch.rollout_weights[batch.mask.bool()]
+    assert weights.shape == batch.old_logp[batch.mask.bool()].shape and bool((weights > 0).all() and (weights <= 2).all())
+    assert metrics["rollout_is_weight_mean"] == pytest.approx(weights.mean().item(), rel=1e-5)
+    assert metrics["rollout_logp_abs_diff"] > 0.01 and metrics["rollout_is_weight_mean"] < 1
+    # the policy loss of a micro-batch is the surrogate times those weights
+    weighted = trainer._micro_batch_loss(batch, torch.arange(batch.num_rows), train_policy=True,
+                                         norms={"global_num_tokens": batch.mask.sum().item(), "global_num_seqs": 1,
+                                                "token_budget": 4}, stats=UpdateStats(), tokens_seen=[])
+    batch.rollout_weights = None
+    plain_loss = trainer._micro_batch_loss(batch, torch.arange(batch.num_rows), train_policy=True,
+                                           norms={"global_num_tokens": batch.mask.sum().item(), "global_num_seqs": 1,
+                                                  "token_budget": 4}, stats=UpdateStats(), tokens_seen=[])
+    assert not torch.equal(weighted, plain_loss)
