@@ -92,45 +92,41 @@ def resolve(name: str):
     raise ModuleNotFoundError(name)
 
 
+def _depths(text: str):
+    """Each (index, character, bracket depth after it) of ``text``, with quoted characters at no depth change."""
+    depth, quote = 0, None
+    for index, char in enumerate(text):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "\"'":
+            quote = char
+        elif char in OPENERS:
+            depth += 1
+        elif char in CLOSERS:
+            depth -= 1
+        yield index, char, depth, quote
+
+
 def call_arguments(rest: str) -> str | None:
     """The text inside the parentheses that open `rest`, or None when `rest` is not a call.
 
     Brackets and quotes nest; raises ValueError when the parenthesis never closes."""
     if not rest.startswith("("):
         return None
-    depth, quote = 0, None
-    for index, char in enumerate(rest):
-        if quote:
-            quote = None if char == quote else quote
-        elif char in "\"'":
-            quote = char
-        elif char in OPENERS:
-            depth += 1
-        elif char in CLOSERS:
-            depth -= 1
-            if depth == 0:
-                return rest[1:index]
+    for index, char, depth, quote in _depths(rest):
+        if char in CLOSERS and not quote and depth == 0:
+            return rest[1:index]
     raise ValueError("the call's parenthesis never closes")
 
 
 def split_top_level(text: str) -> list[str]:
     """Split on commas outside brackets and quotes; entries stripped, empty ones dropped."""
-    entries, depth, quote, current = [], 0, None, ""
-    for char in text:
-        if quote:
-            quote = None if char == quote else quote
-        elif char in "\"'":
-            quote = char
-        elif char in OPENERS:
-            depth += 1
-        elif char in CLOSERS:
-            depth -= 1
-        elif char == "," and depth == 0:
-            entries.append(current)
-            current = ""
-            continue
-        current += char
-    entries.append(current)
+    entries, start = [], 0
+    for index, char, depth, quote in _depths(text):
+        if char == "," and depth == 0 and not quote:
+            entries.append(text[start:index])
+            start = index + 1
+    entries.append(text[start:])
     return [" ".join(entry.split()) for entry in entries if entry.strip()]
 
 
