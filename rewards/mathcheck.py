@@ -194,10 +194,9 @@ class MathVerifier:
 
 def math_equal(pred: str, gold: str, *, timeout: float | None = None, backend: str = "native") -> bool:
     """Is `pred` (a short answer or a whole response, any text: never raises on it) the same answer as `gold`?
-    False if it cannot tell. A missing or unusable `gold` (None, blank, an empty \\boxed{}, inf) is the caller's
-    bug, not a "no": ValueError naming it, where math_verifier reports it as status error."""
-    try:
-        _gold_text(gold)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"math_equal: {exc}") from None
+    False if it cannot tell. A missing `gold` (None, blank, not a string or number) is the caller's bug, not a
+    "no": ValueError naming it, where math_verifier reports it as status error. A gold that is there but unusable
+    (an empty \\boxed{}, inf) is False, as every other answer it cannot compare."""
+    if gold is None or isinstance(gold, bool) or not isinstance(gold, (str, numbers.Real)) or not str(gold).strip():
+        raise ValueError(f"math_equal: the gold answer is missing: got {gold!r}")
     return math_verifier(pred, answer=gold, timeout=timeout, backend=backend).score == 1.0

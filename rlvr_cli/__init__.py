@@ -84,9 +84,10 @@ def _command_listing() -> argparse.ArgumentParser:
     return parser
 
 
-def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """A warning as one line, as the CLI's other messages (Python's default adds the file, line and source)."""
-    print(f"rlvr: {category.__name__}: {message}", file=sys.stderr if file is None else file)
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """A warning as one line, as the CLI's other messages (Python's default adds the file, line and source). A
+    formatter, not a showwarning: code that records warnings (warnings.catch_warnings) still gets them."""
+    return f"rlvr: {category.__name__}: {message}\n"
 
 
 def _run(argv: list[str]) -> int:
@@ -100,7 +101,7 @@ def _run(argv: list[str]) -> int:
     args = build_parser(command).parse_args(argv)
     # The library logs to the "rlvr" logger (e.g. the machine and the precision a run chose); the CLI shows it.
     logging.basicConfig(level=logging.INFO, format="rlvr: %(message)s", stream=sys.stderr)
-    warnings.showwarning = _one_line_warning
+    warnings.formatwarning = _one_line_warning
     return int(args.func(args) or 0)
 
 

@@ -87,15 +87,10 @@ def test_version_and_a_short_readable_envs_listing(capsys, monkeypatch):
     assert "rlvr/Arithmetic-v0" in listing and "\n    digits = 2\n" in listing
 
 
-def test_a_warning_is_one_line_in_the_command_s_output(capsys, monkeypatch):
-    """Python's default showed the warning's file, line number and source line after it."""
-    import warnings
-
-    from rlvr_cli import _one_line_warning
-
-    monkeypatch.setattr(warnings, "showwarning", _one_line_warning)
-    with warnings.catch_warnings():
-        warnings.simplefilter("always")
-        monkeypatch.setattr(warnings, "showwarning", _one_line_warning)
-        warnings.warn("env.use_chat_template is true but the tokenizer has no chat template", UserWarning, stacklevel=1)
-    assert capsys.readouterr().err == "rlvr: UserWarning: env.use_chat_template is true but the tokenizer has no chat template\n"
+def test_a_warning_is_one_line_in_the_command_s_output():
+    """Python's default showed the warning's file, line number and source line after it. (In a process of its own:
+    pytest records warnings instead of printing them.)"""
+    code = ("import warnings; from rlvr_cli import _one_line_warning; warnings.formatwarning = _one_line_warning; "
+            "warnings.warn('env.use_chat_template is true but the tokenizer has no chat template')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.stderr == "rlvr: UserWarning: env.use_chat_template is true but the tokenizer has no chat template\n"

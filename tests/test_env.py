@@ -174,6 +174,7 @@ def test_curriculum_wrapper_raises_difficulty():
 
 
 def test_rlvr_envs_lists_ids_with_kwargs():
-    proc = subprocess.run([sys.executable, "-m", "rlvr_cli", "envs"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "rlvr_cli", "envs", "--kwargs"], capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert "rlvr/Arithmetic-v0" in proc.stdout and "digits=2" in proc.stdout and "rlvr/MATH-v0" in proc.stdout
+    assert "rlvr/Arithmetic-v0" in proc.stdout and "    digits = 2" in proc.stdout and "rlvr/MATH-v0" in proc.stdout

@@ -151,12 +151,20 @@ def test_undefined_values_are_never_equal(pred, gold, equal):
     assert math_equal(pred, gold) is equal
 
 
-@pytest.mark.parametrize("gold", [None, "", "   ", "\\boxed{}", float("inf"), ["1"]])
+@pytest.mark.parametrize("gold", [None, "", "   ", ["1"], True])
 def test_math_equal_refuses_a_missing_gold_where_math_verifier_reports_it(gold):
     """math_equal(x, None) was a silent False; math_verifier says status error with the reason."""
     from rewards import math_equal, math_verifier
 
-    with pytest.raises(ValueError, match="math_equal: gold answer"):
+    with pytest.raises(ValueError, match="math_equal: the gold answer is missing"):
         math_equal("\\boxed{1}", gold)
     result = math_verifier("\\boxed{1}", answer=gold)
     assert (result.score, result.status) == (0.0, "error") and "gold answer" in result.details["reason"]
+
+
+@pytest.mark.parametrize("gold", ["\\boxed{}", float("inf"), "\\boxed{x = 1 \\text{ and } x = -1"])
+def test_math_equal_is_false_for_a_gold_it_cannot_use(gold):
+    """There but unusable (math-verify's own suite has an unclosed \\boxed{ in a reference): False, not an error."""
+    from rewards import math_equal
+
+    assert math_equal("\\boxed{1}", gold) is False
