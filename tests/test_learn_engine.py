@@ -72,3 +72,33 @@ def test_a_non_finite_loss_skips_the_step_and_leaves_the_weights():
     assert not result.applied and math.isnan(result.loss)
     for a, b in zip(before, model.parameters()):
         assert torch.equal(a, b) and b.grad is None
+
+
+def test_a_loss_that_is_not_finite_anywhere_skips_the_step_even_with_finite_gradients():
+    """An inf that carries no gradient (a constant term): the gradients are finite, the flag alone must skip, and it
+    must hold whichever micro-batch it came from."""
+    model = _model()
+    before = [p.detach().clone() for p in model.parameters()]
+    mse = _mean_squared_error(model)
+
+    def first_inf(rows):
+        return mse(rows) + (torch.tensor(math.inf) if rows == slice(0, 2) else 0.0)
+
+    result = _step(model, [slice(0, 2), slice(2, 5)], first_inf)
+    assert not result.applied and math.isnan(result.loss)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_each_loss_is_scaled_by_the_world_size_before_backward():
+    """DDP and FSDP2 average gradients over ranks: times the world size, the sum of the ranks' losses."""
+    one, two = torch.nn.Linear(1, 1, bias=False), torch.nn.Linear(1, 1, bias=False)
+    for model in (one, two):
+        torch.nn.init.constant_(model.weight, 2.0)
+    x, y = torch.tensor([[1.0]]), torch.tensor([1.0])
+    for model, world_size in ((one, 1), (two, 2)):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        accumulate_and_step([slice(0, 1)], lambda rows, m=model: ((m(x[rows]).squeeze(-1) - y[rows]) ** 2).sum(),
+                            forward=model, device_type="cpu", modules=model, optimizer=optimizer,
+                            scaler=torch.amp.GradScaler("cpu", enabled=False), max_grad_norm=0.0, world_size=world_size)
+    # d/dw (w - 1)^2 at w = 2 is 2: one rank steps by 0.2, the doubled loss by 0.4
+    assert one.weight.item() == pytest.approx(1.8) and two.weight.item() == pytest.approx(1.6)

@@ -75,6 +75,8 @@ MODULES: dict[str, list[str]] = {
     "algos/memory.py": ["tests/test_memory.py"],
     "algos/learn/engine.py": ["tests/test_learn_engine.py", "tests/test_warm_start.py", *CORE_USERS, *RESUME],
     "algos/learn/micro_batches.py": ["tests/test_memory.py", "tests/test_ppo.py"],
+    "algos/learn/rollout_correction.py": ["tests/test_learn_rollout_correction.py", "tests/test_core_rollout_correction.py",
+                                          "tests/test_grpo_loop.py", "tests/test_ppo.py"],
     "algos/checkpoint.py": ["tests/test_checkpoint.py", "tests/test_grpo_machinery.py", *CORE_USERS, *RESUME],
     "rewards/shaping.py": ["tests/test_rewards_shaping.py", "tests/test_grpo_loop.py", *GRPO_REFERENCE],
 }
