@@ -458,8 +458,9 @@ class GRPOTrainer:
         out = POLICY_LOSSES[loss_cfg.surrogate](logp, old, batch.advantages[rows], m, loss_cfg.eps_low,
                                                 loss_cfg.eps_high, loss_cfg.dual_clip)
         per_token = out.per_token_loss
-        if batch.rollout_logp is not None:
-            per_token = per_token * self._rollout_weights(old, batch.rollout_logp[rows], m, inputs.mismatch, measure)
+        if batch.rollout_logp is not None:  # the mismatch is measured once per update (measure)
+            per_token = per_token * correction_weights(self.rollout_correction, loss_cfg.rollout_correction_cap, old,
+                                                       batch.rollout_logp[rows], m, inputs.mismatch if measure else None)
         if inputs.ref_logp is not None:
             kl = kl_estimate(logp, inputs.ref_logp[rows], g.kl_estimator, g.kl_clamp)
             per_token = per_token + g.beta * kl * m
@@ -469,13 +470,6 @@ class GRPOTrainer:
         entropy_sums.append((entropy.detach() * inputs.response_mask[rows]).sum().item())
         stats.add_surrogate(out.stats, m.sum().item())
         return aggregate_loss(per_token, m, loss_cfg.aggregation, **inputs.norms)
-
-    def _rollout_weights(self, old: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor, sums: dict[str, float],
-                         measure: bool) -> torch.Tensor | float:
-        """A micro-batch's [n, T] rollout-correction weights (algos/learn/rollout_correction.py), adding its mismatch
-        to ``sums`` once per update (``measure``)."""
-        return correction_weights(self.rollout_correction, self.config.loss.rollout_correction_cap, old, rollout_logp,
-                                  mask, sums if measure else None)
 
     def _pass_logprobs(self, batch: Batch | None, micro: list[slice | None], reference: bool = False) -> torch.Tensor | None:
         """[n, T] log-probs of this rank's rows, one micro-batch at a time (zero-weight ones run and are dropped)."""

@@ -1,11 +1,11 @@
 """Accuracy and speed of rewards.math_equal against math-verify 0.9.0, measured in one run.
 
-Prints (1) accuracy per category on bench/data/verifier_cases.jsonl for both, with false
-positives / false negatives, (2) single-process throughput and latency percentiles
-on long responses ending in \\boxed{}, with the ratio ours / math-verify, (3) math_verifier's two backends
-(native, math-verify) side by side: accuracy, agreement and speed through the same hard limit, and (4) the code
-verifier's latency per completion on rlvr/Code-v0's bundled problems: one at a time, and a
-GRPO-sized batch through score_batch (the sandbox's cost, which the math rows do not have).
+Prints, in this order: (1) the code verifier's latency per completion on rlvr/Code-v0's bundled
+problems, one at a time and a GRPO-sized batch through score_batch (the sandbox's cost, which the math
+rows do not have); (2) single-process throughput and latency percentiles on long responses ending in
+\\boxed{}, with the ratio ours / math-verify; (3) accuracy per category on the labelled cases for both,
+with false positives / false negatives; (4) math_verifier's two backends (native, math-verify) side by
+side, timed before their own accuracy pass: speed through the same hard limit, accuracy and agreement.
 
     .venv/bin/python bench/verifiers.py [--repeat 1] [--cases bench/data/verifier_cases.jsonl] [--only code|backends]
 """
@@ -119,6 +119,10 @@ def backend_table(cases: list[dict], repeat: int) -> None:
     on the long responses (the math-verify backend pays a worker round trip per check: its hard limit)."""
     native = lambda pred, gold: math_verifier(pred, answer=gold).score == 1.0  # noqa: E731
     hf = lambda pred, gold: math_verifier(pred, answer=gold, backend="math-verify").score == 1.0  # noqa: E731
+    pairs = long_responses(cases)
+    for equal in (native, hf):  # warm-up on other input, as speed_table's: imports, the worker process
+        equal("\\boxed{\\sqrt{3}+x}", "x+\\sqrt{3}")
+    speed = {name: time_one(equal, pairs, repeat) for name, equal in (("native", native), ("math-verify", hf))}
     rows = {"native": [0, 0, 0], "math-verify": [0, 0, 0]}  # right, FP, FN
     agree = 0
     for case in cases:
@@ -128,8 +132,6 @@ def backend_table(cases: list[dict], repeat: int) -> None:
             rows[name][0] += got == case["equal"]
             rows[name][1] += got and not case["equal"]
             rows[name][2] += case["equal"] and not got
-    pairs = long_responses(cases)
-    speed = {name: time_one(equal, pairs, repeat) for name, equal in (("native", native), ("math-verify", hf))}
     print(f"math_verifier backends on {len(cases)} labelled cases; speed on {len(pairs)} long responses x{repeat}")
     print(f"{'backend':12} {'accuracy':>8} {'FP':>3} {'FN':>3} {'checks/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
     for name, (right, fp, fn) in rows.items():
@@ -184,16 +186,14 @@ def main() -> None:
         return
     print()
     cases = load_cases(args.cases)
-    backend_table(cases, args.repeat)
-    if args.only == "backends":
-        return
-    print()
-    cases = load_cases(args.cases)
-    print(f"{len(cases)} labelled cases ({sum(c['equal'] for c in cases)} equal, "
-          f"{sum(not c['equal'] for c in cases)} not equal) from {args.cases.name}\n")
-    speed_table(cases, args.repeat)  # first, so neither library's caches are warm from the accuracy pass
-    print()
-    accuracy_table(cases)
+    if args.only != "backends":
+        print(f"{len(cases)} labelled cases ({sum(c['equal'] for c in cases)} equal, "
+              f"{sum(not c['equal'] for c in cases)} not equal) from {args.cases.name}\n")
+        speed_table(cases, args.repeat)  # first, so neither library's caches are warm from an accuracy pass
+        print()
+        accuracy_table(cases)
+        print()
+    backend_table(cases, args.repeat)  # last: its timing would find the caches the tables above warmed alike
 
 
 if __name__ == "__main__":

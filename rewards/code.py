@@ -143,14 +143,13 @@ class _Stub:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         key = call_key(self.name, args, kwargs)
-        call = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
-        call = f"{self.name}({call[:MAX_VALUE_CHARS]}{'...' if len(call) > MAX_VALUE_CHARS else ''})"
         answer = self.answers.get(key)
         if answer is None:
             if key not in self.pending:
                 self.pending.append(key)
             self.waiting.append(key)
             return _Pending()
+        call = f"{self.name}({_clip(', '.join([repr(a) for a in args] + [f'{k}={v!r}' for k, v in kwargs.items()]))})"
         kind, payload = answer
         if kind == "raised":
             self.seen.append(f"{call} raised {payload}")
@@ -160,9 +159,13 @@ class _Stub:
         except (NotPlain, RecursionError, ValueError, MemoryError) as exc:
             self.seen.append(f"{call} returned something that is not plain data")
             raise _CandidateRaised(f"not plain data: {str(exc)[:100]}") from None
-        shown = repr(value)
-        self.seen.append(f"{call} returned {shown[:MAX_VALUE_CHARS]}{'...' if len(shown) > MAX_VALUE_CHARS else ''}")
+        self.seen.append(f"{call} returned {_clip(repr(value))}")
         return value
+
+
+def _clip(text: str) -> str:
+    """``text`` cut to MAX_VALUE_CHARS for a failed test's message, "..." marking a cut."""
+    return text if len(text) <= MAX_VALUE_CHARS else text[:MAX_VALUE_CHARS] + "..."
 
 
 def _test_namespace(setup: str) -> dict[str, Any]:
@@ -302,7 +305,8 @@ def _answer(code: str, setup: str, keys: list[str], answers: dict[str, list],
     done = any(line.get("done") is True for line in run.lines)
     if missing or not done:
         return run, (ERROR, f"the program ended the run (exit status {run.returncode})")
-    errors = [str(line.get("code_error", "")) for line in run.lines] + [str(a[1]) for a in answered.values() if a[0] == "raised"]
+    errors = [str(line["code_error"]) for line in run.lines if "code_error" in line]
+    errors += [text for kind, text in answered.values() if kind == "raised"]
     if any(error.startswith("MemoryError") for error in errors):
         return run, (ERROR, f"over the memory limit ({limits.memory_mb} MB)")
     answers.update({keys[index]: answer for index, answer in answered.items()})

@@ -79,9 +79,7 @@ def decode(wire, budget=None, depth=0):
     else (unknown tags, unhashable set members or keys, too deep, too many elements)."""
     budget = _spend(budget, depth)
     kind = type(wire)
-    if wire is None or kind in (bool, int, str):
-        return wire
-    if kind is float:
+    if wire is None or kind in (bool, int, float, str):  # JSON's own: a float here is finite
         return wire
     if kind is list:
         return [decode(item, budget, depth + 1) for item in wire]

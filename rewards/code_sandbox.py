@@ -20,6 +20,7 @@ files), and without those to rlimits only; either fallback warns once, naming th
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import os
 import select
@@ -93,11 +94,15 @@ def available_isolation() -> str:
     return isolation
 
 
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + os.sep)
+
+
 def _readonly_roots() -> list[str]:
     """Folders the interpreter needs: /usr, and the prefixes of this Python where they lie elsewhere."""
     roots = ["/usr"]
     for path in {os.path.realpath(sys.base_prefix), os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}:
-        if not any(path == root or path.startswith(root + os.sep) for root in roots):
+        if not any(_within(path, root) for root in roots):
             roots.append(path)
     return roots
 
@@ -111,7 +116,7 @@ def _hidden_paths(roots: list[str]) -> list[str]:
     project = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
     hidden = []
     for path in sorted({os.path.realpath(p) for p in candidates} | {project}):
-        if os.path.isdir(path) and any(path.startswith(root + os.sep) for root in roots):
+        if os.path.isdir(path) and any(_within(path, root) and path != root for root in roots):
             hidden.append(path)
     return hidden
 
@@ -142,7 +147,7 @@ class PidsCgroup:
     v2 cgroup whose subtree has the pids controller): caps the run's processes and threads, all of
     them, whatever uid they run as, and lists them for the final kill."""
 
-    _counter = iter(range(1 << 62))
+    _counter = itertools.count()
     _lock = threading.Lock()
 
     def __init__(self, path: str) -> None:

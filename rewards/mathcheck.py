@@ -12,6 +12,7 @@ parser goes through sympy's parse_expr, which evals; the gold may use it), and e
 from __future__ import annotations
 
 import decimal
+import functools
 import importlib.util
 import math
 import numbers
@@ -164,6 +165,7 @@ def math_verifier(completion: str, *, answer: Any, timeout: float | None = None,
 math_verifier.in_process_safe = True  # bounded: its only unbounded step runs in the sandbox
 
 
+@functools.cache  # math_verifier asks at every check; the answer does not change in a process
 def require_math_verify() -> None:
     """ImportError saying how to install math-verify, where it is not."""
     if importlib.util.find_spec("math_verify") is None:
