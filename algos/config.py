@@ -140,7 +140,14 @@ VLLM_ARGUMENTS_SET_BY_ROLLOUT = frozenset(
 
 @dataclass
 class RolloutConfig:
-    backend: str = "hf"  # "hf" (transformers + KV cache), "vllm" (needs vllm installed), or a registered engine
+    # "auto" (resolved at start-up, recorded in config.yaml): "static" on a GPU for single-turn tasks, else "hf".
+    # "hf": transformers + its KV cache, one row-compacting step per token (fastest on a CPU); "static": fixed-shape
+    # decode steps replayed as CUDA graphs from a copy of the weights in the compute dtype (algos/static_rollout.py);
+    # "vllm" (needs vllm installed); or an engine registered in ROLLOUT_ENGINES.
+    backend: str = "auto"
+    # The static engine's decode steps: "auto" (a CUDA graph on CUDA, eager on a CPU), "cuda", "compile"
+    # (torch.compile, fullgraph, static shapes), or "eager" (to debug).
+    decode_graph: str = "auto"
     temperature: float = 1.0  # sampling temperature; log-probs are computed at the same temperature
     top_p: float = 1.0  # nucleus sampling (1.0 = off, keeps log-probs on-policy)
     top_k: int = 0  # 0 = off
@@ -161,7 +168,10 @@ class RolloutConfig:
                 "must be >= 1 or null")
         # the engines are algos/environment.py's ROLLOUT_ENGINES: a run checks the name before it loads its model
         require(isinstance(self.backend, str) and bool(self.backend), "rollout.backend",
-                f"must name a rollout engine ('hf', 'vllm', or one registered in ROLLOUT_ENGINES), got {self.backend!r}")
+                f"must name a rollout engine ('auto', 'hf', 'static', 'vllm', or one registered in ROLLOUT_ENGINES), "
+                f"got {self.backend!r}")
+        require(self.decode_graph in ("auto", "cuda", "compile", "eager"), "rollout.decode_graph",
+                f"must be 'auto', 'cuda', 'compile' or 'eager', got {self.decode_graph!r}")
         require(0 < self.vllm_gpu_memory_utilization <= 1, "rollout.vllm_gpu_memory_utilization", "must be in (0, 1]")
         require(self.vllm_dtype in (None, "float32", "bfloat16", "float16"), "rollout.vllm_dtype",
                  f"must be null, 'float32', 'bfloat16' or 'float16', got {self.vllm_dtype!r}")

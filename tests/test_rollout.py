@@ -373,6 +373,6 @@ def test_a_registered_engine_is_what_rollout_backend_names(monkeypatch):
     multiturn = load_config(GRPOConfig, overrides=["--rollout.backend", "mine", "--env.id", "rlvr/CalculatorArithmetic-v0"])
     with pytest.raises(ValueError, match="multi-turn task, whose episodes only 'hf' play"):
         make_rollout_backend(multiturn)
-    with pytest.raises(ValueError, match="unknown rollout.backend 'nope': choose one of 'hf', 'vllm', 'mine'"):
+    with pytest.raises(ValueError, match="unknown rollout.backend 'nope': choose one of 'hf', 'static', 'vllm', 'mine'"):
         make_rollout_backend(load_config(GRPOConfig, overrides=["--rollout.backend", "nope"]))
     assert environment.ROLLOUT_ENGINES["vllm"].own_weights and not environment.ROLLOUT_ENGINES["hf"].own_weights
