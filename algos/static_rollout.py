@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
+import warnings
 import weakref
 from dataclasses import dataclass
 
@@ -301,8 +302,13 @@ class StaticRollout:
         graph = torch.cuda.CUDAGraph()
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
-        with torch.cuda.graph(graph, pool=self._pool):
-            self._steps(decoder, state)
+        try:
+            with torch.cuda.graph(graph, pool=self._pool):
+                self._steps(decoder, state)
+        except RuntimeError as error:  # a model whose forward syncs with the host, or a backend without capture
+            warnings.warn(f"StaticRollout: the decode step could not be captured as a CUDA graph, so it runs eagerly "
+                          f"(same tokens, slower): {str(error).splitlines()[0]}", RuntimeWarning, stacklevel=2)
+            return None
         return graph
 
     @staticmethod

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The GPU checks of the rollout engines, in one device call (../shared/gpu/README.md stages the model and wheels):
+# the CUDA tests, bench/rollout.py, bench/grpo_step.py (raw, ours, ours with the hf engine, TRL) and a profile of
+# one step. Each has its own time limit; outputs go to $OUT (or ./gpu-out). Usage: bash bench/gpu_checks.sh [quick]
+set -u
+out=${OUT:-gpu-out}; mkdir -p "$out"
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
+git log --oneline -1 2>/dev/null | tee -a "$out/gpu.txt"
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" | tee -a "$out/gpu.txt"
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_static_rollout.py 2>&1 | tail -25 | tee "$out/tests.txt"
+timeout 120 python3 bench/rollout.py --model default --repeats 3 2>&1 | grep -v Warning | tee "$out/rollout.txt"
+timeout 240 python3 bench/grpo_step.py --model default --precision bf16 --with-hf-rollout 2>&1 | tee "$out/grpo_step.txt"
+timeout 100 python3 bench/profile_step.py --model default --precision bf16 --top 15 2>&1 | grep -v "^USDT" | tee "$out/profile.txt"
