@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU checks of the rollout engines, in one device call (../shared/gpu/README.md stages the model and wheels):
 # the CUDA tests, bench/rollout.py, bench/grpo_step.py (raw, ours, ours with the hf engine, TRL) and a profile of
-# one step. Each has its own time limit; outputs go to $OUT (or ./gpu-out). Usage: bash bench/gpu_checks.sh [quick]
+# one step, then the demo. Each has its own time limit; outputs go to $OUT (or ./gpu-out). Usage: bash bench/gpu_checks.sh [quick]
 set -u
 out=${OUT:-gpu-out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -12,3 +12,5 @@ timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_static_rollout.p
 timeout 120 python3 bench/rollout.py --model default --repeats 3 2>&1 | grep -v Warning | tee "$out/rollout.txt"
 timeout 240 python3 bench/grpo_step.py --model default --precision bf16 --with-hf-rollout 2>&1 | tee "$out/grpo_step.txt"
 timeout 100 python3 bench/profile_step.py --model default --precision bf16 --top 15 2>&1 | grep -v "^USDT" | tee "$out/profile.txt"
+# the demo (examples/demo.toml) on the GPU, within what is left of the call
+timeout "${DEMO_SECONDS:-120}" python3 examples/demo.py --run.output_dir /tmp/gpu-demo 2>&1 | grep -v "^step\|Loading\|Warning" | tail -15 | tee "$out/demo.txt"

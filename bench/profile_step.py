@@ -85,7 +85,9 @@ def main() -> None:
 
     events = prof.events()
     ranges = {e.name: (e.time_range.start, e.time_range.end) for e in events if e.name in phases}
-    kernels = [(e.time_range.start, e.time_range.end) for e in events if e.device_type == DeviceType.CUDA]
+    # The GPU's own events, less the record_function ranges the profiler mirrors onto the GPU timeline
+    kernels = [(e.time_range.start, e.time_range.end) for e in events
+               if e.device_type == DeviceType.CUDA and e.name not in phases]
     where = torch.cuda.get_device_name() if gpu else "cpu"
     print(f"profile of one GRPO step: {args.model} ({args.precision}) on {where}, torch {torch.__version__}, "
           f"rollout.backend {trainer.config.rollout.backend}, {args.prompts} x {args.group_size} rows, "

@@ -12,7 +12,7 @@ import torch
 from algos.config import RolloutConfig
 from algos.environment import ROLLOUT_ENGINES, make_rollout_backend, resolve_rollout_backend
 from algos.rollout import HFRollout, row_seeds
-from algos.static_rollout import FixedKVCache, StaticRollout, additive_mask
+from algos.static_rollout import FixedKVCache, StaticRollout, additive_mask, fuse_rms_norms
 from rlvr_env import TokenVectorEnv
 from rlvr_env.task import Problem
 from rlvr_env.tasks.arithmetic import ArithmeticTask
@@ -134,6 +134,27 @@ def test_bf16_samples_are_scored_by_the_bf16_copy(tokenizer):
     agree = (static.response_ids == reference.response_ids).float().mean()
     assert agree > 0.9  # bf16 attention over a padded cache rounds differently in a few places
     assert static.logprobs.dtype == torch.float32
+
+
+def test_the_copys_rms_norms_are_fused_and_give_the_same_output(tokenizer):
+    model = build_tiny_model(tokenizer, seed=2).to(torch.bfloat16)
+    hidden = torch.randn(3, 5, 64, dtype=torch.bfloat16)
+    norms = [m for m in model.modules() if type(m).__name__ == "LlamaRMSNorm"]
+    before = [norm(hidden) for norm in norms]
+    assert fuse_rms_norms(model) == len(norms) == 5  # 2 per layer + the final one
+    for norm, out in zip(norms, before):
+        assert "forward" in vars(norm)  # the instance's own forward: the policy's class is untouched
+        torch.testing.assert_close(norm(hidden), out, atol=2e-2, rtol=2e-2)
+
+    class OnePlusWeightRMSNorm(torch.nn.Module):  # Gemma's form, which F.rms_norm does not compute
+        def __init__(self):
+            super().__init__()
+            self.weight, self.variance_epsilon = torch.nn.Parameter(torch.full((8,), 0.5)), 1e-6
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * (1 + self.weight)
+
+    assert fuse_rms_norms(OnePlusWeightRMSNorm()) == 0
 
 
 def test_fixed_cache_writes_at_its_column_and_keeps_its_shape():
