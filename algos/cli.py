@@ -1,7 +1,8 @@
 """`rlvr train` and `rlvr eval`.
 
-    rlvr train --algo grpo|dapo|rloo|cispo|gmpo|ppo|reinforce_pp[_baseline] --env rlvr/Arithmetic-v0 --model PATH|default \
-        [--config run.toml] [--resume] [--section.key value | --key value ...]
+    rlvr train --algo grpo|dapo|rloo|cispo|gmpo|ppo|reinforce_pp[_baseline]|dpo|online_dpo \
+        --env rlvr/Arithmetic-v0 --model PATH|default [--dataset prefs.jsonl] [--config run.toml] [--resume] \
+        [--section.key value | --key value ...]
     rlvr eval --env rlvr/Arithmetic-v0 --model PATH|default [--num-problems N] [--zero-shot] [overrides]
 
 Algorithms are looked up lazily in ALGORITHMS: name -> (module, preset). A module exposes
@@ -31,6 +32,8 @@ ALGORITHMS: dict[str, tuple[str, str | None]] = {
     "ppo": ("algos.ppo", None),
     "reinforce_pp": ("algos.ppo", "reinforce_pp"),
     "reinforce_pp_baseline": ("algos.ppo", "reinforce_pp_baseline"),
+    "dpo": ("algos.dpo", None),
+    "online_dpo": ("algos.dpo", "online"),
 }
 
 

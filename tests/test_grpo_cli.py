@@ -353,7 +353,7 @@ def test_one_config_file_serves_every_algorithm(tiny_dir, capsys):
     assert "unknown config key 'grpo'" in capsys.readouterr().err  # a flag is for the algorithm it runs
     with pytest.raises(SystemExit):
         main(["train", "--algo", "ppo", "--help"])
-    assert "sections of other algorithms, grpo, are set aside" in capsys.readouterr().out
+    assert "sections of other algorithms, dpo, grpo, are set aside" in capsys.readouterr().out
 
 
 def _readme_block(after: str, language: str) -> str:

@@ -1,0 +1,256 @@
+"""DPO (algos/dpo.py, algos/core/preference.py): the losses by hand, the pairs the verifier forms, the dataset's
+errors, and end to end: the gradient of every offline step equals the DPO objective's written in plain, unchunked
+torch inside this test; a killed run resumes to the same weights; online DPO from the verifier learns."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+from reference_helpers import OptimizerSpy, load_weights, model_gradients
+from safetensors.torch import load_file
+
+from algos.checkpoint import latest_checkpoint
+from algos.config import load_config
+from algos.core.preference import PREFERENCE_LOSSES, implicit_rewards, preference_margin
+from algos.dpo import (
+    PRESETS,
+    DPOConfig,
+    DPOTrainer,
+    load_preference_pairs,
+    offline_pair_indices,
+    sequence_logprobs,
+    verifier_pairs,
+)
+from algos.metrics import read_metrics
+from algos.rollout import ScriptedRollout
+from algos.sft import IGNORE_INDEX
+from rlvr_env.testing import ADDITION_KWARGS, biased_addition_model, build_char_tokenizer, build_tiny_model
+
+# ---------------------------------------------------------------- the losses
+
+
+def test_preference_losses_by_hand():
+    h = preference_margin(torch.tensor([-3.0]), torch.tensor([-5.0]), torch.tensor([-4.0]), torch.tensor([-4.0]))
+    assert h.item() == 2.0  # (-3 - -4) - (-5 - -4)
+    sigmoid = PREFERENCE_LOSSES["sigmoid"]
+    assert sigmoid(h, 0.5).item() == pytest.approx(math.log(1 + math.exp(-1)))  # -log sigmoid(0.5 x 2)
+    smoothed = 0.9 * math.log(1 + math.exp(-1)) + 0.1 * math.log(1 + math.exp(1))
+    assert sigmoid(h, 0.5, 0.1).item() == pytest.approx(smoothed)
+    assert PREFERENCE_LOSSES["ipo"](h, 0.5).item() == pytest.approx(1.0)  # (2 - 1 / (2 x 0.5))^2
+    assert PREFERENCE_LOSSES["hinge"](torch.tensor([2.0, 1.0]), 0.5).tolist() == [0.0, 0.5]
+    assert implicit_rewards(torch.tensor([-3.0]), torch.tensor([-4.0]), 0.1).item() == pytest.approx(0.1)
+
+
+def test_sequence_logprobs_sum_or_average_the_completion_tokens():
+    logp = torch.tensor([[-1.0, -2.0, -9.0], [-4.0, -9.0, -9.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    assert sequence_logprobs(logp, mask, mean=False).tolist() == [-3.0, -4.0]
+    assert sequence_logprobs(logp, mask, mean=True).tolist() == [-1.5, -4.0]
+
+
+def test_verifier_pairs_best_with_worst_or_every_gap_largest_first():
+    scores = torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0], [0.5, 1.0, 0.0, 0.2]])
+    assert verifier_pairs(scores, "best_worst", cap=4) == [(0, 1), (9, 10)]  # the all-equal prompt gives none
+    assert verifier_pairs(scores, "all", cap=3) == [(0, 1), (0, 2), (3, 1), (9, 10), (9, 11), (8, 10)]
+
+
+def test_offline_steps_walk_each_epoch_in_a_new_order():
+    steps = [offline_pair_indices(seed=3, step=s, num_pairs=5, per_step=2) for s in range(1, 6)]
+    positions = [i for step in steps for i in step]
+    assert sorted(positions[:5]) == sorted(positions[5:]) == [0, 1, 2, 3, 4]
+    assert positions[:5] != positions[5:]
+    assert steps[2] == offline_pair_indices(seed=3, step=3, num_pairs=5, per_step=2)  # a pure function: resumes agree
+
+
+# ---------------------------------------------------------------- the dataset
+
+
+def write_rows(path, rows):
+    path.write_text("\n".join(row if isinstance(row, str) else json.dumps(row) for row in rows) + "\n")
+    return path
+
+
+def test_strings_and_chat_messages_are_read(tmp_path):
+    path = write_rows(tmp_path / "p.jsonl", [
+        {"prompt": "1+1=", "chosen": "2", "rejected": "3"},
+        {"prompt": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2="}],
+         "chosen": [{"role": "assistant", "content": "4"}], "rejected": "5"},
+    ])
+    pairs = load_preference_pairs(path)
+    assert pairs[0] == ([{"role": "user", "content": "1+1="}], [{"role": "assistant", "content": "2"}],
+                        [{"role": "assistant", "content": "3"}])
+    assert pairs[1][0][0] == {"role": "system", "content": "be brief"}
+
+
+@pytest.mark.parametrize("row, message", [
+    ({"prompt": "1+1=", "chosen": "2"}, "row 2 has no field 'rejected'"),
+    ({"prompt": "1+1=", "chosen": 2, "rejected": "3"}, "row 2: field 'chosen' must be a string or"),
+    ({"prompt": [], "chosen": "2", "rejected": "3"}, "row 2: field 'prompt' must be"),
+    ({"prompt": "1+1=", "chosen": [{"role": "user", "content": "2"}], "rejected": "3"},
+     "row 2: field 'chosen' must start with the assistant's message"),
+    ("[1, 2]", "row 2 must be a JSON object"),
+    ("{not json", "row 2 is not JSON"),
+])
+def test_a_bad_row_is_named_with_its_field(tmp_path, row, message):
+    path = write_rows(tmp_path / "p.jsonl", [{"prompt": "1+1=", "chosen": "2", "rejected": "3"}, row])
+    with pytest.raises(ValueError, match=message):
+        load_preference_pairs(path)
+
+
+def test_config_errors_name_the_key(tmp_path):
+    with pytest.raises(ValueError, match="dpo.dataset.*--algo online_dpo"):
+        load_config(DPOConfig, overrides={})
+    with pytest.raises(ValueError, match="dpo.label_smoothing"):
+        load_config(DPOConfig, overrides={"dpo.dataset": "p.jsonl", "dpo.loss_type": "ipo", "dpo.label_smoothing": "0.1"})
+    with pytest.raises(ValueError, match="dpo.loss_type"):
+        load_config(DPOConfig, overrides={"dpo.dataset": "p.jsonl", "dpo.loss_type": "kto"})
+    with pytest.raises(ValueError, match="dpo.dataset.*no such file"):
+        DPOTrainer(load_config(DPOConfig, overrides={"dpo.dataset": str(tmp_path / "none.jsonl"),
+                                                    "run.output_dir": str(tmp_path / "run")}))
+    assert not (tmp_path / "run").exists()  # refused before any run directory
+
+
+# ---------------------------------------------------------------- end to end
+
+PAIRS = [{"prompt": f"{a}+{b}=", "chosen": str(a + b), "rejected": "9" * (1 + (a + b) % 3)}
+         for a in range(3) for b in range(3)]
+PAIRS.append({"prompt": [{"role": "user", "content": "4+4="}], "chosen": [{"role": "assistant", "content": "8"}],
+              "rejected": "17 or so"})
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dpo")
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2).save_pretrained(root / "model")
+    tokenizer.save_pretrained(root / "model")
+    return root / "model", write_rows(root / "prefs.jsonl", PAIRS)
+
+
+def overrides(tiny, output_dir, **extra):
+    model, prefs = tiny
+    return {"model.path": str(model), "model.autocast": "null", "dpo.dataset": str(prefs), "dpo.pairs_per_step": "5",
+            "loss.micro_batch_size": "3", "optim.lr": "1e-2", "optim.max_grad_norm": "0", "run.output_dir": str(output_dir),
+            "run.progress": "false", "run.tensorboard": "false", "run.plots": "false", "env.use_chat_template": "false",
+            "env.kwargs": json.dumps(ADDITION_KWARGS), "env.max_new_tokens": "4", "env.eval_size": "4", **extra}
+
+
+def plain_sequence_logprob(model, ids: list[int], labels: list[int], mean: bool) -> torch.Tensor:
+    """log pi of a row's labelled tokens from one unpadded, unchunked forward: summed, or averaged (IPO)."""
+    logits = model(input_ids=torch.tensor([ids])).logits[0].float()
+    logp = torch.log_softmax(logits[:-1], -1).gather(-1, torch.tensor(ids[1:])[:, None]).squeeze(-1)
+    mask = torch.tensor([float(label != IGNORE_INDEX) for label in labels[1:]])
+    return (logp * mask).sum() / (mask.sum() if mean else 1)
+
+
+def dpo_objective(policy, reference, pairs, loss_type: str, beta: float, smoothing: float) -> torch.Tensor:
+    """The step's loss from the papers, pair by pair: the mean over pairs of the loss of
+    h = (log pi(y_w) - log ref(y_w)) - (log pi(y_l) - log ref(y_l))."""
+    mean = loss_type == "ipo"
+    losses = []
+    for chosen, rejected in pairs:
+        with torch.no_grad():
+            ref_w, ref_l = (plain_sequence_logprob(reference, *row, mean) for row in (chosen, rejected))
+        h = (plain_sequence_logprob(policy, *chosen, mean) - ref_w) - (plain_sequence_logprob(policy, *rejected, mean) - ref_l)
+        if loss_type == "sigmoid":
+            losses.append(-(1 - smoothing) * F.logsigmoid(beta * h) - smoothing * F.logsigmoid(-beta * h))
+        elif loss_type == "ipo":
+            losses.append((h - 1 / (2 * beta)) ** 2)
+        else:
+            losses.append(torch.relu(1 - beta * h))
+    return torch.stack(losses).mean()
+
+
+@pytest.mark.parametrize("loss_type, beta, smoothing", [("sigmoid", 0.5, 0.0), ("sigmoid", 0.5, 0.2), ("ipo", 0.5, 0.0),
+                                                        ("hinge", 2.0, 0.0)])
+def test_each_offline_step_applies_the_gradient_of_the_dpo_objective(tiny, tmp_path, loss_type, beta, smoothing):
+    config = load_config(DPOConfig, overrides=overrides(tiny, tmp_path, **{
+        "dpo.loss_type": loss_type, "dpo.beta": str(beta), "dpo.label_smoothing": str(smoothing), "run.steps": "3"}))
+    trainer = DPOTrainer(config)
+    initial = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    reference = copy_of_initial = load_weights(trainer.model, initial)
+    spy = OptimizerSpy(trainer.optimizer, {"": trainer.model})
+    trainer.train()
+    assert len(spy.steps) == 3  # micro-batches of 2 rows (1 pair) over 5 pairs: accumulation across 5 passes
+    for step, recorded in enumerate(spy.steps, 1):
+        policy = load_weights(copy_of_initial, recorded["weights"])
+        indices = offline_pair_indices(config.run.seed, step, len(PAIRS), 5)
+        pairs = [trainer._pair_rows(i) for i in indices]
+        dpo_objective(policy, reference, pairs, loss_type, beta, smoothing).backward()
+        want = model_gradients(policy)
+        assert set(recorded["grads"]) == set(want)
+        for name, grad in want.items():
+            torch.testing.assert_close(recorded["grads"][name], grad, atol=1e-6, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
+    logged = [row for row in read_metrics(tmp_path) if "rewards/margins" in row]
+    assert [row["step"] for row in logged] == [1, 2, 3]
+    assert logged[0]["rewards/margins"] == 0.0  # the policy is the reference before the first step
+    assert logged[-1]["rewards/accuracies"] == 1.0 if loss_type == "sigmoid" else True
+
+
+def test_a_killed_offline_run_resumes_to_the_same_weights(tiny, tmp_path):
+    DPOTrainer(load_config(DPOConfig, overrides=overrides(tiny, tmp_path / "full", **{"run.steps": "4"}))).train()
+    DPOTrainer(load_config(DPOConfig, overrides=overrides(tiny, tmp_path / "cut", **{"run.steps": "2"}))).train()
+    resumed = DPOTrainer(load_config(DPOConfig, overrides=overrides(tiny, tmp_path / "cut", **{"run.steps": "4"})),
+                         resume=True)
+    assert resumed.start_step == 2 and not resumed._reference  # the reference's log-probs are computed again
+    resumed.train()
+    full, cut = (load_file(latest_checkpoint(tmp_path / name) / "model" / "model.safetensors") for name in ("full", "cut"))
+    assert full.keys() == cut.keys() and all(torch.equal(full[k], cut[k]) for k in full)
+
+
+def test_online_pairs_come_from_the_verifiers_ranking(tiny, tmp_path):
+    """A scripted rollout: in each group of 4 one completion is right; "best_worst" pairs it with the first wrong one
+    and "all" with every wrong one; a group all wrong gives no pair."""
+    def script(problem, row, round_index):
+        group, member = divmod(row, 4)
+        right = group != 1 and member == (group % 4)
+        return str(problem.answer) if right else "x"
+
+    for pairing, pairs in (("best_worst", 2), ("all", 6)):
+        config = load_config(DPOConfig, overrides={**overrides(tiny, tmp_path / pairing, **{
+            "run.steps": "1", "dpo.prompts_per_step": "3", "dpo.group_size": "4", "dpo.pairing": pairing}),
+            "dpo.dataset": "null"}, preset=PRESETS["online"])
+        trainer = DPOTrainer(config, backend=ScriptedRollout(script))
+        batch, metrics = trainer.online_batch(1)
+        assert metrics["dpo/pairs"] == pairs and metrics["dpo/no_pair_prompt_frac"] == pytest.approx(1 / 3)
+        assert batch.input_ids.shape[0] == 2 * pairs
+        chosen = trainer.tokenizer.batch_decode(batch.input_ids[0::2, batch.prompt_width:], skip_special_tokens=True)
+        assert all(text != "x" for text in chosen)
+        assert trainer.update(batch, None)["skipped_update"] == 0.0
+
+
+def test_rlvr_train_algo_dpo_reads_the_dataset_flag(tiny, tmp_path):
+    model, prefs = tiny
+    args = [f"--{key}={value}" for key, value in overrides(tiny, tmp_path / "cli", **{"run.steps": "1"}).items()
+            if key != "dpo.dataset"]
+    done = subprocess.run([sys.executable, "-m", "rlvr_cli", "train", "--algo", "dpo", "--dataset", str(prefs), *args],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [row["step"] for row in read_metrics(tmp_path / "cli") if "rewards/chosen" in row] == [1]
+    bad = write_rows(tmp_path / "bad.jsonl", [{"prompt": "1+1=", "chosen": "2"}])
+    done = subprocess.run([sys.executable, "-m", "rlvr_cli", "train", "--algo", "dpo", "--dataset", str(bad), *args],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0 and "row 1 has no field 'rejected'" in done.stderr
+
+
+@pytest.mark.slow
+def test_online_dpo_from_the_verifier_raises_held_out_accuracy(tmp_path):
+    """The GRPO learning test's model, task and budget (tests/test_grpo_learning.py: 10 steps of 64 prompts x 8):
+    online DPO with the task's verifier as the judge must raise held-out greedy accuracy by the same margin."""
+    model = biased_addition_model(tmp_path / "sft", steps=400, seed=0)
+    config = load_config(DPOConfig, preset=PRESETS["online"], overrides={
+        "model.path": str(model), "model.autocast": "null", "env.kwargs": json.dumps(ADDITION_KWARGS),
+        "env.max_new_tokens": "6", "env.use_chat_template": "false", "env.eval_size": "200", "optim.lr": "1e-3",
+        "run.steps": "10", "run.output_dir": str(tmp_path / "run"), "run.save_every": "0", "run.progress": "false",
+        "run.tensorboard": "false", "dpo.prompts_per_step": "64", "dpo.group_size": "8", "dpo.pairing": "all",
+        "loss.micro_batch_size": "256"})
+    summary = DPOTrainer(config).train()
+    before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]
+    print(f"online dpo: held-out accuracy {before:.3f} -> {after:.3f}")
+    assert before < 0.5 and after >= before + 0.2
