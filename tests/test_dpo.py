@@ -254,3 +254,36 @@ def test_online_dpo_from_the_verifier_raises_held_out_accuracy(tmp_path):
     before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]
     print(f"online dpo: held-out accuracy {before:.3f} -> {after:.3f}")
     assert before < 0.5 and after >= before + 0.2
+
+
+def test_online_dpo_on_a_multiturn_task_trains_on_the_policys_own_tokens(tmp_path, monkeypatch):
+    """Whole episodes from the multi-turn engine: a pair's label mask is the episode's policy mask (the env's replies
+    between turns are not the policy's, so no log-prob of theirs enters the loss)."""
+    from test_multiturn_rollout import chatty_rollout, tiny_policy
+
+    from algos import dpo
+    from algos.multiturn import MultiTurnHFRollout
+
+    torch.manual_seed(0)  # the weights under which test_multiturn_rollout.py's episodes take several turns
+    model, tokenizer = tiny_policy()
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    task = {"digits": 2, "operators": "*", "prompt_template": "{expression}=", "max_turns": 2}
+    config = load_config(DPOConfig, preset=PRESETS["online"], overrides={
+        "model.path": str(tmp_path / "model"), "model.autocast": "null", "env.id": "rlvr/CalculatorArithmetic-v0",
+        "env.kwargs": json.dumps(task), "env.max_new_tokens": "16", "rollout.max_episode_tokens": "40",
+        "env.eval_size": "2", "run.steps": "1", "run.output_dir": str(tmp_path / "run"), "run.progress": "false",
+        "run.tensorboard": "false", "run.plots": "false", "dpo.prompts_per_step": "2", "dpo.group_size": "2"})
+    trainer = DPOTrainer(config)
+    assert isinstance(trainer.backend, MultiTurnHFRollout)
+    # episodes of a task whose env always replies (tests/test_multiturn_rollout.py), so every row holds env tokens
+    torch.manual_seed(0)
+    episode = chatty_rollout(trainer.model, trainer.tokenizer)
+    assert (episode.response_mask - episode.policy_mask).sum() > 0
+    monkeypatch.setattr(trainer.backend, "generate", lambda *args, **kwargs: episode)
+    # an untrained policy's episodes all score 0: rank row 0 over row 1 and row 5 over row 4, as a verifier would
+    monkeypatch.setattr(dpo, "verifier_pairs", lambda scores, pairing, cap: [(0, 1), (5, 4)])
+    batch, metrics = trainer.online_batch(1)
+    assert torch.equal(batch.label_mask, episode.policy_mask[[0, 1, 5, 4]].float())
+    assert metrics["dpo/pairs"] == 2
+    assert trainer.update(batch, None)["skipped_update"] == 0.0
