@@ -39,11 +39,11 @@ def test_preference_losses_by_hand():
     h = preference_margin(torch.tensor([-3.0]), torch.tensor([-5.0]), torch.tensor([-4.0]), torch.tensor([-4.0]))
     assert h.item() == 2.0  # (-3 - -4) - (-5 - -4)
     sigmoid = PREFERENCE_LOSSES["sigmoid"]
-    assert sigmoid(h, 0.5).item() == pytest.approx(math.log(1 + math.exp(-1)))  # -log sigmoid(0.5 x 2)
+    assert sigmoid(h, 0.5, 0.0).item() == pytest.approx(math.log(1 + math.exp(-1)))  # -log sigmoid(0.5 x 2)
     smoothed = 0.9 * math.log(1 + math.exp(-1)) + 0.1 * math.log(1 + math.exp(1))
     assert sigmoid(h, 0.5, 0.1).item() == pytest.approx(smoothed)
-    assert PREFERENCE_LOSSES["ipo"](h, 0.5).item() == pytest.approx(1.0)  # (2 - 1 / (2 x 0.5))^2
-    assert PREFERENCE_LOSSES["hinge"](torch.tensor([2.0, 1.0]), 0.5).tolist() == [0.0, 0.5]
+    assert PREFERENCE_LOSSES["ipo"](h + 1, 0.25, 0.0).item() == pytest.approx(1.0)  # (3 - 1 / (2 x 0.25))^2
+    assert PREFERENCE_LOSSES["hinge"](torch.tensor([2.0, 1.0]), 0.5, 0.0).tolist() == [0.0, 0.5]
     assert implicit_rewards(torch.tensor([-3.0]), torch.tensor([-4.0]), 0.1).item() == pytest.approx(0.1)
 
 
@@ -167,7 +167,7 @@ def dpo_objective(policy, reference, pairs, loss_type: str, beta: float, smoothi
     return torch.stack(losses).mean()
 
 
-@pytest.mark.parametrize("loss_type, beta, smoothing", [("sigmoid", 0.5, 0.0), ("sigmoid", 0.5, 0.2), ("ipo", 0.5, 0.0),
+@pytest.mark.parametrize("loss_type, beta, smoothing", [("sigmoid", 0.5, 0.0), ("sigmoid", 0.5, 0.2), ("ipo", 0.25, 0.0),
                                                         ("hinge", 2.0, 0.0)])
 def test_each_offline_step_applies_the_gradient_of_the_dpo_objective(tiny, tmp_path, loss_type, beta, smoothing):
     config = load_config(DPOConfig, overrides=overrides(tiny, tmp_path, **{

@@ -30,18 +30,18 @@ def preference_margin(policy_chosen: torch.Tensor, policy_rejected: torch.Tensor
     return (policy_chosen - ref_chosen) - (policy_rejected - ref_rejected)
 
 
-def sigmoid_loss(margin: torch.Tensor, beta: float, label_smoothing: float = 0.0) -> torch.Tensor:
+def sigmoid_loss(margin: torch.Tensor, beta: float, label_smoothing: float) -> torch.Tensor:
     """[N] h -> [N] -(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h) (eps 0: DPO)."""
     return -(1 - label_smoothing) * F.logsigmoid(beta * margin) - label_smoothing * F.logsigmoid(-beta * margin)
 
 
-def ipo_loss(margin: torch.Tensor, beta: float, label_smoothing: float = 0.0) -> torch.Tensor:
-    """[N] h (of mean log-probs) -> [N] (h - 1 / (2 beta))^2."""
+def ipo_loss(margin: torch.Tensor, beta: float, label_smoothing: float) -> torch.Tensor:
+    """[N] h (of mean log-probs) -> [N] (h - 1 / (2 beta))^2 (no smoothing: validation refuses it)."""
     return (margin - 1 / (2 * beta)) ** 2
 
 
-def hinge_loss(margin: torch.Tensor, beta: float, label_smoothing: float = 0.0) -> torch.Tensor:
-    """[N] h -> [N] relu(1 - beta h)."""
+def hinge_loss(margin: torch.Tensor, beta: float, label_smoothing: float) -> torch.Tensor:
+    """[N] h -> [N] relu(1 - beta h) (no smoothing: validation refuses it)."""
     return torch.relu(1 - beta * margin)
 
 
