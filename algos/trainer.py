@@ -148,8 +148,9 @@ def setup_run(
     if check_task is not None:
         check_task(task)
     device = resolve_device(device_for(world, config.model.device))
+    engine = resolve_rollout_backend(config, device)  # recorded even where ``backend`` replaces the engine
     if backend is None:
-        ROLLOUT_ENGINES[resolve_rollout_backend(config, device)].check_available(config.rollout.backend)
+        ROLLOUT_ENGINES[engine].check_available(engine)
     seed_everything(config.run.seed, config.run.full_determinism)
     model, tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=device)
     check_lm_head(model, len(tokenizer))  # also refuses an LM head that is not a bias-free Linear
