@@ -45,7 +45,7 @@ class HealthMonitor:
         if cfg.zero_std_groups and zero_std is not None and zero_std >= cfg.zero_std_groups:
             alarms.append(Alarm("zero_std_groups", f"step {step}: {zero_std:.0%} of groups have all-equal rewards, no "
                                 f"learning signal (alarms.zero_std_groups = {cfg.zero_std_groups:g}): raise "
-                                "grpo.group_size, sample at a temperature, or use grpo.dynamic_sampling"))
+                                "rollout.group_size, sample at a temperature, or use grpo.dynamic_sampling"))
         clip = _clip_fraction(metrics)
         previous = [c for c in (_clip_fraction(record) for record in earlier) if c is not None]
         if cfg.clip_spike and clip is not None and previous:

@@ -101,8 +101,8 @@ def _train_keys(namespace) -> str:
             + describe_sections(TrainConfig(), *algorithm_configs))
 
 
-# What rlvr eval does not read: it decodes greedily.
-EVAL_IGNORES = ("rollout.temperature", "rollout.top_p", "rollout.top_k")
+# What rlvr eval does not read: it decodes greedily, its problems once each.
+EVAL_IGNORES = ("rollout.temperature", "rollout.top_p", "rollout.top_k", "rollout.prompts_per_step", "rollout.group_size")
 
 
 def _eval_keys(namespace) -> str:

@@ -140,6 +140,13 @@ VLLM_ARGUMENTS_SET_BY_ROLLOUT = frozenset(
 
 @dataclass
 class RolloutConfig:
+    # How much each step samples, every algorithm's (it was grpo.prompts_per_step / grpo.group_size and
+    # ppo.prompts_per_step / ppo.samples_per_prompt, still read: RENAMED_KEYS). Defaults: GRPO's and online DPO's
+    # (DeepSeekMath samples 64 per prompt; 8 x 8 fits a CPU); PPOConfig's own are 16 x 1.
+    prompts_per_step: int = 8  # prompts sampled per step, over all ranks (verl data.train_batch_size)
+    # completions per prompt: GRPO's group G, PPO's samples per prompt, online DPO's candidates (TRL
+    # num_generations, verl actor_rollout_ref.rollout.n)
+    group_size: int = 8
     # "auto" (resolved at start-up, recorded in config.yaml): "static" on a GPU for single-turn tasks, else "hf".
     # "hf": transformers + its KV cache, one row-compacting step per token (fastest on a CPU); "static": fixed-shape
     # decode steps replayed as CUDA graphs from a copy of the weights in the compute dtype (algos/static_rollout.py);
@@ -164,6 +171,8 @@ class RolloutConfig:
     max_episode_tokens: int | None = None
 
     def validate(self) -> None:
+        require(self.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1")
+        require(self.group_size >= 1, "rollout.group_size", "must be >= 1")
         require(self.max_episode_tokens is None or self.max_episode_tokens >= 1, "rollout.max_episode_tokens",
                 "must be >= 1 or null")
         # the engines are algos/environment.py's ROLLOUT_ENGINES: a run checks the name before it loads its model
@@ -636,6 +645,10 @@ def to_dict(config: Any) -> dict[str, Any]:
 # Keys that moved: old dotted key -> its new one. Config files, CLI flags and an old checkpoint's config.yaml
 # (--resume) still say the old one for a release; each is read as the new key, with a FutureWarning.
 RENAMED_KEYS = {
+    "grpo.prompts_per_step": "rollout.prompts_per_step",
+    "ppo.prompts_per_step": "rollout.prompts_per_step",
+    "grpo.group_size": "rollout.group_size",
+    "ppo.samples_per_prompt": "rollout.group_size",
     "grpo.max_episode_tokens": "rollout.max_episode_tokens",
     "ppo.max_episode_tokens": "rollout.max_episode_tokens",
     "grpo.rollout_correction": "loss.rollout_correction",

@@ -11,7 +11,7 @@ on the shared update engine (algos/learn). No reward model and no value model.
   walk the rows in a shuffled order, a new one each epoch (a pure function of run.seed and the step, so a resume
   takes the same pairs); the reference's log-probs of a row are computed once and kept.
 - Online (``--algo online_dpo``, TRL's OnlineDPOTrainer with the verifier as judge): each step samples
-  dpo.group_size completions for each of dpo.prompts_per_step prompts of env.id with the rollout engine (any
+  rollout.group_size completions for each of rollout.prompts_per_step prompts of env.id with the rollout engine (any
   engine; a multi-turn task's whole episodes, its tool outputs masked), scores them with the task's verifier and
   pairs a prompt's better completion with a worse one (dpo.pairing). A prompt whose completions all score alike
   gives no pair (logged: dpo/no_pair_prompt_frac).
@@ -58,8 +58,6 @@ class DPOSection:
     dataset: str | None = None
     pairs_per_step: int = 16  # offline pairs per optimizer step, over all ranks (TRL: 8 per device x accumulation)
     online: bool = False  # pairs sampled from env.id's task and ranked by its verifier (--algo online_dpo)
-    prompts_per_step: int = 8  # online: prompts sampled per step
-    group_size: int = 8  # online: completions per prompt, ranked by the verifier
     # online: "best_worst" pairs a prompt's best-scored completion with its worst (one pair); "all" pairs every
     # completion with every lower-scored one (correct x incorrect), the largest score gaps first
     pairing: str = "best_worst"
@@ -76,8 +74,6 @@ class DPOSection:
         require(not (self.online and self.dataset), "dpo.dataset",
                 "is read offline only; online DPO samples its pairs from env.id (unset one of dpo.dataset, dpo.online)")
         require(self.pairs_per_step >= 1, "dpo.pairs_per_step", "must be >= 1")
-        require(self.prompts_per_step >= 1, "dpo.prompts_per_step", "must be >= 1")
-        require(self.group_size >= 2, "dpo.group_size", "must be >= 2 (a pair compares two completions of a prompt)")
         require(self.pairing in PAIRINGS, "dpo.pairing", f"must be one of {PAIRINGS}, got {self.pairing!r}")
         require(self.max_pairs_per_prompt >= 1, "dpo.max_pairs_per_prompt", "must be >= 1")
 
@@ -87,6 +83,11 @@ class DPOConfig(TrainConfig):
     """DPO (and, through the `online` preset, online DPO): the shared sections plus `dpo`."""
 
     dpo: DPOSection = field(default_factory=DPOSection)
+
+    def validate(self) -> None:
+        super().validate()
+        require(not self.dpo.online or self.rollout.group_size >= 2, "rollout.group_size",
+                "must be >= 2 for online DPO (a pair compares two completions of a prompt)")
 
 
 # TRL's DPOConfig learning rate (1e-6) is for 7B models; the presets keep the run's optim section.
@@ -194,7 +195,8 @@ class DPOTrainer:
         """``backend``: the rollout backend of online DPO and of evaluation (default: the one config.rollout names)."""
         d = config.dpo
         self.pairs = load_preference_pairs(d.dataset) if not d.online else None  # before any run directory exists
-        self.run = setup_run(config, prompts=("dpo.prompts_per_step", d.prompts_per_step), group_size=d.group_size,
+        r = config.rollout
+        self.run = setup_run(config, prompts=("rollout.prompts_per_step", r.prompts_per_step), group_size=r.group_size,
                              resume=resume, backend=backend, keep_reference=True)
         require(d.online or d.pairs_per_step % self.run.world.size == 0, "dpo.pairs_per_step",
                 f"{d.pairs_per_step} pairs do not split across {self.run.world.size} processes (torchrun's world size)")
@@ -240,17 +242,17 @@ class DPOTrainer:
     def online_batch(self, step: int) -> tuple[sft.DemonstrationBatch | None, dict[str, float]]:
         """Sample, score and pair this rank's prompts of ``step`` -> (the pairs, interleaved; None: no prompt gave
         one, the rollout's metrics)."""
-        d = self.config.dpo
+        d, r = self.config.dpo, self.config.rollout
         seed = round_seed(self.config.run.seed, step)
-        problems, seeds = self.run.round_prompts(seed, d.prompts_per_step, d.group_size)
-        self.env.reset(seed=seed, options={"group_size": d.group_size, "problem_indices": problems})
+        problems, seeds = self.run.round_prompts(seed, r.prompts_per_step, r.group_size)
+        self.env.reset(seed=seed, options={"group_size": r.group_size, "problem_indices": problems})
         with whole_weights(self.forward):
             result = self.backend.generate(self.model, self.env, seeds=seeds)
         scores = result.scores.float()
         metrics = rollout_metrics(result, scores)
-        pairs = verifier_pairs(scores.view(-1, d.group_size).cpu(), d.pairing, d.max_pairs_per_prompt)
+        pairs = verifier_pairs(scores.view(-1, r.group_size).cpu(), d.pairing, d.max_pairs_per_prompt)
         prompts = len(problems)
-        without = prompts - len({better // d.group_size for better, _ in pairs})
+        without = prompts - len({better // r.group_size for better, _ in pairs})
         pairs_total, without_total, prompts_total = sum_over_ranks(len(pairs), without, prompts)
         metrics.update({"dpo/pairs": pairs_total, "dpo/no_pair_prompt_frac": without_total / max(1.0, prompts_total)})
         if not pairs:

@@ -1,6 +1,6 @@
 """GRPO (DeepSeekMath) and DAPO in one loop over algos.core.
 
-One step: sample G completions for each of `prompts_per_step` prompts by stepping a
+One step: sample G (rollout.group_size) completions for each of rollout.prompts_per_step prompts by stepping a
 TokenVectorEnv; shape rewards (DAPO soft overlong penalty, overlong filter); keep groups with
 signal (DAPO dynamic sampling, bounded rounds); advantages from grpo.adv_estimator (plus, with
 `grpo.process_weight`, DeepSeekMath process supervision from the task's step rewards); then
@@ -16,7 +16,7 @@ Dynamic sampling bound: at most `max_sampling_rounds` generation rounds per step
 A group is informative when its task scores (accuracy, before the soft overlong penalty)
 differ, or with process supervision its step rewards do, and at least one of its rows is
 trained on. When the bound is hit with fewer than
-`prompts_per_step` informative groups, the step trains on the groups it has (the loss
+rollout.prompts_per_step informative groups, the step trains on the groups it has (the loss
 normalisers count only those); with none, the update is skipped and logged as
 `skipped_update = 1`, as it is when every kept row's loss is masked (overlong filtering).
 """
@@ -60,8 +60,6 @@ from algos.trainer import round_seed, run_training, setup_run
 
 @dataclass
 class GRPOSection:
-    prompts_per_step: int = 8  # prompts per rollout batch
-    group_size: int = 8  # G completions per prompt
     num_iterations: int = 1  # policy updates per rollout batch (mu in DeepSeekMath; >1 makes the ratio matter)
     beta: float = 0.04  # KL-to-reference coefficient in the loss (DeepSeekMath); 0 = no reference model kept
     kl_estimator: str = "k3"  # KL_ESTIMATORS: k3 (DeepSeekMath, verl's low_var_kl) or k2 (its gradient is the KL's)
@@ -87,8 +85,6 @@ class GRPOSection:
     overlong_penalty_factor: float = 0.5
 
     def validate(self) -> None:
-        require(self.prompts_per_step >= 1, "grpo.prompts_per_step", "must be >= 1")
-        require(self.group_size >= 2, "grpo.group_size", "must be >= 2 (advantages compare samples of a group)")
         require(self.num_iterations >= 1, "grpo.num_iterations", "must be >= 1")
         require(self.beta >= 0, "grpo.beta", "must be >= 0")
         require(self.kl_estimator in KL_ESTIMATORS, "grpo.kl_estimator", f"must be one of {KL_ESTIMATORS.names}")
@@ -117,6 +113,7 @@ class GRPOConfig(TrainConfig):
 
     def validate(self) -> None:
         super().validate()
+        require(self.rollout.group_size >= 2, "rollout.group_size", "must be >= 2 (advantages compare samples of a group)")
         require(self.grpo.overlong_cache <= self.env.max_new_tokens or not self.grpo.soft_overlong,
                 "grpo.overlong_cache", f"must be <= env.max_new_tokens ({self.env.max_new_tokens}) while grpo.soft_overlong "
                 "is on (--algo dapo turns it on): DAPO's penalty grows over the budget's last grpo.overlong_cache "
@@ -234,16 +231,16 @@ def shape_rewards(result, g: GRPOSection, max_new_tokens: int) -> tuple[torch.Te
     return scores, loss_mask
 
 
-def informative_groups(result, loss_mask: torch.Tensor, g: GRPOSection) -> torch.Tensor:
+def informative_groups(result, loss_mask: torch.Tensor, g: GRPOSection, group_size: int) -> torch.Tensor:
     """[B // G] bool: DAPO keeps a group when its accuracy (or, as configured, its task score; either before the
     length penalty) varies and some row of it is trained on (overlong filtering may mask them all). With process
     supervision, step rewards that differ within the group are a signal too."""
     metric = result.solved.float() if g.dynamic_sampling_metric == "acc" else result.scores.float()
-    metric = metric.reshape(-1, g.group_size)
+    metric = metric.reshape(-1, group_size)
     varies = metric.amax(1) > metric.amin(1)
     if g.process_weight:
-        varies |= step_rewards_vary(result.process_rewards, result.process_step_mask, g.group_size)
-    return varies & loss_mask.any(-1).reshape(-1, g.group_size).any(1)
+        varies |= step_rewards_vary(result.process_rewards, result.process_step_mask, group_size)
+    return varies & loss_mask.any(-1).reshape(-1, group_size).any(1)
 
 
 def _right_pad_cat(parts: list[torch.Tensor], width: int) -> torch.Tensor:
@@ -251,7 +248,7 @@ def _right_pad_cat(parts: list[torch.Tensor], width: int) -> torch.Tensor:
     return torch.cat([torch.nn.functional.pad(part, (0, width - part.shape[1])) for part in parts])
 
 
-def build_batch(kept: list[SampledRows], g: GRPOSection, pad_id: int, advantages: torch.Tensor) -> Batch:
+def build_batch(kept: list[SampledRows], g: GRPOSection, group_size: int, pad_id: int, advantages: torch.Tensor) -> Batch:
     """The kept rows as one batch (prompts left-padded, completions right-padded to the widest round) with their
     [N] outcome ``advantages``, to which process supervision adds its per-token part."""
     width_p = max(part.prompt_ids.shape[1] for part in kept)
@@ -265,7 +262,7 @@ def build_batch(kept: list[SampledRows], g: GRPOSection, pad_id: int, advantages
         step_rewards = _right_pad_cat([part.step_rewards for part in kept], width_t)
         step_mask = _right_pad_cat([part.step_mask for part in kept], width_t)
         advantages = advantages.unsqueeze(-1) + g.process_weight * process_advantages(
-            step_rewards, step_mask, g.group_size, eps=g.adv_eps
+            step_rewards, step_mask, group_size, eps=g.adv_eps
         )
     return Batch(
         input_ids=torch.cat(ids),
@@ -280,13 +277,13 @@ def build_batch(kept: list[SampledRows], g: GRPOSection, pad_id: int, advantages
     )
 
 
-def outcome_advantages(kept: list[SampledRows], g: GRPOSection) -> torch.Tensor:
+def outcome_advantages(kept: list[SampledRows], g: GRPOSection, group_size: int) -> torch.Tensor:
     """[N] advantages of this rank's kept rows, computed over every rank's (batch-std's std is the global batch's);
     every rank calls it."""
     scores = torch.cat([part.scores for part in kept]) if kept else torch.zeros(0)
     everywhere = gather_rows(scores)
     first = rank_offset(scores.shape[0])
-    return ADVANTAGE_ESTIMATORS[g.adv_estimator](everywhere, g.group_size, eps=g.adv_eps)[first : first + scores.shape[0]]
+    return ADVANTAGE_ESTIMATORS[g.adv_estimator](everywhere, group_size, eps=g.adv_eps)[first : first + scores.shape[0]]
 
 
 def first_groups(informative: torch.Tensor, kept_before: int, limit: int) -> tuple[torch.Tensor, int]:
@@ -303,8 +300,8 @@ def first_groups(informative: torch.Tensor, kept_before: int, limit: int) -> tup
 class GRPOTrainer:
     def __init__(self, config: GRPOConfig, *, resume: bool = False, backend: RolloutBackend | None = None) -> None:
         """``backend``: the rollout backend (default: the one config.rollout names), e.g. a ScriptedRollout."""
-        g = config.grpo
-        self.run = setup_run(config, prompts=("grpo.prompts_per_step", g.prompts_per_step), group_size=g.group_size,
+        g, r = config.grpo, config.rollout
+        self.run = setup_run(config, prompts=("rollout.prompts_per_step", r.prompts_per_step), group_size=r.group_size,
                              resume=resume, backend=backend, keep_reference=g.beta > 0,
                              check_task=lambda task: _check_process_rewards(config, task))
         self.config, self.model, self.tokenizer, self.ref_model = config, self.run.model, self.run.tokenizer, self.run.ref_model
@@ -322,10 +319,10 @@ class GRPOTrainer:
     def sample_round(self, step: int, round_index: int) -> tuple[Any, SampledRows]:
         """Generate G completions for each of this rank's prompts of the round: (the rollout, its rows with rewards
         shaped)."""
-        g = self.config.grpo
+        g, r = self.config.grpo, self.config.rollout
         seed = round_seed(self.config.run.seed, step, round_index)
-        problems, seeds = self.run.round_prompts(seed, g.prompts_per_step, g.group_size)
-        self.env.reset(seed=seed, options={"group_size": g.group_size, "problem_indices": problems})
+        problems, seeds = self.run.round_prompts(seed, r.prompts_per_step, r.group_size)
+        self.env.reset(seed=seed, options={"group_size": r.group_size, "problem_indices": problems})
         with whole_weights(self.forward):
             result = self.backend.generate(self.model, self.env, seeds=seeds)
         scores, loss_mask = shape_rewards(result, g, self.config.env.max_new_tokens)
@@ -338,7 +335,7 @@ class GRPOTrainer:
     def collect(self, step: int) -> tuple[Batch | None, dict[str, float]]:
         """Generate rounds until `prompts_per_step` groups with signal are kept over all ranks (or the round bound is
         hit). The batch holds this rank's kept rows; None when it kept none (another rank may have)."""
-        g = self.config.grpo
+        g, r = self.config.grpo, self.config.rollout
         kept: list[SampledRows] = []
         sampled_scores, stats, kept_groups = [], {}, 0
         for round_index in range(g.max_sampling_rounds):
@@ -347,22 +344,22 @@ class GRPOTrainer:
                 stats = {**rollout_metrics(result, rows.scores), **episode_metrics(result)}
             sampled_scores.append(rows.scores)
             if g.dynamic_sampling:
-                groups, kept_groups = first_groups(informative_groups(result, rows.loss_mask, g), kept_groups,
-                                                   g.prompts_per_step)
-                rows = rows.take(groups.repeat_interleave(g.group_size).nonzero().flatten())
+                groups, kept_groups = first_groups(informative_groups(result, rows.loss_mask, g, r.group_size), kept_groups,
+                                                   r.prompts_per_step)
+                rows = rows.take(groups.repeat_interleave(r.group_size).nonzero().flatten())
             else:
-                kept_groups = g.prompts_per_step
+                kept_groups = r.prompts_per_step
             if rows.scores.numel():
                 kept.append(rows)
-            if kept_groups >= g.prompts_per_step:
+            if kept_groups >= r.prompts_per_step:
                 break
-        stats["zero_std_group_frac"] = zero_std_group_fraction(gather_rows(torch.cat(sampled_scores)), g.group_size)
+        stats["zero_std_group_frac"] = zero_std_group_fraction(gather_rows(torch.cat(sampled_scores)), r.group_size)
         stats["generation_rounds"] = round_index + 1
         stats["kept_groups"] = kept_groups
         if kept_groups == 0:
             return None, stats
-        advantages = outcome_advantages(kept, g)
-        return (build_batch(kept, g, self.env.pad_id, advantages) if kept else None), stats
+        advantages = outcome_advantages(kept, g, r.group_size)
+        return (build_batch(kept, g, r.group_size, self.env.pad_id, advantages) if kept else None), stats
 
     # ------------------------------------------------------------ update
 

@@ -5,7 +5,7 @@ action is one token, and the reward is per token (docs/formulas.md, "PPO-Clip on
 
     r_t = process_reward_t - kl_coef * KL_t(pi_old || pi_ref)  (+ sequence score on the last token)
 
-One step: roll out `prompts_per_step * samples_per_prompt` completions; score
+One step: roll out rollout.prompts_per_step x rollout.group_size completions; score
 them with the env's verifiers or a learned reward model (the task's process
 rewards, on the tokens that end each reasoning step, count either way); compute old log-probs,
 old values and reference log-probs; per-token rewards; GAE (gamma, lambda) over
@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from algos.config import PolicyLossConfig, TrainConfig, require
+from algos.config import PolicyLossConfig, RolloutConfig, TrainConfig, require
 from algos.core import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES
 from algos.core.aggregation import aggregate_loss
 from algos.core.gae import (
@@ -74,8 +74,6 @@ REWARD_SOURCES = ("env", "model")
 
 @dataclass
 class PPOSection:
-    prompts_per_step: int = 16  # prompts per rollout batch
-    samples_per_prompt: int = 1  # completions per prompt (the critic is the baseline, so 1 suffices)
     ppo_epochs: int = 4  # passes over each rollout batch (TRL's num_ppo_epochs: 4)
     num_minibatches: int = 2  # optimizer steps per epoch; rows are reshuffled every epoch
     gamma: float = 1.0  # discount (TRL: 1; an episode is one completion)
@@ -85,7 +83,7 @@ class PPOSection:
     # the returns (REINFORCE++ with gamma = lam = 1 and whitening)
     value_model: str = "head"
     # Subtracted from each sequence score before the per-token rewards: "none", or "group_mean": the mean score of the
-    # prompt's samples_per_prompt completions (REINFORCE++-baseline, OpenRLHF's reinforce_baseline; needs >= 2 samples)
+    # prompt's rollout.group_size completions (REINFORCE++-baseline, OpenRLHF's reinforce_baseline; needs >= 2 samples)
     score_baseline: str = "none"
     value_clip: float | None = 0.2  # clip V within +-c of V_old in the value loss (TRL's cliprange_value: 0.2; None = off)
     vf_coef: float = 0.1  # weight of the value loss in the total loss (TRL's PPOConfig default)
@@ -101,11 +99,8 @@ class PPOSection:
     reward_model_batch_size: int = 16
 
     def validate(self) -> None:
-        for name in ("prompts_per_step", "samples_per_prompt", "ppo_epochs", "num_minibatches", "reward_model_batch_size",
-                     "kl_horizon"):
+        for name in ("ppo_epochs", "num_minibatches", "reward_model_batch_size", "kl_horizon"):
             require(getattr(self, name) >= 1, f"ppo.{name}", "must be >= 1")
-        rows = self.prompts_per_step * self.samples_per_prompt
-        require(self.num_minibatches <= rows, "ppo.num_minibatches", f"must be <= rows per step ({rows})")
         require(0 < self.gamma <= 1, "ppo.gamma", "must be in (0, 1]")
         require(0 <= self.lam <= 1, "ppo.lam", "must be in [0, 1]")
         require(self.value_model in (*VALUE_MODEL_KINDS, "none"), "ppo.value_model",
@@ -114,8 +109,6 @@ class PPOSection:
                 "must be 0 when ppo.value_model is 'none': there is no critic to warm up")
         require(self.score_baseline in ("none", "group_mean"), "ppo.score_baseline",
                 f"must be 'none' or 'group_mean', got {self.score_baseline!r}")
-        require(self.score_baseline == "none" or self.samples_per_prompt >= 2, "ppo.samples_per_prompt",
-                "must be >= 2 for ppo.score_baseline = 'group_mean' (a prompt's mean score over its samples)")
         require(self.value_clip is None or self.value_clip > 0, "ppo.value_clip", "must be > 0 or null")
         require(self.vf_coef > 0, "ppo.vf_coef", "must be > 0")
         require(self.critic_lr is None or self.critic_lr > 0, "ppo.critic_lr", "must be > 0 or null")
@@ -140,9 +133,15 @@ class PPOConfig(TrainConfig):
     # PPO's policy loss: a token mean (TRL's and verl's PPO), 16 rows per forward/backward ("auto" and a memory
     # budget as GRPO's, the probe running the critic's forward too).
     loss: PolicyLossConfig = field(default_factory=lambda: PolicyLossConfig(aggregation="token-mean", micro_batch_size=16))
+    # 16 prompts x 1 completion a step: the critic is the baseline, so one sample a prompt suffices
+    rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(prompts_per_step=16, group_size=1))
 
     def validate(self) -> None:
         super().validate()
+        rows = self.rollout.prompts_per_step * self.rollout.group_size
+        require(self.ppo.num_minibatches <= rows, "ppo.num_minibatches", f"must be <= rows per step ({rows})")
+        require(self.ppo.score_baseline == "none" or self.rollout.group_size >= 2, "rollout.group_size",
+                "must be >= 2 for ppo.score_baseline = 'group_mean' (a prompt's mean score over its samples)")
         require(self.ppo.critic_warmup_steps < self.run.steps, "ppo.critic_warmup_steps",
                  f"must be < run.steps ({self.run.steps}), or the policy never trains")
         require(self.loss.surrogate != "gmpo", "loss.surrogate",
@@ -155,7 +154,7 @@ Config = PPOConfig
 # first, over 4 samples per prompt (verl's reinforce_plus_plus_baseline, OpenRLHF's reinforce_baseline).
 REINFORCE_PP_PRESET: dict[str, Any] = {"ppo": {"value_model": "none", "gamma": 1.0, "lam": 1.0, "whiten_advantages": True}}
 REINFORCE_PP_BASELINE_PRESET: dict[str, Any] = {
-    "ppo": {**REINFORCE_PP_PRESET["ppo"], "score_baseline": "group_mean", "samples_per_prompt": 4},
+    "ppo": {**REINFORCE_PP_PRESET["ppo"], "score_baseline": "group_mean"}, "rollout": {"group_size": 4},
 }
 PRESETS = {"reinforce_pp": REINFORCE_PP_PRESET, "reinforce_pp_baseline": REINFORCE_PP_BASELINE_PRESET}
 
@@ -207,7 +206,8 @@ class PPOTrainer:
         p = config.ppo
         if p.reward_source == "model":  # before setup_run writes (or deletes) anything
             _check_reward_model(p)
-        self.run = setup_run(config, prompts=("ppo.prompts_per_step", p.prompts_per_step), group_size=p.samples_per_prompt,
+        r = config.rollout
+        self.run = setup_run(config, prompts=("rollout.prompts_per_step", r.prompts_per_step), group_size=r.group_size,
                              resume=resume, backend=backend, keep_reference=p.kl_coef > 0)
         self.config, self.policy, self.tokenizer, self.ref_model = config, self.run.model, self.run.tokenizer, self.run.ref_model
         self.env, self.backend, self.scaler = self.run.env, self.run.backend, self.run.scaler
@@ -328,16 +328,16 @@ class PPOTrainer:
         """Sample a batch, score it, take the rollout-time log-probs and values, then GAE's advantages and returns."""
         # No graph for rollout-time quantities (a with-block, not a decorator: mutmut skips decorated functions).
         with torch.no_grad():
-            p = self.config.ppo
+            p, r = self.config.ppo, self.config.rollout
             seed = round_seed(self.config.run.seed, step)
-            problems, seeds = self.run.round_prompts(seed, p.prompts_per_step, p.samples_per_prompt)
-            self.env.reset(seed=seed, options={"group_size": p.samples_per_prompt, "problem_indices": problems})
+            problems, seeds = self.run.round_prompts(seed, r.prompts_per_step, r.group_size)
+            self.env.reset(seed=seed, options={"group_size": r.group_size, "problem_indices": problems})
             with whole_weights(self.forward):
                 rollout = self.backend.generate(self.policy, self.env, seeds=seeds)
             scores = self._scores(rollout)
             metrics = {**rollout_metrics(rollout, scores), **episode_metrics(rollout)}
             if p.score_baseline == "group_mean":  # each group is on this rank: its mean is local
-                scores = ADVANTAGE_ESTIMATORS["dr-grpo"](scores, p.samples_per_prompt)
+                scores = ADVANTAGE_ESTIMATORS["dr-grpo"](scores, r.group_size)
             input_ids = torch.cat([rollout.prompt_ids, rollout.response_ids], dim=1)
             attention_mask = torch.cat([rollout.prompt_mask, rollout.response_mask], dim=1)
             prompt_width = rollout.prompt_ids.shape[1]

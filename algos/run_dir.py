@@ -33,6 +33,9 @@ RESUME_OVERRIDES = frozenset({
     # A second evaluation under another prompt only reports.
     "env.transfer_eval_kwargs", "env.transfer_eval_chat_template",
     "rollout.vllm_gpu_memory_utilization", "rollout.vllm_engine_kwargs",
+    # Which engine samples follows the device, as the precision does ("auto": static on a GPU, hf on a CPU): a run
+    # started on a CPU may go on on a GPU. Every engine samples the trainer's row seeds from the same policy.
+    "rollout.backend", "rollout.decode_graph",
     # Alarms only watch the run.
     "run.stop_on_alarm", "alarms.entropy_collapse", "alarms.reward_stall", "alarms.window", "alarms.zero_std_groups",
     "alarms.clip_spike", "alarms.truncation", "alarms.eval_drop",

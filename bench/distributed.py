@@ -36,7 +36,7 @@ def run_rank(args) -> None:
     config = load_config(GRPOConfig, overrides={
         "model.path": args.model, "model.autocast": args.autocast or "null", "env.max_new_tokens": str(args.new_tokens),
         "run.output_dir": args.output_dir, "run.steps": "2", "run.progress": "false", "run.tensorboard": "false",
-        "grpo.prompts_per_step": str(args.prompts), "grpo.group_size": str(args.group_size), "grpo.beta": "0",
+        "rollout.prompts_per_step": str(args.prompts), "rollout.group_size": str(args.group_size), "grpo.beta": "0",
         "optim.lr": "1e-6", "distributed.strategy": args.strategy, "loss.micro_batch_size": str(args.micro_batch),
     })
     trainer = GRPOTrainer(config)

@@ -74,7 +74,7 @@ def grpo_config(args, output_dir: str):
         overrides={
             "model.path": args.model, "model.dtype": args.dtype, "env.max_new_tokens": str(args.new_tokens),
             "run.output_dir": output_dir, "run.steps": "2", "run.progress": "false", "run.tensorboard": "false",
-            "grpo.prompts_per_step": str(args.prompts), "grpo.group_size": str(args.group_size),
+            "rollout.prompts_per_step": str(args.prompts), "rollout.group_size": str(args.group_size),
             "grpo.beta": "0", "optim.lr": "1e-6", "model.autocast": str(args.autocast or "null"),
             "model.gradient_checkpointing": str(args.gradient_checkpointing).lower(),
             **({"loss.micro_batch_size": str(args.micro_batch)} if args.micro_batch else {}),

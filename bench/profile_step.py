@@ -52,8 +52,8 @@ def main() -> None:
     config = load_config(GRPOConfig, overrides={
         "model.path": args.model, "model.autocast": "bfloat16" if args.precision == "bf16" else "null",
         "env.max_new_tokens": str(args.new_tokens), "run.output_dir": tempfile.mkdtemp(), "run.steps": "2",
-        "run.progress": "false", "run.tensorboard": "false", "grpo.prompts_per_step": str(args.prompts),
-        "grpo.group_size": str(args.group_size), "grpo.beta": "0", "optim.lr": "1e-6",
+        "run.progress": "false", "run.tensorboard": "false", "rollout.prompts_per_step": str(args.prompts),
+        "rollout.group_size": str(args.group_size), "grpo.beta": "0", "optim.lr": "1e-6",
         "rollout.backend": args.rollout_backend,
     })
     trainer = GRPOTrainer(config)

@@ -30,8 +30,8 @@ DEFAULTS = {
     "rollout.max_episode_tokens": "256",
     "env.eval_size": "32",
     "optim.lr": "1e-6",
-    "grpo.prompts_per_step": "4",
-    "grpo.group_size": "4",
+    "rollout.prompts_per_step": "4",
+    "rollout.group_size": "4",
     "loss.micro_batch_size": "8",
     "run.save_every": "10",
     # 24 steps of 8 demonstrations: the protocol, not the arithmetic (the calculator does that).

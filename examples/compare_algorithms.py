@@ -47,9 +47,9 @@ def shared_overrides(args, output_dir: Path) -> dict[str, str]:
 def configs(args) -> dict[str, tuple[object, object]]:
     """name -> (train function, config), all over the same shared sections."""
     out = Path(args.out)
-    grpo_budget = {"grpo.prompts_per_step": str(args.prompts), "grpo.group_size": str(args.samples),
+    grpo_budget = {"rollout.prompts_per_step": str(args.prompts), "rollout.group_size": str(args.samples),
                    "loss.micro_batch_size": str(args.prompts * args.samples), "grpo.overlong_cache": "2"}
-    ppo_budget = {"ppo.prompts_per_step": str(args.prompts), "ppo.samples_per_prompt": str(args.samples),
+    ppo_budget = {"rollout.prompts_per_step": str(args.prompts), "rollout.group_size": str(args.samples),
                   "loss.micro_batch_size": str(args.prompts * args.samples), "ppo.ppo_epochs": str(args.ppo_epochs)}
     return {
         "PPO": (ppo.train, load_config(ppo.PPOConfig, overrides={**shared_overrides(args, out / "ppo"), **ppo_budget})),

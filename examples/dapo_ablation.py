@@ -48,7 +48,7 @@ def row_overrides(args, model: str, index: int, seed: int, output_dir: Path) -> 
         "env.eval_size": str(args.eval_size), "optim.lr": str(args.lr), "run.steps": str(args.steps),
         "run.seed": str(seed), "run.output_dir": str(output_dir), "run.overwrite_output_dir": "true",
         "run.save_every": "0", "run.progress": "false", "run.tensorboard": "false", "run.plots": "false",
-        "grpo.prompts_per_step": str(args.prompts), "grpo.group_size": str(args.group_size), "grpo.beta": "0",
+        "rollout.prompts_per_step": str(args.prompts), "rollout.group_size": str(args.group_size), "grpo.beta": "0",
         "grpo.num_iterations": str(args.iterations),
         "grpo.overlong_cache": str(max(1, args.max_new_tokens // 2)), "loss.micro_batch_size": "256",
     }

@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  model directory: {default_model_path()}", flush=True)
     print(
         f"Training {args.algo.upper()} on {config.env.id} {config.env.kwargs} for {config.run.steps} steps "
-        f"({config.grpo.prompts_per_step} prompts x {config.grpo.group_size} samples); "
+        f"({config.rollout.prompts_per_step} prompts x {config.rollout.group_size} samples); "
         f"held-out greedy accuracy on {config.env.eval_size} problems before and after.",
         flush=True,
     )

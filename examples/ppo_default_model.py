@@ -25,8 +25,8 @@ DEFAULTS = {
     "env.max_new_tokens": "48",
     "env.eval_size": "50",
     "optim.lr": "1e-6",  # DeepSeekMath/InstructGPT range for the actor; the critic gets 10x
-    "ppo.prompts_per_step": "8",
-    "ppo.samples_per_prompt": "4",
+    "rollout.prompts_per_step": "8",
+    "rollout.group_size": "4",
     "loss.micro_batch_size": "8",
     "ppo.value_model": "head",
     "ppo.critic_warmup_steps": "2",  # let the fresh value head fit returns before the policy moves

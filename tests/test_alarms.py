@@ -56,7 +56,7 @@ def test_a_run_stops_on_an_alarm_with_a_checkpoint_and_the_alarm_logged(tmp_path
     overrides = {
         "model.path": model, "model.autocast": "null", "env.max_new_tokens": "2", "env.use_chat_template": "false",
         "env.eval_size": "4", "run.steps": "3", "run.output_dir": str(tmp_path / "run"), "run.progress": "false",
-        "run.tensorboard": "false", "run.plots": "false", "grpo.prompts_per_step": "2", "grpo.group_size": "2",
+        "run.tensorboard": "false", "run.plots": "false", "rollout.prompts_per_step": "2", "rollout.group_size": "2",
         "grpo.beta": "0", "grpo.overlong_cache": "1", "run.stop_on_alarm": "true",
         "alarms.truncation": "0.5", "alarms.zero_std_groups": "0",  # a 2-token budget truncates nearly every row
     }
@@ -78,7 +78,7 @@ def test_each_alarm_says_what_it_saw_and_the_key_to_turn():
         "step 2: entropy 0.1 is below 0.1 x its start (2) and reward_mean gained 0 over 1 steps (alarms.entropy_collapse)"]
     assert message([{"zero_std_group_frac": 0.95}]) == [  # at the threshold: fires
         "step 1: 95% of groups have all-equal rewards, no learning signal (alarms.zero_std_groups = 0.95): raise "
-        "grpo.group_size, sample at a temperature, or use grpo.dynamic_sampling"]
+        "rollout.group_size, sample at a temperature, or use grpo.dynamic_sampling"]
     assert message([{"clip_frac_high": 0.0625}, {"clip_frac_low": 0.5}]) == [
         "step 2: clip fraction 0.5 is over 5 x its recent mean 0.0625 (alarms.clip_spike): lower optim.lr or "
         "grpo.num_iterations"]

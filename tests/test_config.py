@@ -26,11 +26,12 @@ def test_overrides_never_modify_the_preset():
 
 def test_toml_then_cli_overrides(tmp_path):
     path = tmp_path / "run.toml"
-    path.write_text('[grpo]\ngroup_size = 4\nbeta = 0.1\n[env]\nkwargs = { max_digits = 2 }\n[optim]\nbetas = [0.9, 0.95]\n')
+    path.write_text('[rollout]\ngroup_size = 4\n[grpo]\nbeta = 0.1\n[env]\nkwargs = { max_digits = 2 }\n'
+                    '[optim]\nbetas = [0.9, 0.95]\n')
     config = load_config(
         GRPOConfig, path, ["--grpo.beta", "0", "--lr=3e-5", "--dual_clip", "3", "--system_prompt", "none"]
     )
-    assert config.grpo.group_size == 4 and config.grpo.beta == 0.0
+    assert config.rollout.group_size == 4 and config.grpo.beta == 0.0
     assert config.optim.lr == 3e-5 and config.optim.betas == (0.9, 0.95)
     assert config.loss.dual_clip == 3.0 and config.env.system_prompt is None
     assert config.env.kwargs == {"max_digits": 2}
@@ -47,8 +48,8 @@ def test_yaml_round_trip(tmp_path):
     [
         (["--grpo.bogus", "1"], "unknown config key 'grpo.bogus'"),
         (["--bogus", "1"], "unknown config key 'bogus'"),
-        (["--grpo.group_size", "four"], "'grpo.group_size': expected int"),
-        (["--grpo.group_size", "1"], "grpo.group_size"),
+        (["--rollout.group_size", "four"], "'rollout.group_size': expected int"),
+        (["--rollout.group_size", "1"], "rollout.group_size"),
         (["--loss.aggregation", "sum"], "loss.aggregation"),
         (["--optim.betas", "[0.9]"], "'optim.betas': expected 2 items"),
         (["--grpo.overlong_filter", "maybe"], "expected true/false"),
@@ -126,8 +127,8 @@ def test_overrides_inside_a_mapping_field_are_typed_and_merge():
 # (key, the edge value accepted, a value just past it, the exact error): every checked key of the algorithm sections,
 # so a check that moves its bound, names another key or loses its reason is caught.
 GRPO_EDGES = [
-    ("grpo.prompts_per_step", "1", "0", "must be >= 1"),
-    ("grpo.group_size", "2", "1", "must be >= 2 (advantages compare samples of a group)"),
+    ("rollout.prompts_per_step", "1", "0", "must be >= 1"),
+    ("rollout.group_size", "2", "1", "must be >= 2 (advantages compare samples of a group)"),
     ("grpo.num_iterations", "1", "0", "must be >= 1"),
     ("grpo.beta", "0", "-0.01", "must be >= 0"),
     ("grpo.kl_estimator", "k2", "k4", "must be one of ('k1', 'k2', 'k3')"),
@@ -156,8 +157,9 @@ GRPO_EDGES = [
 ]
 PPO_EDGES = [
     *[(f"ppo.{name}", "1", "0", "must be >= 1") for name in (
-        "samples_per_prompt", "ppo_epochs", "num_minibatches", "reward_model_batch_size", "kl_horizon")],
-    ("ppo.prompts_per_step", "1", "0", "must be >= 1", {"ppo.num_minibatches": "1"}),
+        "ppo_epochs", "num_minibatches", "reward_model_batch_size", "kl_horizon")],
+    ("rollout.group_size", "1", "0", "must be >= 1"),
+    ("rollout.prompts_per_step", "1", "0", "must be >= 1", {"ppo.num_minibatches": "1"}),
     ("ppo.num_minibatches", "16", "17", "must be <= rows per step (16)"),
     ("ppo.gamma", "1", "1.01", "must be in (0, 1]"),
     ("ppo.gamma", "0.01", "0", "must be in (0, 1]"),
@@ -176,12 +178,13 @@ PPO_EDGES = [
 ]
 
 
-@pytest.mark.parametrize("key, accepted, refused, message, others", [(*edge, {})[:5] for edge in GRPO_EDGES + PPO_EDGES])
-def test_each_algorithm_key_accepts_its_edge_and_names_itself_past_it(key, accepted, refused, message, others):
+@pytest.mark.parametrize("algorithm, key, accepted, refused, message, others",
+                         [("grpo", *(*edge, {})[:5]) for edge in GRPO_EDGES] + [("ppo", *(*edge, {})[:5]) for edge in PPO_EDGES])
+def test_each_algorithm_key_accepts_its_edge_and_names_itself_past_it(algorithm, key, accepted, refused, message, others):
     """``others``: keys the edge needs besides (one prompt per step leaves room for one minibatch only)."""
     from algos.ppo import PPOConfig
 
-    config_cls = PPOConfig if key.startswith("ppo.") else GRPOConfig
+    config_cls = PPOConfig if algorithm == "ppo" else GRPOConfig
     section, name = key.split(".")
     value = getattr(getattr(load_config(config_cls, overrides={**others, key: accepted}), section), name)
     assert value == (float(accepted) if re.fullmatch(r"[\d.e-]+", accepted) else accepted)
@@ -230,3 +233,42 @@ def test_a_moved_key_is_read_under_its_old_name_from_flags_files_and_old_checkpo
         check_resumable(config, checkpoint)
     with pytest.warns(FutureWarning), pytest.raises(ValueError, match="rollout.max_episode_tokens: 70 -> 80"):
         check_resumable(load_config(GRPOConfig, overrides={"rollout.max_episode_tokens": "80", "run.steps": "4"}), checkpoint)
+
+
+def test_the_sampling_twins_are_one_rollout_key_read_under_every_old_name(tmp_path):
+    """grpo.prompts_per_step / grpo.group_size and ppo.prompts_per_step / ppo.samples_per_prompt were twins; they are
+    rollout.prompts_per_step and rollout.group_size for every algorithm, each algorithm keeping its defaults, and an
+    old checkpoint's config.yaml resumes."""
+    import yaml
+
+    from algos.checkpoint import CONFIG_FILE
+    from algos.dpo import DPOConfig
+    from algos.ppo import PPOConfig
+    from algos.run_dir import check_resumable
+
+    assert (GRPOConfig().rollout.prompts_per_step, GRPOConfig().rollout.group_size) == (8, 8)
+    assert (PPOConfig().rollout.prompts_per_step, PPOConfig().rollout.group_size) == (16, 1)
+    assert (DPOConfig().rollout.prompts_per_step, DPOConfig().rollout.group_size) == (8, 8)
+    with pytest.warns(FutureWarning) as caught:
+        ppo = load_config(PPOConfig, overrides={"ppo.samples_per_prompt": "4", "ppo.prompts_per_step": "2"})
+    assert {str(w.message).split(":")[0] for w in caught} == {"config key ppo.samples_per_prompt is now rollout.group_size",
+                                                            "config key ppo.prompts_per_step is now rollout.prompts_per_step"}
+    assert (ppo.rollout.prompts_per_step, ppo.rollout.group_size) == (2, 4)
+    (tmp_path / "old.toml").write_text("[grpo]\nprompts_per_step = 4\ngroup_size = 2\n")
+    with pytest.warns(FutureWarning) as caught:
+        grpo = load_config(GRPOConfig, tmp_path / "old.toml")
+    assert len(caught) == 2 and "grpo.group_size is now rollout.group_size" in "; ".join(str(w.message) for w in caught)
+    assert (grpo.rollout.prompts_per_step, grpo.rollout.group_size) == (4, 2)
+    # a checkpoint written before the keys moved resumes, and a changed group size is still named
+    checkpoint = tmp_path / "checkpoint-2"
+    checkpoint.mkdir()
+    save_config(grpo, checkpoint / CONFIG_FILE)
+    saved = yaml.safe_load((checkpoint / CONFIG_FILE).read_text())
+    for name in ("prompts_per_step", "group_size"):
+        saved["grpo"][name] = saved["rollout"].pop(name)
+    (checkpoint / CONFIG_FILE).write_text(yaml.safe_dump(saved))
+    with pytest.warns(FutureWarning):
+        check_resumable(grpo, checkpoint)
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="rollout.group_size: 2 -> 3"):
+        check_resumable(load_config(GRPOConfig, overrides={"rollout.prompts_per_step": "4", "rollout.group_size": "3"}),
+                        checkpoint)

@@ -88,14 +88,14 @@ def overrides(model, output_dir, **extra) -> list[str]:
 
 
 ALGORITHM_SETTINGS = {
-    "grpo": {"grpo.prompts_per_step": "4", "grpo.group_size": "4", "grpo.num_iterations": "2"},
+    "grpo": {"rollout.prompts_per_step": "4", "rollout.group_size": "4", "grpo.num_iterations": "2"},
     # Dynamic sampling: ranks keep different numbers of groups, often none on one rank.
-    "dapo": {"grpo.prompts_per_step": "4", "grpo.group_size": "4", "grpo.overlong_cache": "2",
+    "dapo": {"rollout.prompts_per_step": "4", "rollout.group_size": "4", "grpo.overlong_cache": "2",
              "grpo.max_sampling_rounds": "3"},
     # A separate critic, whitened advantages and an adaptive KL: every batch statistic crosses ranks. No value clip: it is
     # per token (nothing crosses ranks), and a value within rounding of its clip edge takes either branch of the clipped
     # loss, which parted the two runs' critics by 2% on an Intel Xeon (AVX512-BF16) where the EPYC's agreed.
-    "ppo": {"ppo.prompts_per_step": "6", "ppo.samples_per_prompt": "2", "ppo.value_model": "separate",
+    "ppo": {"rollout.prompts_per_step": "6", "rollout.group_size": "2", "ppo.value_model": "separate",
             "ppo.kl_target": "1.0", "ppo.num_minibatches": "2", "ppo.ppo_epochs": "2", "ppo.value_clip": "null"},
 }
 
@@ -182,8 +182,9 @@ def test_a_checkpoint_resumes_on_another_number_of_ranks(first, then, sft_model,
 
 
 def test_a_prompt_count_that_does_not_split_across_ranks_is_a_config_error(sft_model, tmp_path):
-    command = ["--no-python", RLVR, "train", "--algo", "grpo", *overrides(sft_model, tmp_path, **{"grpo.prompts_per_step": "3"})]
-    with pytest.raises(AssertionError, match=r"config grpo.prompts_per_step: 3 prompts do not split across 2 processes"):
+    three_prompts = overrides(sft_model, tmp_path, **{"rollout.prompts_per_step": "3"})
+    command = ["--no-python", RLVR, "train", "--algo", "grpo", *three_prompts]
+    with pytest.raises(AssertionError, match=r"config rollout.prompts_per_step: 3 prompts do not split across 2 processes"):
         launch(command, 2)
     assert not (tmp_path / "config.yaml").exists()
 

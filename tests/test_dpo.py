@@ -214,7 +214,7 @@ def test_online_pairs_come_from_the_verifiers_ranking(tiny, tmp_path):
 
     for pairing, pairs in (("best_worst", 2), ("all", 6)):
         config = load_config(DPOConfig, overrides={**overrides(tiny, tmp_path / pairing, **{
-            "run.steps": "1", "dpo.prompts_per_step": "3", "dpo.group_size": "4", "dpo.pairing": pairing}),
+            "run.steps": "1", "rollout.prompts_per_step": "3", "rollout.group_size": "4", "dpo.pairing": pairing}),
             "dpo.dataset": "null"}, preset=PRESETS["online"])
         trainer = DPOTrainer(config, backend=ScriptedRollout(script))
         batch, metrics = trainer.online_batch(1)
@@ -248,7 +248,7 @@ def test_online_dpo_from_the_verifier_raises_held_out_accuracy(tmp_path):
         "model.path": str(model), "model.autocast": "null", "env.kwargs": json.dumps(ADDITION_KWARGS),
         "env.max_new_tokens": "6", "env.use_chat_template": "false", "env.eval_size": "200", "optim.lr": "1e-3",
         "run.steps": "10", "run.output_dir": str(tmp_path / "run"), "run.save_every": "0", "run.progress": "false",
-        "run.tensorboard": "false", "dpo.prompts_per_step": "64", "dpo.group_size": "8", "dpo.pairing": "all",
+        "run.tensorboard": "false", "rollout.prompts_per_step": "64", "rollout.group_size": "8", "dpo.pairing": "all",
         "loss.micro_batch_size": "256"})
     summary = DPOTrainer(config).train()
     before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]
@@ -273,7 +273,7 @@ def test_online_dpo_on_a_multiturn_task_trains_on_the_policys_own_tokens(tmp_pat
         "model.path": str(tmp_path / "model"), "model.autocast": "null", "env.id": "rlvr/CalculatorArithmetic-v0",
         "env.kwargs": json.dumps(task), "env.max_new_tokens": "16", "rollout.max_episode_tokens": "40",
         "env.eval_size": "2", "run.steps": "1", "run.output_dir": str(tmp_path / "run"), "run.progress": "false",
-        "run.tensorboard": "false", "run.plots": "false", "dpo.prompts_per_step": "2", "dpo.group_size": "2"})
+        "run.tensorboard": "false", "run.plots": "false", "rollout.prompts_per_step": "2", "rollout.group_size": "2"})
     trainer = DPOTrainer(config)
     assert isinstance(trainer.backend, MultiTurnHFRollout)
     # episodes of a task whose env always replies (tests/test_multiturn_rollout.py), so every row holds env tokens

@@ -179,7 +179,7 @@ def tiny_dir(tmp_path):
 
 TINY_RUN = ["--env.kwargs", "{digits: 1}", "--env.max_new_tokens", "2", "--env.eval_size", "2", "--env.use_chat_template",
             "false", "--run.progress", "false", "--run.tensorboard", "false", "--run.plots", "false",
-            "--grpo.prompts_per_step", "2", "--grpo.group_size", "2", "--run.steps", "1"]
+            "--rollout.prompts_per_step", "2", "--rollout.group_size", "2", "--run.steps", "1"]
 
 
 def _train(tiny_dir, *extra):
@@ -343,13 +343,14 @@ def test_one_config_file_serves_every_algorithm(tiny_dir, capsys):
     (tiny_dir / "both.yaml").write_text(
         "env: {kwargs: {digits: 1}, max_new_tokens: 2, eval_size: 2, use_chat_template: false}\n"
         "run: {steps: 1, progress: false, tensorboard: false, plots: false}\n"
-        "grpo: {prompts_per_step: 2, group_size: 2}\n"
-        "ppo: {prompts_per_step: 2, samples_per_prompt: 2}\n")
+        "rollout: {prompts_per_step: 2, group_size: 2}\n"
+        "grpo: {beta: 0.0}\n"
+        "ppo: {kl_coef: 0.0}\n")
     for algo in ("grpo", "ppo"):
         assert main(["train", "--algo", algo, "--config", str(tiny_dir / "both.yaml"), "--model", str(tiny_dir / "model"),
                      "--run.output_dir", str(tiny_dir / algo)]) == 0, capsys.readouterr().err
         assert (tiny_dir / algo / "metrics.jsonl").exists()
-    assert main(["train", "--algo", "ppo", "--grpo.group_size", "2", "--model", str(tiny_dir / "model")]) == 2
+    assert main(["train", "--algo", "ppo", "--grpo.beta", "0.1", "--model", str(tiny_dir / "model")]) == 2
     assert "unknown config key 'grpo'" in capsys.readouterr().err  # a flag is for the algorithm it runs
     with pytest.raises(SystemExit):
         main(["train", "--algo", "ppo", "--help"])
@@ -371,8 +372,8 @@ def test_the_readme_s_own_task_trains_from_the_cli_by_its_module(tiny_dir, capsy
     assert command[:2] == ["rlvr", "train"] and "my_tasks:Squares-v0" in command
     command[command.index("--model") + 1] = str(tiny_dir / "model")
     tiny = ["--env.max_new_tokens", "2", "--env.eval_size", "2", "--env.use_chat_template", "false", "--run.progress",
-            "false", "--run.tensorboard", "false", "--run.plots", "false", "--grpo.prompts_per_step", "2",
-            "--grpo.group_size", "2", "--run.steps", "1", "--run.output_dir", str(tiny_dir / "squares")]
+            "false", "--run.tensorboard", "false", "--run.plots", "false", "--rollout.prompts_per_step", "2",
+            "--rollout.group_size", "2", "--run.steps", "1", "--run.output_dir", str(tiny_dir / "squares")]
     assert main([*command[1:], *tiny]) == 0, capsys.readouterr().err
     recorded = (tiny_dir / "squares" / "config.yaml").read_text()
     assert "id: my_tasks:rlvr/Squares-v0" in recorded  # so --resume and rlvr eval find the task in a fresh process

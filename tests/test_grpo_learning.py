@@ -41,8 +41,8 @@ def learning_overrides(model_path, output_dir, **overrides) -> dict[str, str]:
         "run.save_every": "0",
         "run.progress": "false",
         "run.tensorboard": "false",
-        "grpo.prompts_per_step": "64",
-        "grpo.group_size": "8",
+        "rollout.prompts_per_step": "64",
+        "rollout.group_size": "8",
         "loss.micro_batch_size": "256",
         "grpo.overlong_cache": "2",
     }

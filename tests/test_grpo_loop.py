@@ -40,7 +40,7 @@ def overrides(model_dir, output_dir, **extra):
         "model.path": str(model_dir), "model.autocast": "null",
         "env.kwargs": TASK, "env.max_new_tokens": "4", "env.use_chat_template": "false",
         "env.eval_size": "8", "optim.lr": "1e-3", "run.output_dir": str(output_dir), "run.progress": "false",
-        "run.tensorboard": "false", "run.plots": "false", "grpo.prompts_per_step": "4", "grpo.group_size": "4",
+        "run.tensorboard": "false", "run.plots": "false", "rollout.prompts_per_step": "4", "rollout.group_size": "4",
         "loss.micro_batch_size": "5", "grpo.num_iterations": "2", "grpo.beta": "0.04", "grpo.overlong_cache": "2",
     }
     return {**base, **extra}
@@ -91,7 +91,7 @@ def test_a_fresh_run_refuses_a_directory_with_another_runs_checkpoints(tiny_mode
 
 def test_resume_refuses_a_changed_config_but_allows_a_longer_run(tiny_model_dir, tmp_path):
     GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "2"}))).save(1)
-    for key, value in (("optim.lr", "0.05"), ("grpo.group_size", "2"), ("env.kwargs", "{digits: 2}")):
+    for key, value in (("optim.lr", "0.05"), ("rollout.group_size", "2"), ("env.kwargs", "{digits: 2}")):
         changed = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "2", key: value}))
         with pytest.raises(ValueError, match=rf"cannot resume .*checkpoint-1 .*\({re.escape(key)}: .*--config"):
             GRPOTrainer(changed, resume=True)

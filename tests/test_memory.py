@@ -128,7 +128,7 @@ def grpo_config(model_dir, output_dir, **extra) -> GRPOConfig:
         "model.path": str(model_dir), "model.device": "cpu", "model.autocast": "null", "env.kwargs": '{"digits": 1, "terms": 2}',
         "env.max_new_tokens": "4", "env.use_chat_template": "false", "env.eval_size": "4", "optim.lr": "1e-3",
         "run.output_dir": str(output_dir), "run.steps": "2", "run.eval_every": "0", "run.progress": "false",
-        "run.tensorboard": "false", "run.plots": "false", "grpo.prompts_per_step": "3", "grpo.group_size": "4",
+        "run.tensorboard": "false", "run.plots": "false", "rollout.prompts_per_step": "3", "rollout.group_size": "4",
         "loss.entropy_coef": "0.01", **extra,
     }
     return load_config(GRPOConfig, overrides=overrides)

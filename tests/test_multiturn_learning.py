@@ -37,7 +37,7 @@ def run_config(model_path, output_dir, **overrides):
         "env.kwargs": json.dumps(TASK_KWARGS), "env.max_new_tokens": "96", "rollout.max_episode_tokens": "120",
         "env.eval_size": "100", "env.eval_batch_size": "0", "run.steps": "8", "run.output_dir": str(output_dir),
         "run.save_every": "0", "run.progress": "false", "run.tensorboard": "false", "run.plots": "false",
-        "grpo.prompts_per_step": "8", "grpo.group_size": "8", "grpo.beta": "0", "optim.lr": "1e-3",
+        "rollout.prompts_per_step": "8", "rollout.group_size": "8", "grpo.beta": "0", "optim.lr": "1e-3",
         "loss.micro_batch_size": "64",
     }
     return load_config(GRPOConfig, overrides={**base, **overrides})

@@ -56,7 +56,7 @@ def multiturn_trainer(tmp_path, model, tokenizer, max_turns: int, **overrides) -
         "model.path": str(tmp_path / "model"), "env.id": "rlvr/CalculatorArithmetic-v0",
         "env.kwargs": json.dumps(task_kwargs), "env.eval_size": "4", "run.steps": "1",
         "run.output_dir": str(tmp_path / "run"), "run.save_every": "0", "run.progress": "false",
-        "run.tensorboard": "false", "run.plots": "false", "grpo.group_size": "2", "model.autocast": "null",
+        "run.tensorboard": "false", "run.plots": "false", "rollout.group_size": "2", "model.autocast": "null",
     }
     return grpo.GRPOTrainer(load_config(GRPOConfig, overrides={**base, **overrides}))
 
@@ -131,7 +131,7 @@ def test_a_template_that_rewrites_earlier_turns_is_refused():
 def test_grpo_trains_on_a_multiturn_task_and_logs_its_episodes(tmp_path):
     assert is_multiturn_task("rlvr/CalculatorArithmetic-v0") and not is_multiturn_task("rlvr/Arithmetic-v0")
     trainer = multiturn_trainer(tmp_path, *tiny_policy(), max_turns=2, **{
-        "env.max_new_tokens": "16", "rollout.max_episode_tokens": "40", "grpo.prompts_per_step": "2"})
+        "env.max_new_tokens": "16", "rollout.max_episode_tokens": "40", "rollout.prompts_per_step": "2"})
     assert isinstance(trainer.backend, MultiTurnHFRollout) and trainer.backend.max_episode_tokens == 40
     metrics = trainer.train_step(1, logger=type("Quiet", (), {"write": lambda self, line: None})())
     for key in ("turns_mean", "tool_calls_mean", "tool_errors_mean", "policy_len_mean", "loss"):
@@ -154,7 +154,7 @@ def test_multiturn_length_and_entropy_metrics_count_the_policys_tokens(tmp_path)
     with torch.no_grad():  # sharper logits than a fresh model's near-uniform ones: entropies that differ by token
         model.get_input_embeddings().weight.mul_(4.0)
     trainer = multiturn_trainer(tmp_path, model, tokenizer, max_turns=3, **{
-        "env.max_new_tokens": "24", "rollout.max_episode_tokens": "60", "grpo.prompts_per_step": "4", "grpo.beta": "0"})
+        "env.max_new_tokens": "24", "rollout.max_episode_tokens": "60", "rollout.prompts_per_step": "4", "grpo.beta": "0"})
     trainer.env.task = ChattyCalculator(ChattyCalculator.config_cls(**TASK_KWARGS))  # env messages between turns
     batch, stats = trainer.collect(1)
     response = batch.attention_mask[:, batch.prompt_width :]
@@ -185,6 +185,6 @@ def test_single_turn_rows_keep_their_entropy_over_the_whole_response():
                         torch.ones(2, 4, dtype=torch.long), torch.ones(2, 4, dtype=torch.long), torch.zeros(2),
                         torch.ones(2, 4, dtype=torch.long), torch.zeros(2, 4), torch.zeros(2, 4), None,
                         torch.ones(2, 4, dtype=torch.long))
-    batch = build_batch([rows, wider], GRPOSection(group_size=2), 0, torch.zeros(4))
+    batch = build_batch([rows, wider], GRPOSection(), 2, 0, torch.zeros(4))
     # update() counts every response token, as before: the policy mask is the response part of the attention mask
     assert torch.equal(batch.policy_mask, batch.attention_mask[:, batch.prompt_width :])

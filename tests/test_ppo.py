@@ -55,8 +55,8 @@ def small_overrides(model_dir, output_dir, **extra):
         "run.progress": "false",
         "run.tensorboard": "false",
         "run.plots": "false",
-        "ppo.prompts_per_step": "4",
-        "ppo.samples_per_prompt": "2",
+        "rollout.prompts_per_step": "4",
+        "rollout.group_size": "2",
         "loss.micro_batch_size": "3",  # uneven micro-batches inside each minibatch
         **extra,
     }

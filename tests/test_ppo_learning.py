@@ -34,8 +34,8 @@ def learning_overrides(model_path, output_dir, **overrides) -> dict[str, str]:
         "run.save_every": "0",
         "run.progress": "false",
         "run.tensorboard": "false",
-        "ppo.prompts_per_step": "64",
-        "ppo.samples_per_prompt": "8",
+        "rollout.prompts_per_step": "64",
+        "rollout.group_size": "8",
         "loss.micro_batch_size": "256",
         "ppo.ppo_epochs": "2",  # 2 epochs x 2 minibatches: 4 optimizer steps per rollout
     }

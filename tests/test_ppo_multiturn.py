@@ -39,7 +39,7 @@ def trainer(tmp_path_factory):
     overrides = {
         "model.path": str(path / "model"), "env.id": ENV_ID, "env.max_new_tokens": "24", "env.eval_size": "2",
         "run.steps": "1", "run.output_dir": str(path / "run"), "run.save_every": "0", "run.progress": "false",
-        "run.tensorboard": "false", "run.plots": "false", "ppo.prompts_per_step": "4", "ppo.samples_per_prompt": "2",
+        "run.tensorboard": "false", "run.plots": "false", "rollout.prompts_per_step": "4", "rollout.group_size": "2",
         "ppo.whiten_advantages": "false", "ppo.lam": "0.9", "ppo.kl_coef": "0", "rollout.max_episode_tokens": "60",
         "model.autocast": "null",
     }

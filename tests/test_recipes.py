@@ -202,7 +202,7 @@ def tiny_recipe_overrides(tiny_dir, output_dir, **more):
     return {"model.path": str(tiny_dir), "model.autocast": "null", "env.eval_size": "4", "env.max_new_tokens": "4",
             "run.output_dir": str(output_dir), "run.progress": "false", "run.tensorboard": "false",
             "run.plots": "false", "run.save_every": "0", "run.eval_every": "2",
-            "grpo.prompts_per_step": "2", "grpo.group_size": "2", "loss.micro_batch_size": "4", "warm_start.steps": "0",
+            "rollout.prompts_per_step": "2", "rollout.group_size": "2", "loss.micro_batch_size": "4", "warm_start.steps": "0",
             "grpo.overlong_cache": "2",  # the recipe's soft overlong penalty within these 4 tokens
             "env.kwargs.few_shot": json.dumps(FEW_SHOT),  # the recipe's worked examples overflow the tiny model's 512
             "env.schedule": "{few_shot_keep: {from: 1.0, to: 0.0, end_step: 4}, format_weight: {from: 0.1, to: 0.0, "

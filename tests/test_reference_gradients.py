@@ -77,7 +77,7 @@ BASE = {
     "model.device": "cpu",  # where the references compute (on a GPU host the trainer's tensors would live on cuda:0)
     "env.id": "rlvr/Countdown-v0", "env.kwargs": TASK, "env.max_new_tokens": str(MAX_NEW_TOKENS),
     "env.use_chat_template": "false", "env.eval_size": "4", "run.progress": "false", "run.tensorboard": "false",
-    "run.plots": "false", "grpo.prompts_per_step": "3", "grpo.group_size": "4", "loss.micro_batch_size": "5",
+    "run.plots": "false", "rollout.prompts_per_step": "3", "rollout.group_size": "4", "loss.micro_batch_size": "5",
     "optim.lr": "0.02", "grpo.overlong_cache": "8", "run.steps": "1",
 }
 
@@ -156,15 +156,15 @@ def process_advantages_of_group(group: list[Row], eps: float) -> list[torch.Tens
     return advantages
 
 
-def reference_batch(rounds, g, max_new_tokens: int):
-    """The rows a GRPO/DAPO step trains on, in order, with their loss masks and advantages, and how many
-    generation rounds it must have drawn."""
+def reference_batch(rounds, g, sampling, max_new_tokens: int):
+    """The rows a GRPO/DAPO step trains on (``g`` the grpo section, ``sampling`` the rollout one), in order, with their
+    loss masks and advantages, and how many generation rounds it must have drawn."""
     groups, rounds_needed = [], 0
     for rollout in rounds:
         rounds_needed += 1
         rows = rows_of_round(rollout)
-        for start in range(0, len(rows), g.group_size):
-            group = rows[start : start + g.group_size]
+        for start in range(0, len(rows), sampling.group_size):
+            group = rows[start : start + sampling.group_size]
             scores = [row.score + (g.overlong_penalty_factor * soft_overlong_penalty(row.length, max_new_tokens, g.overlong_cache)
                                    if g.soft_overlong else 0.0) for row in group]
             masks = [torch.full((row.length,), 0.0 if g.overlong_filter and row.truncated else 1.0) for row in group]
@@ -176,9 +176,9 @@ def reference_batch(rounds, g, max_new_tokens: int):
             trained = any(mask.sum() > 0 for mask in masks)
             if not g.dynamic_sampling or (varies and trained):
                 groups.append((group, scores, masks))
-        if not g.dynamic_sampling or len(groups) >= g.prompts_per_step:
+        if not g.dynamic_sampling or len(groups) >= sampling.prompts_per_step:
             break
-    groups = groups[: g.prompts_per_step]  # the last round's extra groups are dropped
+    groups = groups[: sampling.prompts_per_step]  # the last round's extra groups are dropped
     all_scores = torch.tensor([s for _, scores, _ in groups for s in scores])
     kept = []
     for group, scores, masks in groups:
@@ -299,7 +299,7 @@ def test_each_update_applies_the_gradient_of_the_papers_objective(name, model_di
     for step in range(1, config.run.steps + 1):
         rounds_before, steps_before = len(trainer.backend.rounds), len(spy.steps)
         metrics = trainer.train_step(step, logger)
-        kept, rounds_needed = reference_batch(trainer.backend.rounds[rounds_before:], g, MAX_NEW_TOKENS)
+        kept, rounds_needed = reference_batch(trainer.backend.rounds[rounds_before:], g, config.rollout, MAX_NEW_TOKENS)
         assert len(trainer.backend.rounds) - rounds_before == rounds_needed
         batch = collected[-1]
         assert batch_rows(batch) == [(row.prompt.tolist(), row.response.tolist()) for row, *_ in kept]

@@ -31,7 +31,7 @@ from algos.rollout import ScriptedRollout
 
 PPO_BASE = {key: value for key, value in BASE.items() if not key.startswith("grpo.")}
 PPO_BASE.update({
-    "ppo.prompts_per_step": "3", "ppo.samples_per_prompt": "2", "loss.micro_batch_size": "2", "ppo.num_minibatches": "2",
+    "rollout.prompts_per_step": "3", "rollout.group_size": "2", "loss.micro_batch_size": "2", "ppo.num_minibatches": "2",
     "ppo.ppo_epochs": "2", "ppo.kl_coef": "0.1", "ppo.kl_target": "0.5", "ppo.kl_horizon": "8", "loss.entropy_coef": "0.01",
     "ppo.vf_coef": "0.3", "ppo.value_clip": "0.05", "ppo.lam": "0.9", "ppo.gamma": "0.95", "loss.dual_clip": "1.5",
     "optim.schedule": "linear", "optim.lr": "0.02",
@@ -46,7 +46,7 @@ SCENARIOS = {
     "no_kl": {"ppo.kl_coef": "0", "ppo.kl_target": "null", "run.steps": "2"},
     # REINFORCE++: no critic (V = 0), so the advantages are the whitened returns; and its group-mean baseline.
     "reinforce_pp": {"preset": "reinforce_pp", "run.steps": "2"},
-    "reinforce_pp_baseline": {"preset": "reinforce_pp_baseline", "ppo.samples_per_prompt": "2", "run.steps": "2"},
+    "reinforce_pp_baseline": {"preset": "reinforce_pp_baseline", "rollout.group_size": "2", "run.steps": "2"},
 }
 
 
@@ -157,12 +157,12 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
             # k1 = log(pi_old / pi_ref), clamped to +-kl_clamp as verl does; no reference, no KL
             kl = [(o - token_logprobs(reference.ref_model, row, temperature)[0]).clamp(-p.kl_clamp, p.kl_clamp)
                   if p.kl_coef else torch.zeros(row.length) for o, row in zip(old, rows)]
-        # samples_per_prompt rows answer each prompt
-        assert all(torch.equal(rows[i].prompt, rows[i - i % p.samples_per_prompt].prompt) for i in range(len(rows)))
+        # rollout.group_size rows answer each prompt
+        group = config.rollout.group_size
+        assert all(torch.equal(rows[i].prompt, rows[i - i % group].prompt) for i in range(len(rows)))
         advantages, returns = [], []
         scores = [row.score for row in rows]
         if p.score_baseline == "group_mean":  # REINFORCE++-baseline: each score minus its prompt's mean score
-            group = p.samples_per_prompt
             scores = [s - sum(scores[i - i % group : i - i % group + group]) / group for i, s in enumerate(scores)]
         for row, row_kl, v, score in zip(rows, kl, old_values, scores):
             rewards = row.step_rewards - coef * row_kl

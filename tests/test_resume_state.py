@@ -22,9 +22,9 @@ COMMON = {
     "run.steps": "4", "run.save_every": "2", "run.progress": "false", "run.tensorboard": "false", "run.plots": "false",
 }
 ALGORITHMS = {
-    "grpo": (grpo.GRPOTrainer, GRPOConfig, {"grpo.prompts_per_step": "2", "grpo.group_size": "4",
+    "grpo": (grpo.GRPOTrainer, GRPOConfig, {"rollout.prompts_per_step": "2", "rollout.group_size": "4",
                                              "loss.micro_batch_size": "3", "grpo.num_iterations": "2", "grpo.beta": "0.04"}),
-    "ppo": (ppo.PPOTrainer, ppo.PPOConfig, {"ppo.prompts_per_step": "4", "ppo.samples_per_prompt": "2",
+    "ppo": (ppo.PPOTrainer, ppo.PPOConfig, {"rollout.prompts_per_step": "4", "rollout.group_size": "2",
                                             "loss.micro_batch_size": "3", "ppo.kl_target": "0.01",
                                             "ppo.value_model": "separate", "ppo.critic_warmup_steps": "1"}),
 }

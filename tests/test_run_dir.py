@@ -83,19 +83,20 @@ def test_a_resume_needs_the_checkpoints_own_config(tmp_path):
 
 def test_a_changed_config_lists_eight_differences_and_what_may_change(tmp_path):
     config = _config(tmp_path)
-    changed = _config(tmp_path, **{f"grpo.{key}": value for key, value in (
-        ("prompts_per_step", "3"), ("group_size", "3"), ("num_iterations", "3"), ("beta", "0.5"), ("kl_clamp", "3"),
-        ("adv_eps", "0.5"), ("process_weight", "0.5"), ("max_sampling_rounds", "3"), ("overlong_cache", "3"))})
+    changed = _config(tmp_path, **{"rollout.prompts_per_step": "3", "rollout.group_size": "3"},
+                      **{f"grpo.{key}": value for key, value in (
+                          ("num_iterations", "3"), ("beta", "0.5"), ("kl_clamp", "3"), ("adv_eps", "0.5"),
+                          ("process_weight", "0.5"), ("max_sampling_rounds", "3"), ("overlong_cache", "3"))})
     checkpoint = _checkpoint(config, 2)
     with pytest.raises(ValueError) as refused:
         check_resumable(changed, checkpoint)
     message = str(refused.value)
     listed = message[message.index("(") + 1 : message.index(")")]
     assert listed.split("; ") == [
-        "grpo.adv_eps: 1e-06 -> 0.5", "grpo.beta: 0.04 -> 0.5", "grpo.group_size: 8 -> 3", "grpo.kl_clamp: 10.0 -> 3.0",
+        "grpo.adv_eps: 1e-06 -> 0.5", "grpo.beta: 0.04 -> 0.5", "grpo.kl_clamp: 10.0 -> 3.0",
         "grpo.max_sampling_rounds: 4 -> 3", "grpo.num_iterations: 1 -> 3", "grpo.overlong_cache: 16 -> 3",
-        "grpo.process_weight: 0.0 -> 0.5",
-    ]  # the first eight, sorted; grpo.prompts_per_step is the ninth
+        "grpo.process_weight: 0.0 -> 0.5", "rollout.group_size: 8 -> 3",
+    ]  # the first eight, sorted; rollout.prompts_per_step is the ninth
     assert message.endswith(f"A resumed run may change only {', '.join(sorted(RESUME_OVERRIDES))}")
     assert f"pass --config {checkpoint / 'config.yaml'}." in message
 

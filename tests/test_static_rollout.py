@@ -228,7 +228,7 @@ def test_grpo_trains_with_the_static_engine(tmp_path):
         "model.path": str(tmp_path / "tiny"), "model.autocast": "null", "run.output_dir": str(tmp_path / "run"),
         "run.steps": "2", "run.progress": "false", "run.tensorboard": "false", "run.plots": "false",
         "env.use_chat_template": "false", "env.kwargs": json.dumps(ADDITION_KWARGS), "env.max_new_tokens": "4",
-        "env.eval_size": "4", "grpo.prompts_per_step": "2", "grpo.group_size": "4", "rollout.backend": "static"}
+        "env.eval_size": "4", "rollout.prompts_per_step": "2", "rollout.group_size": "4", "rollout.backend": "static"}
     trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides))
     assert isinstance(trainer.backend, StaticRollout) and trainer.rollout_correction == "tis"
     train(load_config(GRPOConfig, overrides=overrides))

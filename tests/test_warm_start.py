@@ -164,7 +164,7 @@ def test_a_warm_start_step_applies_the_gradient_of_the_token_mean_cross_entropy(
     config = load_config(GRPOConfig, overrides={
         **QUIET, "model.path": saved_model(tmp_path / "model", tool_tokenizer()), "run.output_dir": str(tmp_path / "run"),
         "env.id": "rlvr/CalculatorArithmetic-v0", "env.kwargs": json.dumps(TASK_KWARGS), "env.max_new_tokens": "128",
-        "rollout.max_episode_tokens": "170", "env.eval_size": "2", "grpo.group_size": "2", "loss.micro_batch_size": "2",
+        "rollout.max_episode_tokens": "170", "env.eval_size": "2", "rollout.group_size": "2", "loss.micro_batch_size": "2",
         "optim.max_grad_norm": "1e9", "model.device": "cpu"})
     run = grpo.GRPOTrainer(config).run
     task = run.env.task
@@ -207,7 +207,7 @@ def test_a_tiny_model_warm_started_on_demonstrations_calls_the_calculator(tmp_pa
         **QUIET, "model.path": saved_model(tmp_path / "model", tool_tokenizer(), hidden_size=64, num_heads=4),
         "run.output_dir": str(tmp_path / "run"), "env.id": "rlvr/CalculatorArithmetic-v0",
         "env.kwargs": json.dumps(TASK_KWARGS), "env.max_new_tokens": "128", "rollout.max_episode_tokens": "170",
-        "env.eval_size": "16", "grpo.group_size": "2", "warm_start.steps": "60", "warm_start.lr": "3e-3",
+        "env.eval_size": "16", "rollout.group_size": "2", "warm_start.steps": "60", "warm_start.lr": "3e-3",
         "warm_start.batch_size": "16", "loss.micro_batch_size": "16"})
     trainer = grpo.GRPOTrainer(config)
     assert tool_call_rate(trainer) == 0.0
@@ -226,7 +226,7 @@ class Killed(Exception):
 def test_a_grpo_run_warm_starts_once_and_resumes_to_the_uninterrupted_run(tmp_path, monkeypatch):
     model_dir = saved_model(tmp_path / "model", build_char_tokenizer())
     runs = {name: addition_config(model_dir, tmp_path / name, **{"run.steps": "3", "run.save_every": "1",
-                                                                 "grpo.prompts_per_step": "2", "grpo.group_size": "4"})
+                                                                 "rollout.prompts_per_step": "2", "rollout.group_size": "4"})
             for name in ("straight", "resumed")}
     straight = grpo.GRPOTrainer(runs["straight"])
     summary = straight.train()
@@ -269,7 +269,7 @@ def test_a_grpo_run_warm_starts_once_and_resumes_to_the_uninterrupted_run(tmp_pa
 
 def test_ppo_warm_starts_its_policy_and_reference_and_leaves_its_critic(tmp_path):
     config = addition_config(saved_model(tmp_path / "model", build_char_tokenizer()), tmp_path / "run", ppo.PPOConfig,
-                             **{"ppo.prompts_per_step": "2", "ppo.num_minibatches": "1", "ppo.value_model": "head",
+                             **{"rollout.prompts_per_step": "2", "ppo.num_minibatches": "1", "ppo.value_model": "head",
                                 "ppo.kl_coef": "0.05"})
     trainer = ppo.PPOTrainer(config)
     critic = {key: value.clone() for key, value in trainer.critic.state_dict().items()}
@@ -291,7 +291,7 @@ def test_a_missing_warm_start_directory_is_named(tmp_path):
 
 def test_a_checkpoint_saved_before_the_warm_start_existed_resumes_without_one(tmp_path):
     config = addition_config(saved_model(tmp_path / "model", build_char_tokenizer()), tmp_path / "run",
-                             **{"run.steps": "1", "warm_start.steps": "0", "grpo.group_size": "2"})
+                             **{"run.steps": "1", "warm_start.steps": "0", "rollout.group_size": "2"})
     grpo.GRPOTrainer(config).train()
     stored = latest_checkpoint(tmp_path / "run") / "config.yaml"
     saved = yaml.safe_load(stored.read_text())
