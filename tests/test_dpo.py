@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 
@@ -103,13 +104,40 @@ def test_a_bad_row_is_named_with_its_field(tmp_path, row, message):
         load_preference_pairs(path)
 
 
+OFFLINE = {"dpo.dataset": "p.jsonl"}
+
+
+@pytest.mark.parametrize("key, accepted, refused, message, others", [
+    ("dpo.beta", "1e-6", "0", "must be > 0", OFFLINE),
+    ("dpo.label_smoothing", "0.49", "0.5", "must be in [0, 0.5)", OFFLINE),
+    ("dpo.label_smoothing", "0", "-0.01", "must be in [0, 0.5)", OFFLINE),
+    ("dpo.pairs_per_step", "1", "0", "must be >= 1", OFFLINE),
+    ("dpo.max_pairs_per_prompt", "1", "0", "must be >= 1", OFFLINE),
+    ("dpo.pairing", "all", "random", "must be one of ('best_worst', 'all'), got 'random'", OFFLINE),
+    ("dpo.loss_type", "hinge", "kto", "must be one of ('sigmoid', 'ipo', 'hinge')", OFFLINE),
+    ("rollout.group_size", "2", "1", "must be >= 2 for online DPO (a pair compares two completions of a prompt)",
+     {"dpo.online": "true"}),
+])
+def test_each_dpo_key_accepts_its_edge_and_names_itself_past_it(key, accepted, refused, message, others):
+    section, name = key.split(".")
+    value = getattr(getattr(load_config(DPOConfig, overrides={**others, key: accepted}), section), name)
+    assert str(value) == accepted or value == float(accepted)
+    with pytest.raises(ValueError, match=rf"^config {re.escape(key)}: {re.escape(message)}$"):
+        load_config(DPOConfig, overrides={**others, key: refused})
+
+
 def test_config_errors_name_the_key(tmp_path):
-    with pytest.raises(ValueError, match="dpo.dataset.*--algo online_dpo"):
+    with pytest.raises(ValueError, match=re.escape(
+            "config dpo.dataset: is needed offline: a JSONL of prompt/chosen/rejected rows (--dataset FILE), or use "
+            "--algo online_dpo")):
         load_config(DPOConfig, overrides={})
-    with pytest.raises(ValueError, match="dpo.label_smoothing"):
+    with pytest.raises(ValueError, match=re.escape("config dpo.dataset: is read offline only; online DPO samples its "
+                                                   "pairs from env.id (unset one of dpo.dataset, dpo.online)")):
+        load_config(DPOConfig, overrides={"dpo.dataset": "p.jsonl", "dpo.online": "true"})
+    with pytest.raises(ValueError, match=re.escape("config dpo.label_smoothing: smooths the sigmoid loss only; "
+                                                   "dpo.loss_type is 'ipo'")):
         load_config(DPOConfig, overrides={"dpo.dataset": "p.jsonl", "dpo.loss_type": "ipo", "dpo.label_smoothing": "0.1"})
-    with pytest.raises(ValueError, match="dpo.loss_type"):
-        load_config(DPOConfig, overrides={"dpo.dataset": "p.jsonl", "dpo.loss_type": "kto"})
+    assert load_config(DPOConfig, overrides={"dpo.online": "true"}).dpo.online  # online needs no dataset
     with pytest.raises(ValueError, match="dpo.dataset.*no such file"):
         DPOTrainer(load_config(DPOConfig, overrides={"dpo.dataset": str(tmp_path / "none.jsonl"),
                                                     "run.output_dir": str(tmp_path / "run")}))
@@ -167,30 +195,48 @@ def dpo_objective(policy, reference, pairs, loss_type: str, beta: float, smoothi
     return torch.stack(losses).mean()
 
 
-@pytest.mark.parametrize("loss_type, beta, smoothing", [("sigmoid", 0.5, 0.0), ("sigmoid", 0.5, 0.2), ("ipo", 0.25, 0.0),
-                                                        ("hinge", 2.0, 0.0)])
-def test_each_offline_step_applies_the_gradient_of_the_dpo_objective(tiny, tmp_path, loss_type, beta, smoothing):
+def pair_statistics(policy, reference, pairs, mean: bool, beta: float) -> dict[str, float]:
+    """TRL's metrics of ``pairs`` by hand: the implicit rewards' means, their margin, how often the chosen one's is
+    higher, the sequence log-probs' means."""
+    with torch.no_grad():
+        rows = [[plain_sequence_logprob(model, *row, mean) for row in pair] for pair in pairs for model in (policy, reference)]
+    chosen = [beta * (rows[2 * k][0] - rows[2 * k + 1][0]).item() for k in range(len(pairs))]
+    rejected = [beta * (rows[2 * k][1] - rows[2 * k + 1][1]).item() for k in range(len(pairs))]
+    return {"rewards/chosen": sum(chosen) / len(pairs), "rewards/rejected": sum(rejected) / len(pairs),
+            "rewards/margins": (sum(chosen) - sum(rejected)) / len(pairs),
+            "rewards/accuracies": sum(c > r for c, r in zip(chosen, rejected)) / len(pairs),
+            "logps/chosen": sum(rows[2 * k][0].item() for k in range(len(pairs))) / len(pairs),
+            "logps/rejected": sum(rows[2 * k][1].item() for k in range(len(pairs))) / len(pairs)}
+
+
+# micro-batches of 2 rows (one pair) or of 4 (two pairs, the last pass one) over the step's 5 pairs
+@pytest.mark.parametrize("loss_type, beta, smoothing, micro", [("sigmoid", 0.5, 0.0, "3"), ("sigmoid", 0.5, 0.2, "5"),
+                                                               ("ipo", 0.25, 0.0, "5"), ("hinge", 2.0, 0.0, "4")])
+def test_each_offline_step_applies_the_gradient_of_the_dpo_objective(tiny, tmp_path, loss_type, beta, smoothing, micro):
     config = load_config(DPOConfig, overrides=overrides(tiny, tmp_path, **{
-        "dpo.loss_type": loss_type, "dpo.beta": str(beta), "dpo.label_smoothing": str(smoothing), "run.steps": "3"}))
+        "dpo.loss_type": loss_type, "dpo.beta": str(beta), "dpo.label_smoothing": str(smoothing), "run.steps": "3",
+        "loss.micro_batch_size": micro}))
     trainer = DPOTrainer(config)
     initial = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
     reference = copy_of_initial = load_weights(trainer.model, initial)
     spy = OptimizerSpy(trainer.optimizer, {"": trainer.model})
     trainer.train()
-    assert len(spy.steps) == 3  # micro-batches of 2 rows (1 pair) over 5 pairs: accumulation across 5 passes
-    for step, recorded in enumerate(spy.steps, 1):
+    logged = [row for row in read_metrics(tmp_path) if "rewards/margins" in row]
+    assert len(spy.steps) == 3 and [row["step"] for row in logged] == [1, 2, 3]
+    for step, (recorded, metrics) in enumerate(zip(spy.steps, logged), 1):
         policy = load_weights(copy_of_initial, recorded["weights"])
         indices = offline_pair_indices(config.run.seed, step, len(PAIRS), 5)
         pairs = [trainer._pair_rows(i) for i in indices]
-        dpo_objective(policy, reference, pairs, loss_type, beta, smoothing).backward()
+        objective = dpo_objective(policy, reference, pairs, loss_type, beta, smoothing)
+        objective.backward()
         want = model_gradients(policy)
         assert set(recorded["grads"]) == set(want)
         for name, grad in want.items():
             torch.testing.assert_close(recorded["grads"][name], grad, atol=1e-6, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
-    logged = [row for row in read_metrics(tmp_path) if "rewards/margins" in row]
-    assert [row["step"] for row in logged] == [1, 2, 3]
-    assert logged[0]["rewards/margins"] == 0.0  # the policy is the reference before the first step
-    assert logged[-1]["rewards/accuracies"] == 1.0 if loss_type == "sigmoid" else True
+        assert metrics["loss"] == pytest.approx(objective.item(), rel=1e-4, abs=1e-6)
+        for name, value in pair_statistics(policy, reference, pairs, loss_type == "ipo", beta).items():
+            assert metrics[name] == pytest.approx(value, rel=1e-4, abs=1e-6), name
+    assert logged[0]["rewards/margins"] == 0.0 and logged[-1]["rewards/margins"] > 0  # from the reference, then apart
 
 
 def test_a_killed_offline_run_resumes_to_the_same_weights(tiny, tmp_path):
@@ -287,3 +333,53 @@ def test_online_dpo_on_a_multiturn_task_trains_on_the_policys_own_tokens(tmp_pat
     assert torch.equal(batch.label_mask, episode.policy_mask[[0, 1, 5, 4]].float())
     assert metrics["dpo/pairs"] == 2
     assert trainer.update(batch, None)["skipped_update"] == 0.0
+
+
+def online_config(tiny, output_dir, **extra):
+    return load_config(DPOConfig, preset=PRESETS["online"], overrides={**overrides(tiny, output_dir, **{
+        "rollout.prompts_per_step": "3", "rollout.group_size": "4", "dpo.dataset": "null", **extra})})
+
+
+def one_right_per_group(problem, row, round_index):
+    """Row ``row``'s completion: group 1 all wrong, the others right at one member that moves with the round."""
+    group, member = divmod(row, 4)
+    return str(problem.answer) if group != 1 and member == (group + round_index) % 4 else "x"
+
+
+def test_each_online_step_applies_the_gradient_against_the_initial_policy(tiny, tmp_path):
+    """Two online steps from scripted samples: each step's gradient is the DPO objective's over the pairs the
+    verifier's scores form, with the initial policy as the reference (at step 2 the policy has moved from it)."""
+    config = online_config(tiny, tmp_path, **{"run.steps": "2", "dpo.pairing": "all", "dpo.max_pairs_per_prompt": "2",
+                                              "loss.micro_batch_size": "4", "dpo.beta": "0.5"})
+    backend = ScriptedRollout(one_right_per_group)
+    trainer = DPOTrainer(config, backend=backend)
+    initial = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+    reference = load_weights(trainer.model, initial)
+    spy = OptimizerSpy(trainer.optimizer, {"": trainer.model})
+    trainer.train()
+    sampled = [rollout for rollout in backend.rounds if rollout.response_ids.shape[0] == 12]  # not the evaluations'
+    assert len(spy.steps) == len(sampled) == 2
+    for recorded, rollout in zip(spy.steps, sampled):
+        policy = load_weights(reference, recorded["weights"])
+        rows = []
+        for prompt, prompt_mask, response, response_mask in zip(rollout.prompt_ids, rollout.prompt_mask,
+                                                                rollout.response_ids, rollout.response_mask):
+            prompt_tokens, response_tokens = prompt[prompt_mask.bool()].tolist(), response[response_mask.bool()].tolist()
+            rows.append((prompt_tokens + response_tokens, [IGNORE_INDEX] * len(prompt_tokens) + response_tokens))
+        pairs = [(rows[w], rows[lo]) for w, lo in verifier_pairs(rollout.scores.view(-1, 4), "all", 2)]
+        assert len(pairs) == 4  # two prompts with one right answer each, two pairs each; the all-wrong prompt none
+        dpo_objective(policy, reference, pairs, "sigmoid", 0.5, 0.0).backward()
+        for name, grad in model_gradients(policy).items():
+            torch.testing.assert_close(recorded["grads"][name], grad, atol=1e-6, rtol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_an_online_step_without_a_pair_is_skipped_and_said(tiny, tmp_path):
+    trainer = DPOTrainer(online_config(tiny, tmp_path, **{"run.steps": "1"}), backend=ScriptedRollout(lambda *_: "x"))
+    said = []
+    logger = type("Lines", (), {"write": lambda self, line: said.append(line)})()
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    metrics = trainer.train_step(1, logger)
+    assert metrics["skipped_update"] == 1.0 and metrics["dpo/pairs"] == 0 and metrics["dpo/no_pair_prompt_frac"] == 1.0
+    assert said == ["step 1: every prompt's completions scored alike: no pair, update skipped"]
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    assert trainer.scheduler.last_epoch == 1  # the schedule still advances, as GRPO's skipped steps do
