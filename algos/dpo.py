@@ -22,7 +22,6 @@ rewards/margins, rewards/accuracies, logps/chosen, logps/rejected.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -42,6 +41,7 @@ from algos.policy import completion_logprobs
 from algos.rollout import RolloutBackend
 from algos.runtime import advance_schedule, build_optimizer, build_scheduler
 from algos.trainer import round_seed, run_training, setup_run
+from rlvr_env.data import read_records
 from rlvr_env.prompting import render_prompt, uses_chat_template
 
 PAIRINGS = ("best_worst", "all")
@@ -110,21 +110,13 @@ def _messages(value: Any, role: str, row: int, name: str) -> list[dict[str, str]
 
 
 def load_preference_pairs(path: str | Path) -> list[tuple[list[dict], list[dict], list[dict]]]:
-    """A JSONL of {"prompt", "chosen", "rejected"} rows -> [(prompt messages, chosen messages, rejected messages)];
-    errors name the file, the row (1-based) and the field."""
+    """A JSONL (or parquet) of {"prompt", "chosen", "rejected"} rows -> [(prompt messages, chosen messages, rejected
+    messages)]; errors name the file, the row (1-based) and the field."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"config dpo.dataset = {str(path)!r}: no such file")
     pairs = []
-    for number, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}: row {number} is not JSON: {error}") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}: row {number} must be a JSON object with prompt, chosen and rejected")
+    for number, row in read_records(path):  # JSON Lines or parquet; a bad line, byte or an empty file is named
         missing = [name for name in ("prompt", "chosen", "rejected") if name not in row]
         if missing:
             raise ValueError(f"{path}: row {number} has no field {missing[0]!r} (TRL's preference format: prompt, "
@@ -139,8 +131,6 @@ def load_preference_pairs(path: str | Path) -> list[tuple[list[dict], list[dict]
                 raise ValueError(f"{path}: row {number}: field {name!r} must start with the assistant's message, got "
                                  f"role {messages[0]['role']!r}")
         pairs.append((prompt, chosen, rejected))
-    if not pairs:
-        raise ValueError(f"config dpo.dataset = {str(path)!r}: the file holds no rows")
     return pairs
 
 

@@ -84,6 +84,22 @@ def _check_seeds(env: TokenVectorEnv, seeds: list[int] | None) -> None:
         raise ValueError(f"seeds: one per env row, got {len(seeds)} for {env.num_envs} rows")
 
 
+def checked_call(defaults: SamplingParams, model, env: TokenVectorEnv, seeds: list[int] | None,
+                 sampling: dict) -> tuple[SamplingParams, torch.device]:
+    """What an engine decoding ``model`` in this process checks first -> (``sampling`` over ``defaults``, the model's
+    device): a freshly reset env whose rows fit the model, one seed a row, the env's tensors on the model's device."""
+    params = SamplingParams(**{**defaults.__dict__, **sampling})
+    _check_env_ready(env, model)
+    _check_seeds(env, seeds)
+    device = next(model.parameters()).device
+    # The tensors' device, not env.device: torch.device("cuda") != the "cuda:0" its tensors report.
+    if env.input_ids.device != device:
+        raise ValueError(
+            f"env tensors are on {env.input_ids.device} but the model is on {device}; build the env with device={device}"
+        )
+    return params, device
+
+
 def _as_rollout(result: RolloutResult, logprobs: torch.Tensor | None) -> Rollout:
     values = {f.name: getattr(result, f.name) for f in fields(RolloutResult)}
     return Rollout(**values, logprobs=None if logprobs is None else logprobs * result.response_mask)
@@ -222,15 +238,7 @@ class HFRollout:
 
     @torch.no_grad()
     def generate(self, model, env: TokenVectorEnv, *, seeds: list[int] | None = None, **sampling) -> Rollout:
-        params = SamplingParams(**{**self.params.__dict__, **sampling})
-        _check_env_ready(env, model)
-        _check_seeds(env, seeds)
-        device = next(model.parameters()).device
-        # The tensors' device, not env.device: torch.device("cuda") != the "cuda:0" its tensors report.
-        if env.input_ids.device != device:
-            raise ValueError(
-                f"env tensors are on {env.input_ids.device} but the model is on {device}; build the env with device={device}"
-            )
+        params, device = checked_call(self.params, model, env, seeds, sampling)
         draws = None if seeds is None or params.greedy else row_uniforms(seeds, env.max_new_tokens, device)
         generator = self.generator_for(device)
         was_training = model.training

@@ -35,8 +35,7 @@ from algos.rollout import (
     Rollout,
     SamplingParams,
     _as_rollout,
-    _check_env_ready,
-    _check_seeds,
+    checked_call,
     row_uniforms,
     sample_tokens,
     weights_version,
@@ -157,14 +156,7 @@ class StaticRollout:
     # ---- one rollout -------------------------------------------------------------------------------------------
     @torch.no_grad()
     def generate(self, model, env: TokenVectorEnv, *, seeds: list[int] | None = None, **sampling) -> Rollout:
-        params = SamplingParams(**{**self.params.__dict__, **sampling})
-        _check_env_ready(env, model)
-        _check_seeds(env, seeds)
-        device = next(model.parameters()).device
-        if env.input_ids.device != device:
-            raise ValueError(
-                f"env tensors are on {env.input_ids.device} but the model is on {device}; build the env with device={device}"
-            )
+        params, device = checked_call(self.params, model, env, seeds, sampling)
         decoder = self._decoder_for(model)
         implementation = getattr(decoder.config, "_attn_implementation", "sdpa")
         if implementation not in ("sdpa", "eager"):

@@ -95,8 +95,8 @@ def test_strings_and_chat_messages_are_read(tmp_path):
     ({"prompt": [], "chosen": "2", "rejected": "3"}, "row 2: field 'prompt' must be"),
     ({"prompt": "1+1=", "chosen": [{"role": "user", "content": "2"}], "rejected": "3"},
      "row 2: field 'chosen' must start with the assistant's message"),
-    ("[1, 2]", "row 2 must be a JSON object"),
-    ("{not json", "row 2 is not JSON"),
+    ("[1, 2]", "p.jsonl:2: expected a JSON object, got list"),
+    ("{not json", "p.jsonl:2: invalid JSON"),
 ])
 def test_a_bad_row_is_named_with_its_field(tmp_path, row, message):
     path = write_rows(tmp_path / "p.jsonl", [{"prompt": "1+1=", "chosen": "2", "rejected": "3"}, row])

@@ -9,23 +9,14 @@ import types
 
 import pytest
 import torch
+from test_rollout import RaggedArithmetic  # prompts of different lengths: left padding
 
 from algos.config import RolloutConfig
 from algos.environment import ROLLOUT_ENGINES, make_rollout_backend, resolve_rollout_backend
 from algos.rollout import HFRollout, row_seeds
 from algos.static_rollout import FixedKVCache, StaticRollout, additive_mask, fuse_rms_norms
 from rlvr_env import TokenVectorEnv
-from rlvr_env.task import Problem
-from rlvr_env.tasks.arithmetic import ArithmeticTask
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
-
-
-class RaggedArithmetic(ArithmeticTask):
-    """Arithmetic with prompts of different lengths, so left padding is exercised."""
-
-    def problem(self, index: int, seed: int) -> Problem:
-        base = super().problem(index, seed)
-        return Problem("Q" * (index % 7) + base.prompt, base.answer, base.metadata)
 
 
 @pytest.fixture(scope="module")
