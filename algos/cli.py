@@ -24,16 +24,16 @@ from rewards.cli import int_at_least
 
 # name -> (module, preset in that module's PRESETS or None). Add an algorithm by adding a line.
 ALGORITHMS: dict[str, tuple[str, str | None]] = {
-    "grpo": ("algos.grpo", None),
-    "dapo": ("algos.grpo", "dapo"),
-    "rloo": ("algos.grpo", "rloo"),
-    "cispo": ("algos.grpo", "cispo"),
-    "gmpo": ("algos.grpo", "gmpo"),
-    "ppo": ("algos.ppo", None),
-    "reinforce_pp": ("algos.ppo", "reinforce_pp"),
-    "reinforce_pp_baseline": ("algos.ppo", "reinforce_pp_baseline"),
-    "dpo": ("algos.dpo", None),
-    "online_dpo": ("algos.dpo", "online"),
+    "grpo": ("algos.algorithms.grpo", None),
+    "dapo": ("algos.algorithms.grpo", "dapo"),
+    "rloo": ("algos.algorithms.grpo", "rloo"),
+    "cispo": ("algos.algorithms.grpo", "cispo"),
+    "gmpo": ("algos.algorithms.grpo", "gmpo"),
+    "ppo": ("algos.algorithms.ppo", None),
+    "reinforce_pp": ("algos.algorithms.ppo", "reinforce_pp"),
+    "reinforce_pp_baseline": ("algos.algorithms.ppo", "reinforce_pp_baseline"),
+    "dpo": ("algos.algorithms.dpo", None),
+    "online_dpo": ("algos.algorithms.dpo", "online"),
 }
 
 
@@ -186,7 +186,7 @@ def _quiet_libraries() -> None:
 
 
 def _train(args) -> int:
-    from algos.distributed import current_world, leave
+    from algos.system.distributed import current_world, leave
 
     _quiet_libraries()
     try:
@@ -213,7 +213,7 @@ def _train(args) -> int:
 
 def _eval(args) -> int:
     from algos.config import EvalConfig
-    from algos.distributed import current_world, leave
+    from algos.system.distributed import current_world, leave
 
     _quiet_libraries()
     # A training run's config.yaml works as is: its training-only sections (optim, grpo, ppo) are set aside.
@@ -221,8 +221,8 @@ def _eval(args) -> int:
         f.name for module, _ in ALGORITHMS.values() for f in dataclasses.fields(importlib.import_module(module).Config)
     } - {f.name for f in dataclasses.fields(EvalConfig)}
     extra = {"env.id": args.env, "model.path": args.model, "env.eval_size": args.num_problems}
-    from algos.evaluation import eval_task, evaluate_saved_model, zero_shot
-    from algos.models import resolve_model_path
+    from algos.model.loading import resolve_model_path
+    from algos.run.evaluation import eval_task, evaluate_saved_model, zero_shot
 
     try:
         config = _load(EvalConfig, args, extra, unused_sections=training_sections)

@@ -7,7 +7,8 @@ Unknown keys and ill-typed values are errors that name the key; every section's
 `validate()` raises ValueError naming the field.
 
 The shared sections (model, env, rollout, run; optim and loss for training) are reused by every
-algorithm; an algorithm's own file adds its section and presets (algos/grpo.py's `grpo`, algos/ppo.py's `ppo`).
+algorithm; an algorithm's own file adds its section and presets (algos/algorithms/grpo.py's `grpo`,
+algos/algorithms/ppo.py's `ppo`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ import torch
 import yaml
 
 from algos.core import LOSS_AGGREGATIONS, POLICY_LOSSES, ROLLOUT_CORRECTIONS
+from rlvr_env.curriculum import StepSchedule
+from rlvr_env.registry import registered_tasks, resolve_id
+from rlvr_env.task import build_config
 
 STRATEGIES = ("ddp", "fsdp2")  # distributed.strategy
 
@@ -45,7 +49,7 @@ class ModelConfig:
     dtype: str = "float32"  # training dtype; fp32 keeps CPU runs exact (bf16 halves memory)
     device: str = "auto"  # "auto" = cuda when available, else cpu
     # Mixed precision: forward/backward matmuls in this dtype under torch.autocast while the
-    # weights and optimizer stay in `dtype` (TRL's bf16=True). None = off. "auto" (algos/hardware.py)
+    # weights and optimizer stay in `dtype` (TRL's bf16=True). None = off. "auto" (algos/system/hardware.py)
     # = bf16 where the device computes it natively (halves a step on AVX512-BF16/AMX CPUs and
     # Ampere+ GPUs), fp16 with loss scaling on older GPUs, off elsewhere (an AVX2 CPU emulates bf16
     # ~70x slower than fp32); config.yaml records what it resolved to.
@@ -102,7 +106,6 @@ class EnvConfig:
         require(self.max_prompt_tokens is None or self.max_prompt_tokens >= 1, "env.max_prompt_tokens", "must be >= 1 or null")
         require(self.eval_size >= 1, "env.eval_size", "must be >= 1")
         require(self.eval_batch_size >= 0, "env.eval_batch_size", "must be >= 0 (0 = all at once)")
-        from rlvr_env.curriculum import StepSchedule
 
         try:
             schedule = StepSchedule(self.schedule, "env.schedule")
@@ -118,8 +121,6 @@ class EnvConfig:
         or ``base`` alone is wrong (building the task reports those) and for ids this check cannot resolve."""
         if not changes:
             return
-        from rlvr_env.registry import registered_tasks, resolve_id
-        from rlvr_env.task import build_config
 
         try:
             task_cls, defaults = registered_tasks()[resolve_id(self.id)]
@@ -149,7 +150,7 @@ class RolloutConfig:
     group_size: int = 8
     # "auto" (resolved at start-up, recorded in config.yaml): "static" on a GPU for single-turn tasks, else "hf".
     # "hf": transformers + its KV cache, one row-compacting step per token (fastest on a CPU); "static": fixed-shape
-    # decode steps replayed as CUDA graphs from a copy of the weights in the compute dtype (algos/static_rollout.py);
+    # decode steps replayed as CUDA graphs from a copy of the weights in the compute dtype (algos/rollout/static.py);
     # "vllm" (needs vllm installed); or an engine registered in ROLLOUT_ENGINES.
     backend: str = "auto"
     # The static engine's decode steps: "auto" (a CUDA graph on CUDA, eager on a CPU), "cuda", "compile"
@@ -165,7 +166,7 @@ class RolloutConfig:
     # precision they are scored in; vllm's "auto" would take the checkpoint's (bf16, refused by pre-Ampere GPUs).
     vllm_dtype: str | None = None
     vllm_engine_kwargs: dict[str, Any] = field(default_factory=dict)  # more vllm.LLM arguments, e.g. {max_model_len: 2048}
-    # Multi-turn tasks (algos/multiturn.py): each episode's tokens after its initial prompt, the policy's and the tool
+    # Multi-turn tasks (algos/rollout/multiturn.py): each episode's tokens after its initial prompt, the policy's and the tool
     # outputs' together; env.max_new_tokens bounds the policy's alone. None: twice env.max_new_tokens. Every
     # algorithm's (it was grpo.max_episode_tokens and ppo.max_episode_tokens, still read: RENAMED_KEYS).
     max_episode_tokens: int | None = None
@@ -175,7 +176,7 @@ class RolloutConfig:
         require(self.group_size >= 1, "rollout.group_size", "must be >= 1")
         require(self.max_episode_tokens is None or self.max_episode_tokens >= 1, "rollout.max_episode_tokens",
                 "must be >= 1 or null")
-        # the engines are algos/environment.py's ROLLOUT_ENGINES: a run checks the name before it loads its model
+        # the engines are algos/rollout/engines.py's ROLLOUT_ENGINES: a run checks the name before it loads its model
         require(isinstance(self.backend, str) and bool(self.backend), "rollout.backend",
                 f"must name a rollout engine ('auto', 'hf', 'static', 'vllm', or one registered in ROLLOUT_ENGINES), "
                 f"got {self.backend!r}")
@@ -228,7 +229,7 @@ class RunConfig:
     # transformers' enable_full_determinism (HF's full_determinism): deterministic CUDA kernels, synchronous launches,
     # warnings where an op has none. CPU runs and resumes repeat bitwise without it; GPU ones need it (and are slower).
     full_determinism: bool = False
-    # A health alarm (algos/alarms.py, thresholds in the `alarms` section) saves a checkpoint and stops the run,
+    # A health alarm (algos/run/alarms.py, thresholds in the `alarms` section) saves a checkpoint and stops the run,
     # instead of only printing its line and logging alarm/<name> in metrics.jsonl.
     stop_on_alarm: bool = False
 
@@ -244,7 +245,6 @@ class PolicyLossConfig:
     """The policy's loss, shared by GRPO and PPO: the surrogate, its clipping, how per-token losses become one
     number, the entropy bonus, and the micro-batching that computes it (an algorithm's config may change the
     defaults; PPOConfig does)."""
-
     # POLICY_LOSSES: "ppo-clip" (the token ratio of PPO/GRPO/DAPO), "gspo" (GSPO's sequence ratio), "cispo" (MiniMax-M1's
     # clipped, detached importance weight on log pi), "gmpo" (the geometric mean of clipped token ratios; its eps_low and
     # eps_high bound the log-ratio: the paper's 0.4)
@@ -296,7 +296,6 @@ class PolicyLossConfig:
 @dataclass
 class DistributedConfig:
     """How a run launched with several processes (torchrun) shares its work; ignored by a one-process run."""
-
     # Recorded, not set: the processes the run was launched with (torchrun's WORLD_SIZE), written into config.yaml
     # by every run (a value given is replaced). The global batch is the config's whatever it is: the prompts are split
     # across the processes.
@@ -318,8 +317,7 @@ class DistributedConfig:
 
 @dataclass
 class AlarmConfig:
-    """Thresholds of the health alarms (algos/alarms.py); 0 turns one off. run.stop_on_alarm stops the run on one."""
-
+    """Thresholds of the health alarms (algos/run/alarms.py); 0 turns one off. run.stop_on_alarm stops the run on one."""
     # Entropy collapse: the policy's entropy below this fraction of its first step's, while reward_mean gained less
     # than `reward_stall` over the last `window` steps (a policy that stops exploring before it learns).
     entropy_collapse: float = 0.1
@@ -345,11 +343,10 @@ class AlarmConfig:
 
 @dataclass
 class WarmStartConfig:
-    """A supervised warm start before RL (algos/sft.py, docs/warm_start.md): `steps` AdamW steps of cross-entropy on
+    """A supervised warm start before RL (algos/run/warm_start.py, docs/warm_start.md): `steps` AdamW steps of cross-entropy on
     the task's demonstrations (Task.gold_messages) of training problems, on the policy's own tokens; RL, and its KL
     reference, then start from the warm-started weights. Its own optimizer: `lr` and optim's betas, eps, weight decay
     and max_grad_norm, constant rate; loss.micro_batch_size rows per forward."""
-
     bare_keys: ClassVar[bool] = False  # warm_start.steps, never --steps (run.steps)
 
     steps: int = 0  # optimizer steps; 0 = no warm start (every run before this section existed)
@@ -365,7 +362,6 @@ class WarmStartConfig:
 @dataclass
 class EvalConfig:
     """The sections every algorithm's config shares; all that `rlvr eval` reads."""
-
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -380,7 +376,6 @@ class EvalConfig:
 class TrainConfig(EvalConfig):
     """The sections every training algorithm shares: the evaluation ones plus `optim`, `loss`, `alarms` and
     `warm_start`."""
-
     optim: OptimConfig = field(default_factory=OptimConfig)
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     alarms: AlarmConfig = field(default_factory=AlarmConfig)

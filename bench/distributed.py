@@ -22,15 +22,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grpo_step import now, peak_memory, tiny_model_dir  # noqa: E402
 
-from algos.memory import rss_gb  # noqa: E402
+from algos.system.memory import rss_gb  # noqa: E402
 
 
 def run_rank(args) -> None:
     """One rank of one configuration (under torchrun): two GRPO steps; rank 0 prints every rank's numbers."""
+    from algos.algorithms.grpo import GRPOConfig, GRPOTrainer
     from algos.config import load_config
-    from algos.distributed import gather_objects, leave
-    from algos.grpo import GRPOConfig, GRPOTrainer
-    from algos.runtime import mixed_precision
+    from algos.system.distributed import gather_objects, leave
+    from algos.system.runtime import mixed_precision
 
     baseline = rss_gb()
     config = load_config(GRPOConfig, overrides={
@@ -76,12 +76,12 @@ def main() -> None:
 
     import torch
 
-    from algos.hardware import describe_machine
+    from algos.system.hardware import describe_machine
 
     root = Path(tempfile.mkdtemp())
     model = tiny_model_dir(root) if args.model == "tiny" else args.model
     if model == "default":
-        from algos.models import default_model_path
+        from algos.model.loading import default_model_path
 
         model = str(default_model_path())
     autocast = {"fp32": "", "bf16": "bfloat16"}[args.precision]

@@ -111,7 +111,7 @@ def run_sync(tokenizer, actions: np.ndarray) -> tuple[float, int]:
 @torch.no_grad()
 def time_decode_step(model_path: str, batch: int, device: str, steps: int = 8) -> float:
     """Median seconds of one KV-cached decode step of the model on ``batch`` Arithmetic prompts."""
-    from algos.models import load_policy
+    from algos.model.loading import load_policy
 
     model, tokenizer = load_policy(model_path, device=device)
     env = arithmetic_env(tokenizer, batch, steps, device)

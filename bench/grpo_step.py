@@ -6,7 +6,7 @@ step (the first warms up allocators and kernels):
 
   raw   model.generate of the P*G completions + one plain fwd/bwd/AdamW step on them with
         full-vocabulary logits: what a GRPO step costs without any care
-  ours  algos.grpo.GRPOTrainer: rollout through TokenVectorEnv + scoring + update
+  ours  algos.algorithms.grpo.GRPOTrainer: rollout through TokenVectorEnv + scoring + update
   trl   TRL's GRPOTrainer (when trl is installed) on the same model, prompts and budget
 
 All run in one precision (--precision; "auto" = what model.autocast "auto" picks on this
@@ -30,7 +30,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from algos.memory import rss_gb
+from algos.system.memory import rss_gb
 
 PRECISIONS = {"fp32": None, "bf16": "bfloat16"}  # --precision -> model.autocast
 
@@ -66,8 +66,8 @@ def tiny_model_dir(root: Path) -> str:
 
 
 def grpo_config(args, output_dir: str):
+    from algos.algorithms.grpo import GRPOConfig
     from algos.config import load_config
-    from algos.grpo import GRPOConfig
 
     return load_config(
         GRPOConfig,
@@ -86,9 +86,9 @@ def grpo_config(args, output_dir: str):
 def run_raw(args) -> dict:
     import torch
 
-    from algos.environment import make_env
-    from algos.models import load_policy
-    from algos.policy import position_ids_from_mask
+    from algos.model.loading import load_policy
+    from algos.model.policy import position_ids_from_mask
+    from algos.rollout import make_env
 
     baseline = rss_gb()
     config = grpo_config(args, tempfile.mkdtemp())
@@ -120,8 +120,8 @@ def run_raw(args) -> dict:
 
 
 def run_ours(args) -> dict:
-    from algos.grpo import GRPOTrainer
-    from algos.runtime import mixed_precision
+    from algos.algorithms.grpo import GRPOTrainer
+    from algos.system.runtime import mixed_precision
 
     baseline = rss_gb()
     trainer = GRPOTrainer(grpo_config(args, tempfile.mkdtemp()))
@@ -150,7 +150,7 @@ def run_trl(args) -> dict:
     from trl import GRPOConfig as TRLConfig
     from trl import GRPOTrainer as TRLTrainer
 
-    from algos.models import load_policy
+    from algos.model.loading import load_policy
     from rlvr_env import make_task
 
     baseline = rss_gb()
@@ -199,7 +199,7 @@ def matmul_floor_s(work: dict, model_dir: str, autocast: str | None) -> tuple[fl
     """(seconds the step's matmul FLOPs take at the rate measured here, that rate in GFLOP/s)."""
     from transformers import AutoConfig
 
-    from algos.hardware import cpu_matmul_ms
+    from algos.system.hardware import cpu_matmul_ms
 
     config = AutoConfig.from_pretrained(model_dir)
     rows, inner, cols = 512, config.hidden_size, config.intermediate_size  # a training micro-batch's MLP matmul
@@ -210,13 +210,13 @@ def matmul_floor_s(work: dict, model_dir: str, autocast: str | None) -> tuple[fl
 
 
 def bench_autocast(args, model_dir: str) -> tuple[str | None, str]:
-    """--precision as model.autocast, and why (for "auto", what algos.hardware picks on this machine)."""
+    """--precision as model.autocast, and why (for "auto", what algos.system.hardware picks on this machine)."""
     import types
 
     import torch
     from transformers import AutoConfig
 
-    from algos.hardware import resolve_autocast
+    from algos.system.hardware import resolve_autocast
 
     if args.precision != "auto":
         return PRECISIONS[args.precision], f"--precision {args.precision}"
@@ -260,12 +260,12 @@ def main() -> None:
         return
     import torch
 
-    from algos.hardware import describe_machine
+    from algos.system.hardware import describe_machine
 
     root = Path(tempfile.mkdtemp())
     model = tiny_model_dir(root) if args.model == "tiny" else args.model
     if model == "default":
-        from algos.models import default_model_path
+        from algos.model.loading import default_model_path
 
         model = str(default_model_path())
     autocast, why = bench_autocast(args, model)

@@ -7,7 +7,7 @@ A step's memory is measured in its parts, per model, in the precision model.auto
   rollout   the KV cache when every row has generated its last token: rows x (prompt + tokens) x the
             model's K/V bytes per token (transformers' DynamicCache), plus one step's logits
   update    one micro-batch's activations kept for backward (saved-tensor bytes of completion_logprobs
-            on that width: algos/memory.py), plus the step's [rows, tokens] tensors
+            on that width: algos/system/memory.py), plus the step's [rows, tokens] tensors
 
   peak = resident + max(rollout, update)
 
@@ -34,13 +34,13 @@ def measure_parts(model_dir: str, autocast: str | None, widths: list[int], micro
     """resident GB, K/V bytes per token, the prompt width, and per completion width one micro-batch's saved GB."""
     import torch
 
+    from algos.algorithms.grpo import GRPOConfig
     from algos.config import load_config
-    from algos.environment import make_env
-    from algos.grpo import GRPOConfig
-    from algos.memory import rss_gb, saved_bytes
-    from algos.models import load_policy
-    from algos.policy import completion_logprobs
-    from algos.runtime import build_optimizer
+    from algos.model.loading import load_policy
+    from algos.model.policy import completion_logprobs
+    from algos.rollout import make_env
+    from algos.system.memory import rss_gb, saved_bytes
+    from algos.system.runtime import build_optimizer
 
     config = load_config(GRPOConfig, overrides={"model.path": model_dir})
     model, tokenizer = load_policy(model_dir, dtype=torch.float32)
@@ -86,7 +86,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from algos.config import PolicyLossConfig
-    from algos.memory import fixed_micro_batch_rows
+    from algos.system.memory import fixed_micro_batch_rows
 
     micro_batch = fixed_micro_batch_rows(PolicyLossConfig().micro_batch_size)  # this bench runs on the CPU: "auto" is 8
     if args.parts:
@@ -96,8 +96,8 @@ def main() -> None:
     import torch
     from grpo_step import bench_autocast, tiny_model_dir
 
-    from algos.hardware import describe_machine
-    from algos.models import default_model_path
+    from algos.model.loading import default_model_path
+    from algos.system.hardware import describe_machine
 
     machine = describe_machine(torch.device("cpu"))
     print(f"machine: {machine['cpu']}, CPU capability {machine['cpu_capability']}, bf16 units "

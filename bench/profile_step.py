@@ -45,9 +45,9 @@ def main() -> None:
     parser.add_argument("--trace", help="also write the Chrome trace here")
     args = parser.parse_args()
 
+    from algos.algorithms.grpo import GRPOConfig, GRPOTrainer
     from algos.config import load_config
-    from algos.grpo import GRPOConfig, GRPOTrainer
-    from algos.runtime import mixed_precision
+    from algos.system.runtime import mixed_precision
 
     config = load_config(GRPOConfig, overrides={
         "model.path": args.model, "model.autocast": "bfloat16" if args.precision == "bf16" else "null",

@@ -17,10 +17,10 @@ import time
 
 import torch
 
-from algos.hardware import choose_attention_kernels
-from algos.models import load_policy
+from algos.model.loading import load_policy
 from algos.rollout import HFRollout
-from algos.static_rollout import StaticRollout
+from algos.rollout.static import StaticRollout
+from algos.system.hardware import choose_attention_kernels
 from rlvr_env import TokenVectorEnv, make_task
 
 

@@ -3,7 +3,7 @@
     python examples/calculator_arithmetic.py [--steps 20] [--out runs/calculator] [--key value ...]
 
 rlvr/CalculatorArithmetic-v0 asks for products of two 3-digit numbers (exact only through the tool); each episode
-is the model's messages, the calculator's outputs between them, up to 3 turns (algos/multiturn.py). The loss covers
+is the model's messages, the calculator's outputs between them, up to 3 turns (algos/rollout/multiturn.py). The loss covers
 the model's own tokens. The base model never writes the call (docs/agents.md), so RL has no signal until a warm start
 (docs/warm_start.md) has imitated solved episodes: the call, the calculator's output, the boxed answer. Prints held-out
 greedy accuracy before, after the warm start and after RL, and the path of the curves' PNG
@@ -17,7 +17,7 @@ import argparse
 import json
 import sys
 
-from algos import grpo
+from algos.algorithms import grpo
 from algos.config import load_config, parse_overrides
 
 # Small enough for a CPU: 4 prompts x 4 episodes per step, 128 policy tokens and 256 tokens in all per episode.

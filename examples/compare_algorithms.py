@@ -18,10 +18,10 @@ import sys
 import time
 from pathlib import Path
 
-from algos import grpo, ppo
+from algos.algorithms import grpo, ppo
+from algos.algorithms.grpo import DAPO_PRESET, GRPOConfig
 from algos.config import load_config
-from algos.grpo import DAPO_PRESET, GRPOConfig
-from algos.metrics import read_metrics
+from algos.run.metrics import read_metrics
 
 
 def shared_overrides(args, output_dir: Path) -> dict[str, str]:

@@ -22,12 +22,12 @@ import statistics
 import time
 from pathlib import Path
 
-from algos import grpo
+from algos.algorithms import grpo
+from algos.algorithms.grpo import GRPOConfig
 from algos.config import load_config
-from algos.grpo import GRPOConfig
 from rlvr_env.testing import ADDITION_KWARGS, biased_addition_model
 
-# The paper's rows: each adds one DAPO part to the row above (algos/grpo.py DAPO_PRESET has all of them).
+# The paper's rows: each adds one DAPO part to the row above (algos/algorithms/grpo.py DAPO_PRESET has all of them).
 ROWS: list[tuple[str, dict[str, str]]] = [
     ("GRPO", {}),
     ("+ overlong filtering", {"grpo.overlong_filter": "true"}),

@@ -17,12 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-from algos import grpo
-from algos.checkpoint import latest_checkpoint
+from algos.algorithms import grpo
+from algos.algorithms.grpo import GRPOConfig
 from algos.config import load_config
-from algos.evaluation import evaluate_saved_model
-from algos.grpo import GRPOConfig
-from algos.models import default_model_path
+from algos.model.loading import default_model_path
+from algos.run.evaluation import evaluate_saved_model
+from algos.system.paths import latest_checkpoint
 
 DEFAULT_CONFIG = Path(__file__).with_name("demo.toml")
 

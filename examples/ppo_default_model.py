@@ -13,7 +13,7 @@ import argparse
 import json
 import sys
 
-from algos import ppo
+from algos.algorithms import ppo
 from algos.config import load_config, parse_overrides
 
 # Small enough for a CPU: 8 prompts x 4 samples of at most 48 tokens per step.

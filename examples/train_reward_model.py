@@ -10,7 +10,7 @@ unbalanced braces, ...), the format signal a verifier gives partial credit for.
 ``--init`` is a local causal-LM or reward-model directory; without it a tiny
 randomly initialised Llama with a character tokenizer is built locally, so the
 script runs offline in seconds. The saved directory loads with
-``algos.reward_model.RewardModel.from_pretrained`` and plugs into
+``algos.model.reward.RewardModel.from_pretrained`` and plugs into
 ``rlvr train --algo ppo --ppo.reward_source model --ppo.reward_model DIR``.
 """
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from algos.reward_model import (
+from algos.model.reward import (
     BradleyTerryConfig,
     PreferencePair,
     RewardModel,

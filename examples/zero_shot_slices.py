@@ -11,7 +11,7 @@ no examples), greedy, --max-new-tokens new tokens. Three slices of --per-slice p
 
 prints a table and, with --out, writes it and every response as JSON. The i-th slice's problems come from seed
 --seed + i, which neither training nor a run's periodic evaluation (env.eval_seed = 12345) draws from. Loading,
-prompts and greedy batched generation are `rlvr eval`'s (algos.evaluation.greedy_rollouts); answer extraction is the rewards'
+prompts and greedy batched generation are `rlvr eval`'s (algos.run.evaluation.greedy_rollouts); answer extraction is the rewards'
 (rewards.extract.last_boxed, rlvr_env.answers.last_number, rewards.math_equal).
 
     python examples/zero_shot_slices.py --model default --per-slice 100 --out zero_shot.json
@@ -27,11 +27,11 @@ import time
 from pathlib import Path
 
 from algos.config import EvalConfig, from_dict
-from algos.environment import build_task, make_rollout_backend
-from algos.evaluation import greedy_rollouts, procedural_eval_indices
-from algos.hardware import resolve_precision
-from algos.models import load_policy, resolve_model_path
-from algos.runtime import DTYPES, mixed_precision, resolve_device
+from algos.model.loading import load_policy, resolve_model_path
+from algos.rollout import build_task, make_rollout_backend
+from algos.run.evaluation import greedy_rollouts, procedural_eval_indices
+from algos.system.hardware import resolve_precision
+from algos.system.runtime import DTYPES, mixed_precision, resolve_device
 from rewards import math_equal
 from rewards.extract import last_boxed
 from rlvr_env.answers import last_number, unevaluated

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import torch
 
-from algos import grpo, ppo
+from algos.algorithms import grpo, ppo
 from algos.config import load_config, parse_overrides
 from algos.core import POLICY_LOSSES
-from algos.distributed import current_world, gather_objects, leave
+from algos.system.distributed import current_world, gather_objects, leave
 
 TRAINERS = {"grpo": (grpo.GRPOTrainer, grpo.GRPOConfig, None), "dapo": (grpo.GRPOTrainer, grpo.GRPOConfig, grpo.DAPO_PRESET),
             "ppo": (ppo.PPOTrainer, ppo.PPOConfig, None)}

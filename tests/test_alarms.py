@@ -1,15 +1,15 @@
-"""Health alarms (algos/alarms.py): each fires on the pattern it names and stays quiet otherwise; a run stops on one
+"""Health alarms (algos/run/alarms.py): each fires on the pattern it names and stays quiet otherwise; a run stops on one
 with run.stop_on_alarm and resumes from the checkpoint it saved."""
 
 from __future__ import annotations
 
 import pytest
 
-from algos.alarms import HealthMonitor
-from algos.checkpoint import latest_checkpoint
+from algos.algorithms.grpo import GRPOConfig, train
 from algos.config import AlarmConfig, load_config
-from algos.grpo import GRPOConfig, train
-from algos.metrics import read_metrics
+from algos.run.alarms import HealthMonitor
+from algos.run.metrics import read_metrics
+from algos.system.paths import latest_checkpoint
 
 
 def fired(records: list[dict], **thresholds) -> list[list[str]]:

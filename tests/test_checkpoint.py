@@ -1,4 +1,4 @@
-"""algos.checkpoint's contract at its edges: where it writes, what it fsyncs, what it refuses, what it prunes."""
+"""algos.run.checkpoint's contract at its edges: where it writes, what it fsyncs, what it refuses, what it prunes."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from algos import checkpoint
-from algos.checkpoint import checkpoint_step, latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
+from algos.run import checkpoint
+from algos.run.checkpoint import load_checkpoint, save_checkpoint
+from algos.system.paths import checkpoint_step, latest_checkpoint, list_checkpoints
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
 

@@ -3,8 +3,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from algos.algorithms.grpo import DAPO_PRESET, GRPOConfig
 from algos.config import load_config, parse_overrides, save_config
-from algos.grpo import DAPO_PRESET, GRPOConfig
 
 
 def test_defaults_validate_and_match_spec():
@@ -101,8 +101,8 @@ class _TwoSections:
 
 def test_float16_weights_are_refused_for_training_only():
     """fp16 AdamW turned 75,524 weights of the tiny model NaN in one step that reported a finite grad norm."""
+    from algos.algorithms.ppo import PPOConfig
     from algos.config import EvalConfig
-    from algos.ppo import PPOConfig
 
     with pytest.raises(ValueError, match="model.dtype"):
         load_config(PPOConfig, overrides=["--model.dtype", "float16"])
@@ -182,7 +182,7 @@ PPO_EDGES = [
                          [("grpo", *(*edge, {})[:5]) for edge in GRPO_EDGES] + [("ppo", *(*edge, {})[:5]) for edge in PPO_EDGES])
 def test_each_algorithm_key_accepts_its_edge_and_names_itself_past_it(algorithm, key, accepted, refused, message, others):
     """``others``: keys the edge needs besides (one prompt per step leaves room for one minibatch only)."""
-    from algos.ppo import PPOConfig
+    from algos.algorithms.ppo import PPOConfig
 
     config_cls = PPOConfig if algorithm == "ppo" else GRPOConfig
     section, name = key.split(".")
@@ -195,7 +195,7 @@ def test_each_algorithm_key_accepts_its_edge_and_names_itself_past_it(algorithm,
 def test_a_section_given_in_part_keeps_its_algorithms_defaults_for_the_rest(tmp_path):
     """PPOConfig's `loss` section aggregates by token-mean with 16-row micro-batches; setting one loss key (from the
     command line or a file) must not bring back the class defaults (GRPO's per-sequence mean) for the others."""
-    from algos.ppo import PPOConfig
+    from algos.algorithms.ppo import PPOConfig
 
     config = load_config(PPOConfig, overrides={"loss.entropy_coef": "0.01"})
     assert (config.loss.entropy_coef, config.loss.aggregation, config.loss.micro_batch_size) == (0.01, "token-mean", 16)
@@ -208,9 +208,9 @@ def test_a_section_given_in_part_keeps_its_algorithms_defaults_for_the_rest(tmp_
 def test_a_moved_key_is_read_under_its_old_name_from_flags_files_and_old_checkpoints(tmp_path):
     import yaml
 
-    from algos.checkpoint import CONFIG_FILE
-    from algos.ppo import PPOConfig
-    from algos.run_dir import check_resumable
+    from algos.algorithms.ppo import PPOConfig
+    from algos.run.checkpoint import CONFIG_FILE
+    from algos.run.directory import check_resumable
 
     with pytest.warns(FutureWarning, match="grpo.max_episode_tokens is now rollout.max_episode_tokens"):
         assert load_config(GRPOConfig, overrides={"grpo.max_episode_tokens": "40"}).rollout.max_episode_tokens == 40
@@ -241,10 +241,10 @@ def test_the_sampling_twins_are_one_rollout_key_read_under_every_old_name(tmp_pa
     old checkpoint's config.yaml resumes."""
     import yaml
 
-    from algos.checkpoint import CONFIG_FILE
-    from algos.dpo import DPOConfig
-    from algos.ppo import PPOConfig
-    from algos.run_dir import check_resumable
+    from algos.algorithms.dpo import DPOConfig
+    from algos.algorithms.ppo import PPOConfig
+    from algos.run.checkpoint import CONFIG_FILE
+    from algos.run.directory import check_resumable
 
     assert (GRPOConfig().rollout.prompts_per_step, GRPOConfig().rollout.group_size) == (8, 8)
     assert (PPOConfig().rollout.prompts_per_step, PPOConfig().rollout.group_size) == (16, 1)

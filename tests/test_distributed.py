@@ -17,10 +17,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from algos import distributed
-from algos.checkpoint import latest_checkpoint, list_checkpoints
 from algos.config import load_file as load_config_file
-from algos.distributed import World
+from algos.system import distributed
+from algos.system.distributed import World
+from algos.system.paths import latest_checkpoint, list_checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "tests" / "distributed_worker.py"

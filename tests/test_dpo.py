@@ -1,4 +1,4 @@
-"""DPO (algos/dpo.py, algos/core/preference.py): the losses by hand, the pairs the verifier forms, the dataset's
+"""DPO (algos/algorithms/dpo.py, algos/core/preference.py): the losses by hand, the pairs the verifier forms, the dataset's
 errors, and end to end: the gradient of every offline step equals the DPO objective's written in plain, unchunked
 torch inside this test; a killed run resumes to the same weights; online DPO from the verifier learns."""
 
@@ -16,10 +16,7 @@ import torch.nn.functional as F
 from reference_helpers import OptimizerSpy, load_weights, model_gradients
 from safetensors.torch import load_file
 
-from algos.checkpoint import latest_checkpoint
-from algos.config import load_config
-from algos.core.preference import PREFERENCE_LOSSES, implicit_rewards, preference_margin
-from algos.dpo import (
+from algos.algorithms.dpo import (
     PRESETS,
     DPOConfig,
     DPOTrainer,
@@ -28,9 +25,12 @@ from algos.dpo import (
     sequence_logprobs,
     verifier_pairs,
 )
-from algos.metrics import read_metrics
+from algos.config import load_config
+from algos.core.preference import PREFERENCE_LOSSES, implicit_rewards, preference_margin
 from algos.rollout import ScriptedRollout
-from algos.sft import IGNORE_INDEX
+from algos.run.metrics import read_metrics
+from algos.run.warm_start import IGNORE_INDEX
+from algos.system.paths import latest_checkpoint
 from rlvr_env.testing import ADDITION_KWARGS, biased_addition_model, build_char_tokenizer, build_tiny_model
 
 # ---------------------------------------------------------------- the losses
@@ -307,8 +307,8 @@ def test_online_dpo_on_a_multiturn_task_trains_on_the_policys_own_tokens(tmp_pat
     between turns are not the policy's, so no log-prob of theirs enters the loss)."""
     from test_multiturn_rollout import chatty_rollout, tiny_policy
 
-    from algos import dpo
-    from algos.multiturn import MultiTurnHFRollout
+    from algos.algorithms import dpo
+    from algos.rollout.multiturn import MultiTurnHFRollout
 
     torch.manual_seed(0)  # the weights under which test_multiturn_rollout.py's episodes take several turns
     model, tokenizer = tiny_policy()

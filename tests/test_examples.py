@@ -48,7 +48,7 @@ def test_train_reward_model_saves_the_model_it_reports_on(tmp_path):
     import random
     import runpy
 
-    from algos.reward_model import RewardModel, preference_accuracy
+    from algos.model.reward import RewardModel, preference_accuracy
 
     stdout = run_example("train_reward_model.py", "--out", str(tmp_path / "rm"), "--num-pairs", "32", "--epochs", "1")
     report = json.loads(stdout[stdout.index("{") : stdout.rindex("}") + 1])

@@ -35,8 +35,8 @@ def test_unknown_bare_key_names_the_keys_it_may_mean(key, hint, capsys):
 
 
 def test_train_help_lists_every_config_key_with_its_default(capsys):
-    from algos.grpo import GRPOConfig
-    from algos.ppo import PPOConfig
+    from algos.algorithms.grpo import GRPOConfig
+    from algos.algorithms.ppo import PPOConfig
 
     with pytest.raises(SystemExit) as exited:
         main(["train", "--algo", "dapo", "--help"])
@@ -138,7 +138,7 @@ def test_eval_of_a_dataset_scores_each_problem_of_the_eval_file_once(tmp_path, c
     from pathlib import Path
 
     from algos.config import EvalConfig
-    from algos.evaluation import eval_task, warn_if_eval_reads_training_data
+    from algos.run.evaluation import eval_task, warn_if_eval_reads_training_data
 
     test_file = Path(__file__).parent / "data" / "gsm8k_tiny.jsonl"  # 3 problems
     config = EvalConfig()
@@ -226,7 +226,7 @@ def test_resume_checks_what_the_checkpoint_trained_with_not_the_editable_config_
 
 
 def test_ctrl_c_says_where_the_run_stands(tiny_dir, monkeypatch, capsys):
-    from algos.grpo import GRPOTrainer
+    from algos.algorithms.grpo import GRPOTrainer
 
     def interrupted(self, step, logger):
         raise KeyboardInterrupt
@@ -243,10 +243,9 @@ def test_ctrl_c_says_where_the_run_stands(tiny_dir, monkeypatch, capsys):
 def test_evaluation_in_batches_scores_the_same_problems_as_one_batch(tiny_dir):
     """eval_size rows were generated at once: a full GSM8K test set (1,319 rows) in one KV cache."""
     from algos.config import EvalConfig, load_config
-    from algos.environment import make_env
-    from algos.evaluation import evaluate, procedural_eval_indices
-    from algos.models import load_policy
-    from algos.rollout import HFRollout
+    from algos.model.loading import load_policy
+    from algos.rollout import HFRollout, make_env
+    from algos.run.evaluation import evaluate, procedural_eval_indices
 
     config = load_config(EvalConfig, overrides=["--model.path", str(tiny_dir / "model"), "--env.kwargs", "{digits: 1}",
                                                 "--env.max_new_tokens", "3", "--env.eval_size", "7"])
@@ -286,8 +285,8 @@ def test_a_run_or_checkpoint_directory_as_the_model_is_recorded_as_the_model_it_
     with pytest.warns(UserWarning, match="resolves to .*checkpoint-1/model; the run records that"):
         assert main(["train", "--algo", "grpo", "--model", str(tiny_dir / "run"), *TINY_RUN,
                      "--run.output_dir", str(tiny_dir / "b")]) == 0
+    from algos.algorithms.grpo import GRPOConfig
     from algos.config import load_config
-    from algos.grpo import GRPOConfig
 
     assert load_config(GRPOConfig, tiny_dir / "b" / "config.yaml").model.path == str(tiny_dir / "run" / "checkpoint-1" / "model")
     capsys.readouterr()  # overwriting a run whose checkpoint is the model would delete the model first

@@ -4,11 +4,11 @@ by a clear margin within a couple of minutes on CPU."""
 
 import pytest
 
-from algos import grpo
-from algos.checkpoint import latest_checkpoint
+from algos.algorithms import grpo
+from algos.algorithms.grpo import PRESETS, GRPOConfig
 from algos.config import load_config
-from algos.evaluation import evaluate_saved_model
-from algos.grpo import PRESETS, GRPOConfig
+from algos.run.evaluation import evaluate_saved_model
+from algos.system.paths import latest_checkpoint
 from rlvr_env.testing import ADDITION_KWARGS, biased_addition_model
 
 TASK_KWARGS = ADDITION_KWARGS

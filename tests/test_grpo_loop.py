@@ -14,12 +14,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from algos.checkpoint import latest_checkpoint, list_checkpoints
+from algos.algorithms.grpo import DAPO_PRESET, GRPOConfig, GRPOTrainer, train
 from algos.config import load_config
 from algos.core import POLICY_LOSSES
 from algos.core.advantages import group_advantages, process_advantages
-from algos.grpo import DAPO_PRESET, GRPOConfig, GRPOTrainer, train
-from algos.metrics import read_metrics
+from algos.run.metrics import read_metrics
+from algos.system.paths import latest_checkpoint, list_checkpoints
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
 TASK = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
@@ -226,7 +226,7 @@ def test_mixed_precision_forwards_see_every_weight_update():
     # One context spans a whole run: a forward after an optimizer step must use the new weights,
     # including when the previous forward ran under no_grad (a rollout) and the next one trains.
     from algos.config import ModelConfig
-    from algos.runtime import mixed_precision
+    from algos.system.runtime import mixed_precision
 
     layer, x = torch.nn.Linear(8, 8), torch.randn(4, 8)
     with mixed_precision(ModelConfig(autocast="bfloat16"), torch.device("cpu")):
@@ -242,7 +242,7 @@ def test_mixed_precision_forwards_see_every_weight_update():
 
 def test_a_rollout_casts_each_weight_once_and_the_next_forward_sees_the_update():
     from algos.config import ModelConfig
-    from algos.runtime import mixed_precision, weights_cast_once
+    from algos.system.runtime import mixed_precision, weights_cast_once
 
     layer, x = torch.nn.Linear(8, 8), torch.randn(4, 8)
     with mixed_precision(ModelConfig(autocast="bfloat16"), torch.device("cpu")):
@@ -260,8 +260,8 @@ def test_a_rollout_casts_each_weight_once_and_the_next_forward_sees_the_update()
 
 def test_an_accumulation_casts_each_weight_once_with_the_gradients_of_casting_per_forward():
     from algos.config import ModelConfig
-    from algos.distributed import accumulation_passes
-    from algos.runtime import mixed_precision
+    from algos.system.distributed import accumulation_passes
+    from algos.system.runtime import mixed_precision
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))

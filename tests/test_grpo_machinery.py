@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from algos.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint, save_checkpoint
-from algos.metrics import MetricsLogger, read_metrics
+from algos.run.checkpoint import load_checkpoint, save_checkpoint
+from algos.run.metrics import MetricsLogger, read_metrics
+from algos.system.paths import latest_checkpoint, list_checkpoints
 from rlvr_env.testing import available_devices, build_char_tokenizer, build_tiny_model
 
 
@@ -90,7 +91,7 @@ def test_a_checkpoint_written_on_a_gpu_resumes_on_a_cpu_only_host(tmp_path, monk
 
 def test_checkpoints_keep_only_the_training_gpus_rng_state(tmp_path, monkeypatch):
     """Every visible GPU's state, restored by index, crashed a resume that sees fewer GPUs."""
-    from algos import checkpoint
+    from algos.run import checkpoint
 
     states = {"cuda:1": torch.tensor([1, 2, 3], dtype=torch.uint8)}
     restored = {}
@@ -131,7 +132,7 @@ def test_metrics_reader_skips_only_a_cut_off_last_line(tmp_path):
 
 
 def test_completion_logprobs_match_full_logits_with_left_padding():
-    from algos.policy import completion_logprobs, position_ids_from_mask
+    from algos.model.policy import completion_logprobs, position_ids_from_mask
 
     model, _, _ = _tiny()
     ids = torch.randint(4, 50, (2, 7))
@@ -147,7 +148,7 @@ def test_completion_logprobs_match_full_logits_with_left_padding():
 def test_completion_logprobs_of_one_token_completions_need_no_completion_pass():
     """Every completion one token long (as the zero-weight micro-batch a rank without rows runs): each is predicted
     from its prompt's last state alone."""
-    from algos.policy import completion_logprobs
+    from algos.model.policy import completion_logprobs
 
     model, _, _ = _tiny()
     ids = torch.tensor([[5, 7, 9], [5, 7, 11], [6, 8, 12]])
@@ -168,7 +169,7 @@ def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly(checkp
     packed into as few decoder rows as fit the longest (SDPA's boolean mask, eager attention's additive one); a
     sliding window shorter than the rows keeps a row per completion. With gradient checkpointing
     (model.gradient_checkpointing) rows run whole and each layer is recomputed in backward."""
-    from algos.policy import completion_logprobs, position_ids_from_mask
+    from algos.model.policy import completion_logprobs, position_ids_from_mask
 
     torch.manual_seed(0)
     model = build_tiny_model(build_char_tokenizer(), hidden_size=32, num_layers=2, num_heads=4).eval()
@@ -228,9 +229,9 @@ def test_completion_logprobs_apply_the_models_own_logit_transform(arch, logit_co
     hidden states) must equal the model's own forward, which is what the rollout samples from."""
     import transformers
 
-    from algos import policy
     from algos.core.logprobs import LogitTransform
-    from algos.policy import check_lm_head, completion_logprobs, position_ids_from_mask
+    from algos.model import policy
+    from algos.model.policy import check_lm_head, completion_logprobs, position_ids_from_mask
 
     config = getattr(transformers, f"{arch}Config")(
         vocab_size=40, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
@@ -253,7 +254,7 @@ def test_completion_logprobs_apply_the_models_own_logit_transform(arch, logit_co
         check_lm_head(model)  # a transform the trainer does not know is refused, not trained through
 
 def test_nonfinite_gradients_skip_the_update_and_keep_weights():
-    from algos.runtime import guarded_optimizer_step
+    from algos.system.runtime import guarded_optimizer_step
 
     model, optimizer, _ = _tiny()
     before = [p.detach().clone() for p in model.parameters()]
@@ -270,7 +271,7 @@ def test_nonfinite_gradients_skip_the_update_and_keep_weights():
 def test_cuda_devices_resolve_to_the_indexed_name_model_parameters_report(monkeypatch):
     """torch.device("cuda") != torch.device("cuda:0"), the device a model's parameters report: an
     unindexed name made the rollout's env/model device check fail on every GPU run."""
-    from algos.runtime import resolve_device
+    from algos.system.runtime import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
@@ -284,7 +285,7 @@ def test_cuda_devices_resolve_to_the_indexed_name_model_parameters_report(monkey
 
 def test_a_gpu_device_on_a_host_without_one_is_a_config_error(monkeypatch):
     """torch's own error was an AssertionError ("Torch not compiled with CUDA enabled") from inside .to()."""
-    from algos.runtime import resolve_device
+    from algos.system.runtime import resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(ValueError, match="model.device = 'cuda', but torch sees no GPU"):
@@ -309,7 +310,7 @@ def test_adamw_on_half_precision_weights_warns_and_names_the_fix():
     import warnings
 
     from algos.config import OptimConfig
-    from algos.runtime import build_optimizer
+    from algos.system.runtime import build_optimizer
 
     with pytest.warns(UserWarning, match=r"torch.bfloat16 weights .* model.dtype = float32 and model.autocast = bfloat16"):
         build_optimizer(torch.nn.Linear(4, 4).to(torch.bfloat16), OptimConfig())
@@ -322,9 +323,8 @@ def test_rows_stop_at_the_models_generation_config_eos_ids_too():
     """Qwen2.5-Instruct stops at <|im_end|> (its tokenizer's EOS) and <|endoftext|> (generation_config):
     model.generate and vllm stop at both, so the env must too, or the backends disagree on where rows end."""
     from algos.config import EvalConfig
-    from algos.environment import make_env
-    from algos.policy import stop_token_ids
-    from algos.rollout import HFRollout
+    from algos.model.policy import stop_token_ids
+    from algos.rollout import HFRollout, make_env
 
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, hidden_size=16, num_layers=1, num_heads=2).eval()
@@ -351,7 +351,7 @@ def test_float16_loss_scaling_unscales_before_clipping_and_backs_off_on_overflow
     """fp16 autocast without loss scaling lets small gradients underflow to 0; with it, the step sees the
     true gradients (clipping and grad_norm unscaled), and an overflow skips the update and halves the scale."""
     from algos.config import ModelConfig
-    from algos.runtime import grad_scaler, guarded_optimizer_step
+    from algos.system.runtime import grad_scaler, guarded_optimizer_step
 
     assert not grad_scaler(ModelConfig(autocast="bfloat16"), torch.device("cpu")).is_enabled()
     scaler = grad_scaler(ModelConfig(autocast="float16"), torch.device("cpu"))
@@ -378,7 +378,7 @@ def test_float16_loss_scaling_unscales_before_clipping_and_backs_off_on_overflow
 
 
 def test_full_determinism_switches_torch_to_deterministic_kernels(monkeypatch):
-    from algos.runtime import seed_everything
+    from algos.system.runtime import seed_everything
 
     for name in ("CUDA_LAUNCH_BLOCKING", "CUBLAS_WORKSPACE_CONFIG", "ASCEND_LAUNCH_BLOCKING", "HCCL_DETERMINISTIC",
                  "FLASH_ATTENTION_DETERMINISTIC"):
@@ -402,7 +402,7 @@ def test_every_way_the_trainers_write_weights_advances_the_version_vllm_copies_b
     fused, whose kernel does not advance them, so guarded_optimizer_step does."""
     from algos.config import OptimConfig
     from algos.rollout import weights_version
-    from algos.runtime import build_optimizer, guarded_optimizer_step
+    from algos.system.runtime import build_optimizer, guarded_optimizer_step
 
     model, _, _ = _tiny()
     optimizer = build_optimizer(model, OptimConfig(lr=1e-2))
@@ -418,9 +418,9 @@ def test_every_way_the_trainers_write_weights_advances_the_version_vllm_copies_b
 
 
 def test_a_chat_template_asked_for_but_missing_is_said_not_silently_dropped():
+    from algos.algorithms.grpo import GRPOConfig
     from algos.config import load_config
-    from algos.environment import make_env
-    from algos.grpo import GRPOConfig
+    from algos.rollout import make_env
 
     tokenizer = build_char_tokenizer()
     tokenizer.chat_template = None  # as a base model's
@@ -446,7 +446,7 @@ def test_without_a_live_bar_each_step_is_one_line_on_stderr(tmp_path, capsys):
 
 
 def test_curves_are_smoothed_past_50_points_and_the_moving_mean_is_exact(tmp_path):
-    from algos.metrics import moving_mean, plot_metrics
+    from algos.run.metrics import moving_mean, plot_metrics
 
     assert moving_mean((1.0, 3.0, 5.0, 7.0), 2) == [1.0, 2.0, 4.0, 6.0]
     assert moving_mean((2.0,), 5) == [2.0]

@@ -1,4 +1,4 @@
-"""model.autocast = "auto" and the machine description (algos/hardware.py): the choice on each kind of
+"""model.autocast = "auto" and the machine description (algos/system/hardware.py): the choice on each kind of
 device from what torch reports and a measured matmul, the one warning for an emulated half precision,
 and what a run records of both (config.yaml, machine.json, the log)."""
 
@@ -15,10 +15,10 @@ import torch
 import yaml
 from reference_helpers import save_tiny_model
 
-from algos import hardware
+from algos.algorithms.grpo import GRPOConfig, GRPOTrainer
 from algos.config import load_config
-from algos.grpo import GRPOConfig, GRPOTrainer
-from algos.runtime import compute_dtype, mixed_precision
+from algos.system import hardware
+from algos.system.runtime import compute_dtype, mixed_precision
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
 CPU = torch.device("cpu")

@@ -59,7 +59,7 @@ def code_blocks(text: str) -> list[tuple[int, list[str]]]:
 
 
 def find_refs(text: str) -> list[Ref]:
-    """Every dotted reference in the code blocks, brace groups (`algos.grpo.{A, B}`) expanded."""
+    """Every dotted reference in the code blocks, brace groups (`algos.algorithms.grpo.{A, B}`) expanded."""
     refs = []
     for start, lines in code_blocks(text):
         for offset, line in enumerate(lines):

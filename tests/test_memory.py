@@ -1,4 +1,4 @@
-"""Rows per micro-batch from a memory budget (algos/memory.py, loss.micro_batch_memory_gb): saved-tensor bytes
+"""Rows per micro-batch from a memory budget (algos/system/memory.py, loss.micro_batch_memory_gb): saved-tensor bytes
 by hand, the fit, the probe rows, and a bound that holds on a real model's batch."""
 
 from __future__ import annotations
@@ -10,15 +10,15 @@ import torch
 from reference_helpers import save_tiny_model
 from safetensors.torch import load_file
 
-from algos import grpo
-from algos.checkpoint import latest_checkpoint
+from algos.algorithms import grpo
+from algos.algorithms.grpo import GRPOConfig, GRPOTrainer
+from algos.algorithms.ppo import PPOConfig
 from algos.config import load_config
-from algos.grpo import GRPOConfig, GRPOTrainer
 from algos.learn import micro_batches
-from algos.memory import ActivationCost, activation_cost, fixed_micro_batch_rows, free_accelerator_bytes, saved_bytes
-from algos.metrics import read_metrics
-from algos.policy import completion_logprobs
-from algos.ppo import PPOConfig
+from algos.model.policy import completion_logprobs
+from algos.run.metrics import read_metrics
+from algos.system.memory import ActivationCost, activation_cost, fixed_micro_batch_rows, free_accelerator_bytes, saved_bytes
+from algos.system.paths import latest_checkpoint
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
 

@@ -1,4 +1,4 @@
-"""algos.models: loading local model directories and converting the embedded SmolLM2 GGUF once."""
+"""algos.model.loading: loading local model directories and converting the embedded SmolLM2 GGUF once."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from algos import models
+from algos.model import loading as models
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
 

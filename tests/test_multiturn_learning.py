@@ -17,11 +17,11 @@ import pytest
 import torch
 from calculator_models import TASK_KWARGS, calculator_model, tool_call
 
-from algos import grpo
+from algos.algorithms import grpo
+from algos.algorithms.grpo import GRPOConfig
 from algos.config import load_config
-from algos.grpo import GRPOConfig
-from algos.metrics import read_metrics
-from algos.models import load_policy
+from algos.model.loading import load_policy
+from algos.run.metrics import read_metrics
 from rlvr_env import make_task
 from rlvr_env.multiturn_env import render_conversation
 

@@ -1,4 +1,4 @@
-"""Multi-turn rollouts (algos/multiturn.py) and GRPO on them: the policy's tokens are masked exactly, the sampler's
+"""Multi-turn rollouts (algos/rollout/multiturn.py) and GRPO on them: the policy's tokens are masked exactly, the sampler's
 log-probs are the trainer's, the cache's holes change nothing, and the loop trains and logs episodes."""
 
 import json
@@ -7,13 +7,12 @@ import pytest
 import torch
 from calculator_models import TASK_KWARGS, tool_tokenizer
 
-from algos import grpo, multiturn
+from algos.algorithms import grpo
+from algos.algorithms.grpo import GRPOConfig, GRPOSection, shape_rewards
 from algos.config import load_config
-from algos.environment import is_multiturn_task
-from algos.grpo import GRPOConfig, GRPOSection, shape_rewards
-from algos.multiturn import MultiTurnHFRollout, observation_text
-from algos.policy import completion_logprobs, position_ids_from_mask
-from algos.rollout import row_seeds
+from algos.model.policy import completion_logprobs, position_ids_from_mask
+from algos.rollout import is_multiturn_task, multiturn, row_seeds
+from algos.rollout.multiturn import MultiTurnHFRollout, observation_text
 from rlvr_env import TokenVectorEnv
 from rlvr_env.multiturn_env import Reply
 from rlvr_env.tasks.calculator_arithmetic import CalculatorArithmeticTask
@@ -140,7 +139,7 @@ def test_grpo_trains_on_a_multiturn_task_and_logs_its_episodes(tmp_path):
 
 
 def test_vllm_is_refused_on_a_multiturn_task(tmp_path):
-    from algos.environment import make_rollout_backend
+    from algos.rollout import make_rollout_backend
 
     config = load_config(GRPOConfig, overrides={"env.id": "rlvr/CalculatorArithmetic-v0", "rollout.backend": "vllm"})
     with pytest.raises(ValueError, match="rollout.backend"):
@@ -172,8 +171,8 @@ def test_multiturn_length_and_entropy_metrics_count_the_policys_tokens(tmp_path)
 
 
 def test_single_turn_rows_keep_their_entropy_over_the_whole_response():
-    from algos.grpo import SampledRows, build_batch
-    from algos.metrics import policy_token_mask
+    from algos.algorithms.grpo import SampledRows, build_batch
+    from algos.rollout.metrics import policy_token_mask
 
     response_mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
     single_turn = type("Result", (), {"response_mask": response_mask})()  # the env's RolloutResult: no policy_mask

@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from algos import ppo
+from algos.algorithms import ppo
 from algos.config import load_config
-from algos.memory import activation_cost
-from algos.metrics import UpdateStats, read_metrics
-from algos.policy import completion_logprobs
+from algos.learn.stats import UpdateStats
+from algos.model.policy import completion_logprobs
+from algos.run.metrics import read_metrics
+from algos.system.memory import activation_cost
 from rlvr_cli import main as rlvr_main
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
@@ -176,7 +177,7 @@ def test_critic_warmup_delays_the_policy_schedule_and_keeps_kl_coef(tiny_model_d
     verl steps the actor's scheduler only when it updates), and the adaptive KL coefficient stays put
     (KL to the reference is 0 then, which shrank kl_coef by the maximum 20% a step)."""
     from algos.config import OptimConfig
-    from algos.runtime import advance_schedule, build_scheduler
+    from algos.system.runtime import advance_schedule, build_scheduler
 
     params = [torch.nn.Parameter(torch.zeros(1)), torch.nn.Parameter(torch.zeros(1))]
     optimizer = torch.optim.SGD([{"params": params[:1]}, {"params": params[1:]}], lr=1.0)
@@ -240,7 +241,7 @@ def test_the_adaptive_kl_coefficient_moves_at_most_20_percent_and_stays_positive
 def test_reward_models_are_cut_to_their_own_context_and_must_score_one_label(tiny_model_dir, tmp_path):
     from transformers import GPT2Config, GPT2ForSequenceClassification, LlamaConfig, LlamaForSequenceClassification
 
-    from algos.reward_model import RewardModel
+    from algos.model.reward import RewardModel
 
     tokenizer = build_char_tokenizer()
     short = GPT2ForSequenceClassification(GPT2Config(vocab_size=len(tokenizer), n_positions=32, n_embd=16, n_layer=1,
@@ -271,7 +272,7 @@ def test_reward_models_are_cut_to_their_own_context_and_must_score_one_label(tin
 def test_a_bad_task_or_eval_task_is_refused_before_the_run_directory_is_touched(tiny_model_dir, tmp_path, algo):
     """PPO built its task after open_run_dir: with overwrite_output_dir a typo in env.kwargs deleted the run's
     checkpoints before the error; an env.eval_kwargs typo did so in both trainers."""
-    from algos.grpo import GRPOConfig, GRPOTrainer
+    from algos.algorithms.grpo import GRPOConfig, GRPOTrainer
 
     trainer_cls, config_cls = (ppo.PPOTrainer, ppo.PPOConfig) if algo == "ppo" else (GRPOTrainer, GRPOConfig)
     (tmp_path / "checkpoint-3").mkdir()

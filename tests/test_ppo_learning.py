@@ -7,9 +7,9 @@ import json
 import pytest
 from test_grpo_learning import TASK_KWARGS, supervised_tiny_model  # same task, same starting model as GRPO/DAPO
 
-from algos import ppo
+from algos.algorithms import ppo
 from algos.config import load_config
-from algos.metrics import read_metrics
+from algos.run.metrics import read_metrics
 
 MARGIN = 0.2  # as the GRPO/DAPO learning test
 

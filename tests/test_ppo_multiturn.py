@@ -8,9 +8,9 @@ import pytest
 import torch
 from calculator_models import TASK_KWARGS, tool_tokenizer
 
+from algos.algorithms.ppo import PPOConfig, PPOTrainer
 from algos.config import load_config
 from algos.core.gae import gae_advantages
-from algos.ppo import PPOConfig, PPOTrainer
 from rlvr_env.multiturn_env import Reply
 from rlvr_env.registry import register_task
 from rlvr_env.tasks.calculator_arithmetic import CalculatorArithmeticTask

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from algos.value_model import build_value_model
+from algos.model.value import build_value_model
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
 

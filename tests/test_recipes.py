@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from algos import grpo
+from algos.algorithms import grpo
+from algos.algorithms.grpo import GRPOConfig
 from algos.config import load_config
-from algos.evaluation import asks_the_same, eval_task, evaluate_saved_model, transfer_eval_config, zero_shot
-from algos.grpo import GRPOConfig
-from algos.metrics import read_metrics
-from algos.run_dir import check_resumable
+from algos.run.directory import check_resumable
+from algos.run.evaluation import asks_the_same, eval_task, evaluate_saved_model, transfer_eval_config, zero_shot
+from algos.run.metrics import read_metrics
 from rlvr_cli import main
 from rlvr_env import make_task
 from rlvr_env.curriculum import StepSchedule
@@ -148,9 +148,9 @@ def test_rlvr_eval_zero_shot_scores_the_bare_question_of_a_gsm8k_file(tiny_dir, 
         reports.append(json.loads(capsys.readouterr().out.strip().splitlines()[-1]))
     assert [r["prompt"] for r in reports] == ["config", "zero-shot"] and all(r["problems"] == 12 for r in reports)
 
-    from algos.environment import make_env
-    from algos.evaluation import eval_task
-    from algos.models import load_policy
+    from algos.model.loading import load_policy
+    from algos.rollout import make_env
+    from algos.run.evaluation import eval_task
 
     loaded = load_config(GRPOConfig, config)
     _, tokenizer = load_policy(str(tiny_dir))

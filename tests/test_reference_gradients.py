@@ -27,10 +27,10 @@ from reference_helpers import (
     token_logprobs,
 )
 
+from algos.algorithms.grpo import PRESETS, GRPOConfig, GRPOTrainer
 from algos.config import load_config
-from algos.grpo import PRESETS, GRPOConfig, GRPOTrainer
-from algos.metrics import MetricsLogger
 from algos.rollout import ScriptedRollout
+from algos.run.metrics import MetricsLogger
 
 TASK = '{"num_numbers": 3, "step_reward": 0.1, "prompt_template": "{numbers}>{target}:"}'
 MAX_NEW_TOKENS = 24
@@ -393,11 +393,11 @@ def test_a_step_without_signal_or_loss_tokens_skips_the_update_and_still_advance
 
 
 def test_a_non_finite_micro_batch_skips_the_update_but_the_others_are_still_measured(model_dir, tmp_path, monkeypatch):
-    import algos.grpo
+    import algos.algorithms.grpo
 
     trainer = make_trainer(model_dir, tmp_path, {"grpo.beta": "0"})
     batch, _ = trainer.collect(step=1)
-    aggregate = algos.grpo.aggregate_loss
+    aggregate = algos.algorithms.grpo.aggregate_loss
     calls = []
 
     def first_is_nan(*args, **kwargs):
@@ -405,7 +405,7 @@ def test_a_non_finite_micro_batch_skips_the_update_but_the_others_are_still_meas
         loss = aggregate(*args, **kwargs)
         return loss * math.nan if len(calls) == 1 else loss
 
-    monkeypatch.setattr(algos.grpo, "aggregate_loss", first_is_nan)
+    monkeypatch.setattr(algos.algorithms.grpo, "aggregate_loss", first_is_nan)
     metrics = trainer.update(batch)
     assert metrics["skipped_update"] == 1.0 and math.isnan(metrics["loss"])
     assert len(calls) == 3  # 12 rows in micro-batches of 5: the two after the non-finite one still ran

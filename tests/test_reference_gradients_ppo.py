@@ -24,10 +24,10 @@ from reference_helpers import (
 )
 from test_reference_gradients import BASE, script
 
+from algos.algorithms.ppo import PRESETS, PPOConfig, PPOTrainer
 from algos.config import load_config
-from algos.metrics import MetricsLogger
-from algos.ppo import PRESETS, PPOConfig, PPOTrainer
 from algos.rollout import ScriptedRollout
+from algos.run.metrics import MetricsLogger
 
 PPO_BASE = {key: value for key, value in BASE.items() if not key.startswith("grpo.")}
 PPO_BASE.update({
@@ -264,19 +264,19 @@ def test_each_minibatch_step_applies_the_gradient_of_ppo_with_gae(name, model_di
 def test_a_non_finite_micro_batch_skips_only_its_minibatchs_step(model_dir, tmp_path, monkeypatch):
     """The first micro-batch's loss is NaN: its minibatch's optimizer step is skipped (counted once), the minibatch's
     other micro-batches are still measured, and the next minibatch's step is applied."""
-    import algos.ppo
+    import algos.algorithms.ppo
 
     overrides = {**PPO_BASE, "model.path": model_dir, "run.output_dir": str(tmp_path), "ppo.ppo_epochs": "1"}
     trainer = PPOTrainer(load_config(PPOConfig, overrides=overrides), backend=ScriptedRollout(script))
     batch, _ = trainer.collect(step=1)
-    aggregate, calls = algos.ppo.aggregate_loss, []
+    aggregate, calls = algos.algorithms.ppo.aggregate_loss, []
 
     def first_is_nan(*args, **kwargs):
         calls.append(1)
         loss = aggregate(*args, **kwargs)
         return loss * float("nan") if len(calls) == 1 else loss
 
-    monkeypatch.setattr(algos.ppo, "aggregate_loss", first_is_nan)
+    monkeypatch.setattr(algos.algorithms.ppo, "aggregate_loss", first_is_nan)
     steps = []
     trainer.optimizer.register_step_pre_hook(lambda *args: steps.append(1))
     metrics = trainer.update(batch, train_policy=True)

@@ -1,4 +1,4 @@
-"""release_free_memory (algos/runtime.py): freed CPU tensors go back to the OS. Apart from algos/memory.py's tests,
+"""release_free_memory (algos/system/runtime.py): freed CPU tensors go back to the OS. Apart from algos/system/memory.py's tests,
 whose mutation runs it would stop: there glibc hands the freed pages back by itself."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 
 FRAGMENTED_HEAP = """
 import torch
-from algos import runtime
-from algos.memory import rss_gb
+from algos.system import runtime
+from algos.system.memory import rss_gb
 warm = [torch.ones(256 * 1024) for _ in range(4)]  # 1 MB each: a freed mmap raises glibc's threshold above it
 del warm
 freed, kept = [], []
@@ -30,7 +30,7 @@ def test_freed_cpu_tensors_go_back_to_the_os():
     import subprocess
     import sys
 
-    from algos import runtime
+    from algos.system import runtime
 
     if runtime._malloc_trim() is None:
         pytest.skip("the C library is not glibc")

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from algos.reward_model import (
+from algos.model.reward import (
     PreferencePair,
     RewardModel,
     bradley_terry_loss,
@@ -88,7 +88,7 @@ def test_preference_accuracy_counts_strict_wins():
 def test_centering_term_is_trls_pair_sum_not_each_reward():
     """TRL's center_rewards_coefficient adds coef * mean((r_c + r_r)^2); coef * mean of each reward squared
     also penalised the margin (r_c - r_r)^2 / 4, against the ranking loss."""
-    from algos.reward_model import BradleyTerryConfig, train_bradley_terry
+    from algos.model.reward import BradleyTerryConfig, train_bradley_terry
 
     reward_model = load_example().tiny_reward_model(0)
     pair = PreferencePair(prompt="2+2=", chosen="\\boxed{4}", rejected="5")

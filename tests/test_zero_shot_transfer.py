@@ -11,9 +11,9 @@ import json
 import pytest
 from test_grpo_learning import learning_config  # the learning tests' run, on another prompt
 
-from algos import grpo
-from algos.evaluation import evaluate_saved_model, transfer_eval_config
-from algos.metrics import read_metrics
+from algos.algorithms import grpo
+from algos.run.evaluation import evaluate_saved_model, transfer_eval_config
+from algos.run.metrics import read_metrics
 from rlvr_env import make_task
 from rlvr_env.prompting import render_prompt
 from rlvr_env.testing import ADDITION_KWARGS, build_char_tokenizer, build_tiny_model, supervise_and_save

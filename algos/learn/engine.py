@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from algos.distributed import accumulation_passes, min_over_ranks, sum_over_ranks
-from algos.runtime import guarded_optimizer_step
+from algos.system.distributed import accumulation_passes, min_over_ranks, sum_over_ranks
+from algos.system.runtime import guarded_optimizer_step
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from collections.abc import Callable
 import torch
 
 from algos.config import PolicyLossConfig
-from algos.distributed import sum_over_ranks, whole_weights
-from algos.memory import CPU_MICRO_BATCH_ROWS, GPU_ACTIVATION_SHARE, ActivationCost, free_accelerator_bytes
+from algos.system.distributed import sum_over_ranks, whole_weights
+from algos.system.memory import CPU_MICRO_BATCH_ROWS, GPU_ACTIVATION_SHARE, ActivationCost, free_accelerator_bytes
 
 
 class MicroBatchSizer:

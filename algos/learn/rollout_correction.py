@@ -10,7 +10,7 @@ import torch
 
 from algos.core import ROLLOUT_CORRECTIONS
 from algos.core.rollout_correction import mismatch_sums
-from algos.distributed import sum_over_ranks
+from algos.system.distributed import sum_over_ranks
 
 MISMATCH_KEYS = ("rollout_logp_abs_diff", "rollout_kl", "rollout_is_weight", "rollout_is_truncated", "rollout_is_masked")
 

@@ -9,7 +9,7 @@ frozen reference when beta > 0. DAPO is the `dapo` preset (DAPO_PRESET); each of
 switch. The formulas: docs/formulas.md.
 
 On a multi-turn task (a MultiTurnTask: tool calls, env replies) the backend plays whole episodes
-(algos/multiturn.py) and the same loop trains on them: a row is the episode after its initial prompt, groups are
+(algos/rollout/multiturn.py) and the same loop trains on them: a row is the episode after its initial prompt, groups are
 per initial prompt, and lengths and the loss count the policy's own tokens (tool outputs and env messages masked).
 
 Dynamic sampling bound: at most `max_sampling_rounds` generation rounds per step.
@@ -36,7 +36,16 @@ from algos.core import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES
 from algos.core.advantages import process_advantages, step_rewards_vary, zero_std_group_fraction
 from algos.core.aggregation import aggregate_loss
 from algos.core.kl import kl_estimate
-from algos.distributed import (
+from algos.learn import MicroBatchSizer, accumulate_and_step
+from algos.learn.rollout_correction import correction_weights, mismatch_metrics, resolved_method
+from algos.learn.stats import UpdateStats
+from algos.model.policy import completion_logprobs
+from algos.rollout import ROLLOUT_ENGINES, RolloutBackend
+from algos.rollout.metrics import policy_token_mask, rollout_metrics
+from algos.rollout.multiturn import episode_metrics
+from algos.run.loop import round_seed, run_training, setup_run
+from algos.run.metrics import MetricsLogger
+from algos.system.distributed import (
     gather_rows,
     micro_batch_inputs,
     padded_micro_batches,
@@ -44,18 +53,10 @@ from algos.distributed import (
     sum_over_ranks,
     whole_weights,
 )
-from algos.environment import ROLLOUT_ENGINES
-from algos.learn import MicroBatchSizer, accumulate_and_step
-from algos.learn.rollout_correction import correction_weights, mismatch_metrics, resolved_method
-from algos.memory import (
+from algos.system.memory import (
     activation_cost,
 )
-from algos.metrics import MetricsLogger, UpdateStats, policy_token_mask, rollout_metrics
-from algos.multiturn import episode_metrics
-from algos.policy import completion_logprobs
-from algos.rollout import RolloutBackend
-from algos.runtime import advance_schedule, build_optimizer, build_scheduler
-from algos.trainer import round_seed, run_training, setup_run
+from algos.system.runtime import advance_schedule, build_optimizer, build_scheduler
 
 
 @dataclass

@@ -16,11 +16,11 @@ first `critic_warmup_steps` steps only the critic learns. The KL coefficient is
 fixed, or adaptive (PPO-Penalty) when `kl_target` is set.
 
 The critic is a scalar head on the policy's backbone (`value_model = "head"`)
-or a separate copy of the backbone (`"separate"`); see algos.value_model. Without one (`"none"`, V = 0, gamma =
+or a separate copy of the backbone (`"separate"`); see algos.model.value. Without one (`"none"`, V = 0, gamma =
 lambda = 1) the advantages are the batch-whitened returns: REINFORCE++ (arXiv 2501.03262), the `reinforce_pp` preset;
 `ppo.score_baseline = "group_mean"` first subtracts each prompt's mean score (REINFORCE++-baseline).
 
-On a multi-turn task (tool calls, env replies: algos/multiturn.py) a row is a whole episode; its actions are the
+On a multi-turn task (tool calls, env replies: algos/rollout/multiturn.py) a row is a whole episode; its actions are the
 tokens the policy sampled, and the tool outputs between them are context that neither the losses nor GAE count.
 """
 
@@ -49,7 +49,18 @@ from algos.core.gae import (
 )
 from algos.core.kl import kl_estimate
 from algos.core.logprobs import logprobs_from_hidden
-from algos.distributed import (
+from algos.learn import MicroBatchSizer, accumulate_and_step
+from algos.learn.rollout_correction import correction_weights, mismatch_metrics, resolved_method
+from algos.learn.stats import UpdateStats
+from algos.model.policy import completion_logprobs, lm_head_of
+from algos.model.reward import RewardModel
+from algos.model.value import VALUE_MODEL_KINDS, build_value_model, last_hidden_states, policy_backbone
+from algos.rollout import ROLLOUT_ENGINES, RolloutBackend
+from algos.rollout.metrics import policy_token_mask, rollout_metrics
+from algos.rollout.multiturn import episode_metrics
+from algos.run.loop import round_seed, run_training, setup_run
+from algos.run.metrics import MetricsLogger
+from algos.system.distributed import (
     gather_padded,
     micro_batch_inputs,
     padded_micro_batches,
@@ -57,17 +68,8 @@ from algos.distributed import (
     sum_over_ranks,
     whole_weights,
 )
-from algos.environment import ROLLOUT_ENGINES
-from algos.learn import MicroBatchSizer, accumulate_and_step
-from algos.learn.rollout_correction import correction_weights, mismatch_metrics, resolved_method
-from algos.memory import activation_cost
-from algos.metrics import MetricsLogger, UpdateStats, policy_token_mask, rollout_metrics
-from algos.multiturn import episode_metrics
-from algos.policy import completion_logprobs, lm_head_of
-from algos.rollout import RolloutBackend
-from algos.runtime import advance_schedule, build_optimizer, build_scheduler
-from algos.trainer import round_seed, run_training, setup_run
-from algos.value_model import VALUE_MODEL_KINDS, build_value_model, last_hidden_states, policy_backbone
+from algos.system.memory import activation_cost
+from algos.system.runtime import advance_schedule, build_optimizer, build_scheduler
 
 REWARD_SOURCES = ("env", "model")
 
@@ -128,7 +130,6 @@ class PPOSection:
 @dataclass
 class PPOConfig(TrainConfig):
     """PPO: the shared sections plus `ppo`."""
-
     ppo: PPOSection = field(default_factory=PPOSection)
     # PPO's policy loss: a token mean (TRL's and verl's PPO), 16 rows per forward/backward ("auto" and a memory
     # budget as GRPO's, the probe running the critic's forward too).
@@ -162,7 +163,6 @@ PRESETS = {"reinforce_pp": REINFORCE_PP_PRESET, "reinforce_pp_baseline": REINFOR
 @dataclass
 class Batch:
     """One rollout prepared for the update. [N, P+T] ids/mask; every per-token tensor is [N, T]."""
-
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     prompt_width: int
@@ -230,7 +230,6 @@ class PPOTrainer:
         self.kl_controller = AdaptiveKLController(p.kl_coef, p.kl_target, p.kl_horizon)
         self.reward_model = None
         if p.reward_source == "model":
-            from algos.reward_model import RewardModel
 
             self.reward_model = RewardModel.from_pretrained(p.reward_model, device=str(self.run.device),
                                                             batch_size=p.reward_model_batch_size)

@@ -2,8 +2,8 @@
 
 setup_run builds a run in the one order in which a refused task, model or config leaves no run
 directory behind (and deletes no earlier run's checkpoints); run_training evaluates, warm-starts a
-fresh run when warm_start.steps asks (algos/sft.py), steps, logs and checkpoints. GRPO/DAPO
-(algos/grpo.py) and PPO (algos/ppo.py) add their optimizer, their state and their step.
+fresh run when warm_start.steps asks (algos/run/warm_start.py), steps, logs and checkpoints. GRPO/DAPO
+(algos/algorithms/grpo.py) and PPO (algos/algorithms/ppo.py) add their optimizer, their state and their step.
 """
 
 from __future__ import annotations
@@ -19,11 +19,31 @@ from typing import Any, Protocol
 
 import torch
 
-from algos import checkpoint as ckpt
-from algos import sft
-from algos.alarms import HealthMonitor
 from algos.config import require
-from algos.distributed import (
+from algos.model.loading import DEFAULT_MODEL_ALIAS, load_policy, resolve_model_path
+from algos.model.policy import check_lm_head
+from algos.rollout import (
+    ROLLOUT_ENGINES,
+    RolloutBackend,
+    build_task,
+    make_env,
+    make_rollout_backend,
+    resolve_rollout_backend,
+    row_seeds,
+)
+from algos.run import checkpoint as ckpt
+from algos.run import warm_start
+from algos.run.alarms import HealthMonitor
+from algos.run.directory import open_run_dir
+from algos.run.evaluation import (
+    asks_the_same,
+    eval_task,
+    evaluate,
+    transfer_eval_config,
+    warn_if_eval_reads_training_data,
+)
+from algos.run.metrics import MetricsLogger, SilentLogger
+from algos.system.distributed import (
     TrainingForward,
     World,
     broadcast_from_main,
@@ -33,28 +53,18 @@ from algos.distributed import (
     whole_weights,
     wrap,
 )
-from algos.environment import ROLLOUT_ENGINES, build_task, make_env, make_rollout_backend, resolve_rollout_backend
-from algos.evaluation import (
-    asks_the_same,
-    eval_task,
-    evaluate,
-    transfer_eval_config,
-    warn_if_eval_reads_training_data,
-)
-from algos.hardware import resolve_precision
-from algos.metrics import MetricsLogger, SilentLogger
-from algos.policy import check_lm_head
-from algos.rollout import RolloutBackend, row_seeds
-from algos.run_dir import open_run_dir
-from algos.runtime import DTYPES, grad_scaler, mixed_precision, resolve_device, seed_everything
+from algos.system.hardware import resolve_precision
+from algos.system.paths import latest_checkpoint
+from algos.system.runtime import DTYPES, grad_scaler, mixed_precision, resolve_device, seed_everything
 from rlvr_env.curriculum import StepSchedule
+from rlvr_env.registry import spelled_id
+from rlvr_env.token_vector_env import draw_problem_indices
 
 
 @dataclass
 class RunSetup:
     """What a trainer starts from: the policy and its frozen reference, the env and backend it samples with,
     the held-out evaluation set, and the run directory with the checkpoint to resume (None: step 0)."""
-
     config: Any
     device: torch.device
     model: torch.nn.Module
@@ -62,7 +72,7 @@ class RunSetup:
     ref_model: torch.nn.Module | None  # a frozen copy of the initial weights (the KL anchor), when asked for
     env: Any  # rlvr_env.TokenVectorEnv
     backend: RolloutBackend
-    eval_set: tuple[Any, list[int] | None]  # (task, problem indices): algos.evaluation.eval_task
+    eval_set: tuple[Any, list[int] | None]  # (task, problem indices): algos.run.evaluation.eval_task
     scaler: torch.amp.GradScaler
     output_dir: Path
     checkpoint: Path | None
@@ -72,7 +82,7 @@ class RunSetup:
 
     def wrap(self, some_frozen: bool = False, **modules: torch.nn.Module) -> torch.nn.Module:
         """Hold the trained ``modules`` (policy=..., critic=...) in one TrainingForward and wrap it as
-        distributed.strategy says (``some_frozen``: see algos.distributed.wrap); build the optimizer after this
+        distributed.strategy says (``some_frozen``: see algos.system.distributed.wrap); build the optimizer after this
         (FSDP2 replaces the parameters)."""
         autocast = self.config.model.autocast
         fsdp_dtype = DTYPES[autocast] if autocast and self.config.distributed.strategy == "fsdp2" else None
@@ -86,8 +96,6 @@ class RunSetup:
         ``group_size``: every rank draws the round's prompts from ``seed`` and takes its share, and every row's samples
         come from its own seed, so the round's rows are those of one process whatever the number of ranks."""
         from gymnasium.utils import seeding
-
-        from rlvr_env.token_vector_env import draw_problem_indices
 
         mine = self.world.span(prompts)
         problems = draw_problem_indices(seeding.np_random(seed)[0], self.env.task.size, prompts)
@@ -134,8 +142,6 @@ def setup_run(
     may refuse it), seed, load and check the policy, then open the run directory (rank 0); then the reference model
     (``keep_reference``), an env of this rank's share of ``prompts`` (its config key, the global count) x
     ``group_size`` rows and the rollout backend (default: the one config.rollout names, e.g. a ScriptedRollout)."""
-    from algos.models import load_policy
-
     config.validate()
     world = init_distributed(config.distributed, config.model.device)
     config.distributed.world_size = world.size  # recorded in config.yaml: how the run ran
@@ -169,10 +175,10 @@ def setup_run(
 
     checkpoint = run_on_main(open_on_main)
     # From the initial weights, before any checkpoint is loaded: the KL anchor does not follow training. A warm-started
-    # run's is the warm-started policy: set after the warm start (sft.save_warm_started), read back on a resume.
+    # run's is the warm-started policy: set after the warm start (warm_start.save_warm_started), read back on a resume.
     ref_model = copy.deepcopy(model).eval().requires_grad_(False) if keep_reference else None
     if ref_model is not None and checkpoint is not None and config.warm_start.steps:
-        sft.load_warm_started(ref_model, Path(config.run.output_dir))
+        warm_start.load_warm_started(ref_model, Path(config.run.output_dir))
     env = make_env(config, tokenizer, num_envs=count // world.size * group_size, device=device, task=task, model=model)
     if world.is_main:
         warn_if_eval_reads_training_data(config, task)
@@ -188,9 +194,6 @@ def record_resolved_names(config: Any) -> None:
     """Write into ``config`` what its names resolve to now, so the saved config.yaml replays this run: a model.path
     that is a checkpoint or run directory becomes the model directory it names (so the KL reference, a resume and
     vllm keep these weights when that other run saves newer checkpoints), env.id its one spelling."""
-    from algos.models import DEFAULT_MODEL_ALIAS, resolve_model_path
-    from rlvr_env.registry import spelled_id
-
     model_dir = resolve_model_path(config.model.path)
     if config.model.path != DEFAULT_MODEL_ALIAS and Path(config.model.path).expanduser().resolve() != model_dir.resolve():
         warnings.warn(f"model.path {config.model.path} resolves to {model_dir}; the run records that", stacklevel=3)
@@ -200,7 +203,6 @@ def record_resolved_names(config: Any) -> None:
 
 class Agent(Protocol):
     """What run_training needs from an algorithm's trainer (GRPOTrainer, PPOTrainer)."""
-
     run: RunSetup
     backend: RolloutBackend  # the one it trains with (run.backend unless replaced), which evaluation uses too
     start_step: int
@@ -210,17 +212,17 @@ class Agent(Protocol):
 
 
 def warm_start_policy(run: RunSetup, logger: MetricsLogger) -> None:
-    """algos/sft.py's warm start under a bar of its own, each step's metrics logged at step 0 (TensorBoard draws them
+    """algos/run/warm_start.py's warm start under a bar of its own, each step's metrics logged at step 0 (TensorBoard draws them
     at steps 1 - warm_start.steps .. 0: before RL's, out of reach of a resume's purge of the steps after its
     checkpoint); then the policy saved as the run's KL reference."""
     steps = run.config.warm_start.steps
     bar = logger.phase_bar(steps, "warm start")
-    for step, metrics in enumerate(sft.warm_start(run), 1):
+    for step, metrics in enumerate(warm_start.warm_start(run), 1):
         logger.log(0, {"warm_start/step": step, **metrics}, tensorboard_step=step - steps)
         bar.set_postfix(loss=f"{metrics['warm_start/loss']:.3g}", refresh=False)
         bar.update()
     bar.close()
-    sft.save_warm_started(run)
+    warm_start.save_warm_started(run)
 
 
 def run_training(agent: Agent) -> dict[str, Any]:
@@ -300,7 +302,7 @@ def run_training(agent: Agent) -> dict[str, Any]:
                     break
     except KeyboardInterrupt as interrupt:  # Ctrl-C: say where the run stands (the CLI prints only this line)
         logger.close(plot=cfg.plots)  # the curves of the steps it did
-        last = ckpt.latest_checkpoint(run.output_dir)
+        last = latest_checkpoint(run.output_dir)
         where = f"{last.name} is the last checkpoint; --resume continues from it" if last else "no checkpoint was saved yet"
         raise KeyboardInterrupt(f"interrupted during step {step}; {where}") from interrupt
     summary["plot"] = logger.close(plot=cfg.plots)

@@ -1,5 +1,5 @@
-"""Training metrics: what a rollout reports, and where metrics go (JSONL every step, TensorBoard when
-installed, a live tqdm bar, PNG curves at the end)."""
+"""Where training metrics go: JSONL every step, TensorBoard when installed, a live tqdm bar (or a line per step),
+PNG curves at the end."""
 
 from __future__ import annotations
 
@@ -11,10 +11,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import torch
 from tqdm.auto import tqdm
-
-from algos.distributed import gather_objects
 
 METRICS_FILE = "metrics.jsonl"
 PLOT_FILE = "curves.png"
@@ -210,70 +207,3 @@ def plot_metrics(output_dir: str | Path, keys: tuple[str, ...] = PLOT_KEYS) -> P
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
-
-
-def policy_token_mask(result) -> torch.Tensor:
-    """[B, T] 1 on the response tokens the policy sampled: a multi-turn rollout's policy_mask (tool outputs and env
-    messages 0), every response token of a single-turn one."""
-    mask = getattr(result, "policy_mask", None)  # a backend may return the env's RolloutResult, which has none
-    return result.response_mask if mask is None else mask
-
-
-def rollout_metrics(result, scores: torch.Tensor) -> dict[str, float]:
-    """The per-step rollout metrics (docs/agents.md lists them) from one RolloutResult and its (shaped) [B] scores,
-    over the rows of every rank (each rank calls it with its own). Lengths count the policy's tokens
-    (policy_token_mask): a multi-turn episode's tool outputs and env messages are not the completion's."""
-    columns = {"scores": scores, "solved": result.solved, "lengths": policy_token_mask(result).sum(-1),
-               "truncated": result.truncated, **{f"reward/{k}": v for k, v in result.reward_components.items()}}
-    local = ({key: values.detach().float().cpu() for key, values in columns.items()}, result.statuses)
-    ranks = gather_objects(local)
-    rows = {key: torch.cat([part[key] for part, _ in ranks]) for key in columns}
-    scores, lengths = rows["scores"], rows["lengths"]
-    metrics = {
-        "reward_mean": scores.mean().item(),
-        "reward_std": scores.std().item() if scores.numel() > 1 else 0.0,
-        "accuracy": rows["solved"].mean().item(),  # rlvr_env.task.solved: partial credit is not solved
-        "completion_len_mean": lengths.mean().item(),
-        "completion_len_max": lengths.max().item(),
-        "truncation_rate": rows["truncated"].mean().item(),
-    }
-    for name in result.reward_components:
-        metrics[f"reward/{name}"] = rows[f"reward/{name}"].mean().item()
-    statuses = [status for _, part in ranks for status in part]
-    for status in ("no_answer", "timeout", "error"):
-        metrics[f"status/{status}"] = sum(s == status for s in statuses) / max(1, len(statuses))
-    return metrics
-
-
-class UpdateStats:
-    """An update's statistics summed over its micro-batches, each weighted as the caller says (usually by its
-    loss tokens), plus the policy ratio's range; ``means`` divides the sums by a token count."""
-
-    SURROGATE_MEANS = ("clip_frac_low", "clip_frac_high", "dual_clip_frac", "ratio_mean")
-
-    def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
-        self.ratio_min, self.ratio_max = math.inf, -math.inf
-
-    def add(self, key: str, value: float, weight: float = 1.0) -> None:
-        self.sums[key] = self.sums.get(key, 0.0) + value * weight
-
-    def add_surrogate(self, stats: dict[str, float], tokens: float) -> None:
-        """One micro-batch's PolicyLossOutput.stats over ``tokens`` loss tokens."""
-        for key in self.SURROGATE_MEANS:
-            self.add(key, stats[key], tokens)
-        self.ratio_min, self.ratio_max = min(self.ratio_min, stats["ratio_min"]), max(self.ratio_max, stats["ratio_max"])
-
-    def over_ranks(self) -> UpdateStats:
-        """These statistics summed (ratio range: widened) over every rank's; every rank calls it."""
-        ranks = gather_objects((self.sums, self.ratio_min, self.ratio_max))  # a rank without rows has no sums
-        self.sums = {key: sum(sums.get(key, 0.0) for sums, _, _ in ranks) for key in {k for sums, _, _ in ranks for k in sums}}
-        self.ratio_min, self.ratio_max = min(low for _, low, _ in ranks), max(high for _, _, high in ranks)
-        return self
-
-    def means(self, tokens: float) -> dict[str, float]:
-        """Each sum / ``tokens``, and ratio_min / ratio_max when a surrogate was added."""
-        means = {key: value / tokens for key, value in self.sums.items()}
-        if self.ratio_min <= self.ratio_max:
-            means.update(ratio_min=self.ratio_min, ratio_max=self.ratio_max)
-        return means

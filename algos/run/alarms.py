@@ -1,6 +1,6 @@
 """Health alarms: the failure modes of RL on language models, read off each step's metrics.
 
-Each alarm is one check over the metrics history (algos.trainer.run_training feeds it every step's record). When one
+Each alarm is one check over the metrics history (algos.run.loop.run_training feeds it every step's record). When one
 fires, the run prints one line beside its progress bar, logs `alarm/<name> = 1` in metrics.jsonl, and with
 `run.stop_on_alarm` saves a checkpoint and stops. A threshold of 0 turns its alarm off.
 """

@@ -15,10 +15,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from algos import checkpoint as ckpt
 from algos.config import from_dict, load_file, save_config, to_dict, with_renamed_keys
+from algos.model.loading import resolve_model_path
+from algos.run import checkpoint as ckpt
+from algos.system.paths import checkpoint_step, latest_checkpoint, list_checkpoints
 
-WARM_START_DIR = "warm_start"  # the policy after the warm start (algos/sft.py): a transformers directory, the KL reference
+# the policy after the warm start (algos/run/warm_start.py): a transformers directory, the KL reference
+WARM_START_DIR = "warm_start"
 
 # Sections a config saved before they existed lacks, each with the key whose default turns it off (what such a run
 # did: no warm start): its resume reads them off instead of refusing their keys as unknown.
@@ -56,7 +59,7 @@ def open_run_dir(config: Any, resume: bool) -> Path | None:
     delete the new run's checkpoints in favour of the old, newer-numbered ones, and a later --resume would
     continue the old run); a resume checks the config against the checkpoint's (check_resumable)."""
     output_dir = Path(config.run.output_dir)
-    latest = ckpt.latest_checkpoint(output_dir)
+    latest = latest_checkpoint(output_dir)
     if latest is not None and not resume:
         _clear_for_a_fresh_start(config, output_dir, latest)
         latest = None
@@ -70,7 +73,6 @@ def open_run_dir(config: Any, resume: bool) -> Path | None:
 
 
 def _clear_for_a_fresh_start(config: Any, output_dir: Path, latest: Path) -> None:
-    from algos.models import resolve_model_path
 
     if not config.run.overwrite_output_dir:
         raise ValueError(
@@ -80,7 +82,7 @@ def _clear_for_a_fresh_start(config: Any, output_dir: Path, latest: Path) -> Non
     if resolve_model_path(config.model.path).resolve().is_relative_to(output_dir.resolve()):
         raise ValueError(f"model.path {config.model.path} is inside run.output_dir {output_dir}, whose checkpoints "
                          "run.overwrite_output_dir would delete: choose another run.output_dir")
-    for checkpoint in ckpt.list_checkpoints(output_dir):
+    for checkpoint in list_checkpoints(output_dir):
         shutil.rmtree(checkpoint)
     shutil.rmtree(output_dir / WARM_START_DIR, ignore_errors=True)  # the earlier run's KL reference
 
@@ -114,7 +116,7 @@ def check_resumable(config: Any, checkpoint: Path) -> None:
             f"cannot resume {checkpoint} with a different config ({listed}). To continue the run as it was "
             f"configured, pass --config {saved}. A resumed run may change only {', '.join(sorted(RESUME_OVERRIDES))}"
         )
-    trained = ckpt.checkpoint_step(checkpoint)
+    trained = checkpoint_step(checkpoint)
     if trained > config.run.steps:
         raise ValueError(f"cannot resume {checkpoint} with run.steps = {config.run.steps}: it has trained {trained} steps")
     if trained == config.run.steps:

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from algos.models import context_length
+from algos.model.loading import context_length
 
 
 @dataclass(frozen=True)

@@ -8,10 +8,13 @@ import warnings
 
 import torch
 
-from algos.distributed import broadcast_from_main, current_world, device_for, init_distributed, sum_over_ranks
-from algos.environment import build_task, make_env, make_rollout_backend
-from algos.hardware import resolve_precision
-from algos.runtime import DTYPES, mixed_precision, resolve_device
+from algos.model.loading import load_policy
+from algos.rollout import build_task, make_env, make_rollout_backend
+from algos.system.distributed import broadcast_from_main, current_world, device_for, init_distributed, sum_over_ranks
+from algos.system.hardware import resolve_precision
+from algos.system.runtime import DTYPES, mixed_precision, resolve_device
+from rlvr_env.data import DatasetTask
+from rlvr_env.token_vector_env import draw_problem_indices
 
 
 def eval_task(config):
@@ -79,8 +82,6 @@ def asks_the_same(config, eval_set, other_config, other_set) -> bool:
 
 def warn_if_eval_reads_training_data(config, task) -> None:
     """Training on a dataset task without env.eval_kwargs evaluates on problems it trains on: say so."""
-    from rlvr_env.data import DatasetTask
-
     # A file's problems ignore the seed; a sized generator (reasoning-gym) still draws eval problems from eval_seed.
     if isinstance(task, DatasetTask) and not config.env.eval_kwargs:
         warnings.warn(
@@ -94,8 +95,6 @@ def procedural_eval_indices(config) -> list[int]:
     """The env.eval_size problem indices of a procedural task's evaluation: those a TokenVectorEnv reset with
     seed env.eval_seed draws for as many prompts, so batching the evaluation keeps its problems."""
     from gymnasium.utils import seeding
-
-    from rlvr_env.token_vector_env import draw_problem_indices
 
     return draw_problem_indices(seeding.np_random(config.env.eval_seed)[0], None, config.env.eval_size)
 
@@ -121,7 +120,7 @@ def greedy_rollouts(model, tokenizer, config, backend, device: torch.device, tas
 def evaluate(model, tokenizer, config, backend, device: torch.device, eval_set=None) -> float:
     """Greedy accuracy on the held-out problems of ``eval_set`` (default: ``eval_task(config)``, built now),
     generated env.eval_batch_size rows at a time. Under torchrun each rank generates its share of the problems
-    (``model`` whole on every rank: algos.distributed.whole_weights) and the counts are summed."""
+    (``model`` whole on every rank: algos.system.distributed.whole_weights) and the counts are summed."""
     task, every_index = eval_set or eval_task(config)
     every_index = procedural_eval_indices(config) if every_index is None else every_index
     world = current_world()
@@ -135,8 +134,6 @@ def evaluate(model, tokenizer, config, backend, device: torch.device, eval_set=N
 def evaluate_saved_model(config, path, eval_set=None) -> float:
     """Greedy held-out accuracy of a saved model directory, in the dtype and precision of config.model;
     ``eval_set`` as in ``evaluate``."""
-    from algos.models import load_policy
-
     world = init_distributed(config.distributed, config.model.device)
     device = resolve_device(device_for(world, config.model.device))
     model, tokenizer = load_policy(path, dtype=DTYPES[config.model.dtype], device=device)

@@ -20,7 +20,7 @@ import copy
 import torch
 from torch import nn
 
-from algos.policy import position_ids_from_mask
+from algos.model.policy import position_ids_from_mask
 
 VALUE_MODEL_KINDS = ("head", "separate")
 

@@ -3,7 +3,7 @@ demonstrations, on the policy's own tokens.
 
 A demonstration is a problem's prompt turns (``Task.messages``) followed by ``Task.gold_messages``: the assistant's
 messages and, between them, what the environment answers (a MultiTurnTask's tool outputs or replies). Its row holds the
-tokens the run's rollout would hold for that episode (algos/multiturn.py; a single-turn task's prompt and completion
+tokens the run's rollout would hold for that episode (algos/rollout/multiturn.py; a single-turn task's prompt and completion
 as TokenVectorEnv's): the prompt as the env renders it, each assistant message followed by the EOS the policy stops
 with, and between two messages the observation ``observation_text`` cuts from the conversation rendered again. Its
 labels are the token ids on the assistant's tokens (EOS included) and IGNORE_INDEX elsewhere, so the loss, as RL's,
@@ -26,25 +26,25 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from algos.checkpoint import export_model
-from algos.distributed import (
+from algos.learn import accumulate_and_step
+from algos.model.policy import completion_logprobs
+from algos.rollout.multiturn import left_padded, observation_text, right_padded
+from algos.run.checkpoint import export_model
+from algos.run.directory import WARM_START_DIR
+from algos.system.distributed import (
     barrier,
     micro_batch_inputs,
     padded_micro_batches,
     sum_over_ranks,
 )
-from algos.learn import accumulate_and_step
-from algos.memory import fixed_micro_batch_rows
-from algos.multiturn import left_padded, observation_text, right_padded
-from algos.policy import completion_logprobs
-from algos.run_dir import WARM_START_DIR
-from algos.runtime import build_optimizer, grad_scaler
+from algos.system.memory import fixed_micro_batch_rows
+from algos.system.runtime import build_optimizer, grad_scaler
 from rlvr_env.multiturn_env import MultiTurnTask, render_conversation, with_tool_instructions
 from rlvr_env.prompting import encode_prompts, render_prompt, uses_chat_template
 from rlvr_env.token_vector_env import draw_problem_indices
 
 if TYPE_CHECKING:
-    from algos.trainer import RunSetup
+    from algos.run.loop import RunSetup
 
 IGNORE_INDEX = -100  # a label no loss counts (torch's cross_entropy ignore_index, transformers' labels)
 # Beside run.seed, the stream the warm start draws its problems from: no training round's seed (trainer.round_seed)

@@ -30,17 +30,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from algos import sft
 from algos.config import TrainConfig, require
 from algos.core.preference import PREFERENCE_LOSSES, USES_MEAN_LOGPROBS, implicit_rewards, preference_margin
-from algos.distributed import micro_batch_inputs, padded_micro_batches, sum_over_ranks, whole_weights
 from algos.learn import accumulate_and_step
-from algos.memory import fixed_micro_batch_rows
-from algos.metrics import MetricsLogger, policy_token_mask, rollout_metrics
-from algos.policy import completion_logprobs
+from algos.model.policy import completion_logprobs
 from algos.rollout import RolloutBackend
-from algos.runtime import advance_schedule, build_optimizer, build_scheduler
-from algos.trainer import round_seed, run_training, setup_run
+from algos.rollout.metrics import policy_token_mask, rollout_metrics
+from algos.run import warm_start as sft
+from algos.run.loop import round_seed, run_training, setup_run
+from algos.run.metrics import MetricsLogger
+from algos.system.distributed import micro_batch_inputs, padded_micro_batches, sum_over_ranks, whole_weights
+from algos.system.memory import fixed_micro_batch_rows
+from algos.system.runtime import advance_schedule, build_optimizer, build_scheduler
 from rlvr_env.data import read_records
 from rlvr_env.prompting import render_prompt, uses_chat_template
 

@@ -27,9 +27,10 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict, set_state_dict
 
-from algos.distributed import barrier, broadcast_from_main, current_world
+from algos.config import save_config
+from algos.system.distributed import barrier, broadcast_from_main, current_world
+from algos.system.paths import numbered_checkpoints
 
-CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 LEFTOVER_RE = re.compile(r"^\.checkpoint-\d+\.(?:tmp|stale)-(\d+)$")  # group 1: the writing process's pid
 TRAINER_FILE = "trainer.pt"
 CONFIG_FILE = "config.yaml"
@@ -72,31 +73,6 @@ def _fsync_tree(path: Path) -> None:
                 os.fsync(fh.fileno())
 
 
-def _numbered_checkpoints(output_dir: Path) -> list[tuple[int, Path]]:
-    """(step, path) of each complete checkpoint of a run, oldest first."""
-    if not output_dir.is_dir():
-        return []
-    return sorted((int(m.group(1)), p) for p in output_dir.iterdir() if (m := CHECKPOINT_RE.match(p.name)) and p.is_dir())
-
-
-def list_checkpoints(output_dir: str | Path) -> list[Path]:
-    """Complete checkpoints of a run, oldest first."""
-    return [path for _, path in _numbered_checkpoints(Path(output_dir))]
-
-
-def checkpoint_step(path: str | Path) -> int:
-    """The step a checkpoint-<step> directory was saved at."""
-    match = CHECKPOINT_RE.match(Path(path).name)
-    if match is None:
-        raise ValueError(f"{path} is not a checkpoint-<step> directory")
-    return int(match.group(1))
-
-
-def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    checkpoints = list_checkpoints(output_dir)
-    return checkpoints[-1] if checkpoints else None
-
-
 def save_checkpoint(
     output_dir: str | Path,
     step: int,
@@ -132,7 +108,6 @@ def save_checkpoint(
     export_model(model, export if export is not None else model, tmp / "model", tokenizer)
     if world.is_main:
         if config is not None:
-            from algos.config import save_config
 
             save_config(config, tmp / CONFIG_FILE)
         torch.save({"step": step, "scheduler": scheduler.state_dict() if scheduler is not None else None,
@@ -147,7 +122,7 @@ def save_checkpoint(
         tmp.rename(final)
         _fsync_dir(output_dir)  # the rename reaches the disk before any older checkpoint is deleted
         # Only checkpoints up to this step are pruned: this one is never deleted in favour of higher-numbered ones.
-        for old in [path for number, path in _numbered_checkpoints(output_dir) if number <= step][:-keep_last]:
+        for old in [path for number, path in numbered_checkpoints(output_dir) if number <= step][:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
         _remove_leftovers(output_dir)
     barrier()  # no rank goes on (or reads latest_checkpoint) before the checkpoint is in place

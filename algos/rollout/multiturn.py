@@ -20,10 +20,11 @@ from dataclasses import dataclass
 
 import torch
 
-from algos.distributed import sum_over_ranks
-from algos.models import context_length
-from algos.policy import position_ids_from_mask
-from algos.rollout import HFRollout, Rollout, sample_tokens
+from algos.model.loading import context_length
+from algos.model.policy import position_ids_from_mask
+from algos.rollout.base import Rollout, sample_tokens
+from algos.rollout.hf import HFRollout
+from algos.system.distributed import sum_over_ranks
 from rewards.result import NO_ANSWER
 from rlvr_env.multiturn_env import MultiTurnEnv, MultiTurnTask
 from rlvr_env.prompting import encode_prompts, uses_chat_template

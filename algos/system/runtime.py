@@ -56,7 +56,7 @@ def weights_cast_once(device_type: str) -> Iterator[None]:
 def compute_dtype(model_cfg: ModelConfig) -> str:
     """The dtype a run's matmuls compute in: model.autocast when set (resolved: never "auto"), else model.dtype."""
     if model_cfg.autocast is not None and model_cfg.autocast not in DTYPES:  # "auto" is resolved once per run
-        raise ValueError(f"model.autocast {model_cfg.autocast!r} must be resolved first: algos.hardware.resolve_precision")
+        raise ValueError(f"model.autocast {model_cfg.autocast!r} must be resolved first: algos.system.hardware.resolve_precision")
     return model_cfg.autocast or model_cfg.dtype
 
 

@@ -1,0 +1,72 @@
+"""The rollout engines a run can name in rollout.backend, registered by name (ROLLOUT_ENGINES): each engine's own
+module registers it (hf.py, static.py, vllm.py), and this package imports them all. make_rollout_backend builds the
+one a config names, resolve_rollout_backend picks one for "auto"."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from algos.core.registry import Registry
+from algos.rollout.environment import is_multiturn_task
+from algos.system.runtime import resolve_device
+
+
+@dataclass(frozen=True)
+class RolloutEngine:
+    """A rollout engine a run can name in rollout.backend.
+
+    ``build(config, sampling, multiturn)`` returns the RolloutBackend sampling as ``sampling`` (temperature, top_p,
+    top_k) says; ``multiturn``: the task's rollouts are whole episodes (only where ``plays_multiturn``).
+    ``own_weights``: it samples from its own copy of the policy, refreshed from the trainer's, whose log-probs can
+    differ from the trainer's (grpo.rollout_correction "auto" then corrects them). ``requires``: a module it
+    imports, checked before a run loads its model, with ``install`` saying how to get it."""
+    build: Callable[[Any, dict[str, Any], bool], Any]
+    plays_multiturn: bool = False
+    own_weights: bool = False
+    requires: str | None = None
+    install: str = ""
+
+    def check_available(self, name: str) -> None:
+        """ValueError naming rollout.backend when what the engine imports is not installed."""
+        if self.requires is not None and importlib.util.find_spec(self.requires) is None:
+            raise ValueError(f"config rollout.backend = {name!r} needs {self.requires}: {self.install}")
+
+
+# rollout.backend -> its engine. A new engine is one registration (ROLLOUT_ENGINES.register("name", RolloutEngine(...)))
+# in a module imported before the run starts: config validation, the run's checks and the rollout correction read it.
+ROLLOUT_ENGINES = Registry("rollout.backend")
+
+
+def resolve_rollout_backend(config, device: torch.device) -> str:
+    """Resolve rollout.backend "auto" in place (so config.yaml records what ran): "static" on a GPU for a
+    single-turn task (its decode is launch-bound in "hf": docs/performance.md), else "hf"; returns the name."""
+    if config.rollout.backend == "auto":
+        gpu = device.type == "cuda"
+        config.rollout.backend = "static" if gpu and not is_multiturn_task(config.env.id) else "hf"
+    return config.rollout.backend
+
+
+def make_rollout_backend(config):
+    """The rollout backend of the engine config.rollout.backend names (ROLLOUT_ENGINES), sampling as config.rollout
+    says; on a multi-turn task (is_multiturn_task) it plays whole episodes.
+
+    The built-in engines draw from torch's global RNG (HFRollout its samples, VLLMRollout its per-row seeds),
+    which checkpoints save, so resumed runs sample the same tokens.
+    """
+    cfg = config.rollout
+    if cfg.backend == "auto":
+
+        resolve_rollout_backend(config, resolve_device(config.model.device))
+    engine = ROLLOUT_ENGINES[cfg.backend]
+    multiturn = is_multiturn_task(config.env.id)
+    if multiturn and not engine.plays_multiturn:
+        players = [name for name, other in ROLLOUT_ENGINES.items() if other.plays_multiturn]
+        raise ValueError(f"config rollout.backend = {cfg.backend!r}: {config.env.id} is a multi-turn task, whose "
+                         f"episodes only {', '.join(map(repr, players))} play (algos/rollout/multiturn.py); set rollout.backend "
+                         f"= {players[0]!r}")
+    return engine.build(config, {"temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k}, multiturn)

