@@ -131,7 +131,7 @@ class Task:
     def gold_messages(self, problem: Problem) -> list[dict[str, str]]:
         """A demonstration of ``problem``: the messages a solved episode adds after ``messages(problem)``, the
         assistant's and what the environment answers between them (a MultiTurnTask's tool outputs or replies); what
-        the trainers' warm start (algos/sft.py) imitates. By default the gold completion, as one assistant message."""
+        the trainers' warm start (algos/run/warm_start.py) imitates. By default the gold completion, as one assistant message."""
         return [{"role": "assistant", "content": self.gold_completion(problem)}]
 
     @property
