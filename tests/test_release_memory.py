@@ -9,12 +9,15 @@ FRAGMENTED_HEAP = """
 import torch
 from algos.system import runtime
 from algos.system.memory import rss_gb
-warm = [torch.ones(256 * 1024) for _ in range(4)]  # 1 MB each: a freed mmap raises glibc's threshold above it
+# 16 MB, more than the heap has free after the imports, so mmapped: freeing it raises glibc's mmap threshold to
+# 16 MB, and the 1 MB tensors below go on the heap (1 MB ones could come from heap space the imports freed)
+warm = torch.ones(4 * 1024 * 1024)
 del warm
 freed, kept = [], []
-for _ in range(300):  # 300 MB on the heap, each MB followed by a 4 KB tensor that stays: holes, not a free top
+for _ in range(300):  # 300 MB on the heap, each MB followed by a 256 KB tensor that stays: holes, not a free top (a
+    # smaller one could land in a hole the imports left)
     freed.append(torch.ones(256 * 1024))
-    kept.append(torch.ones(1024))
+    kept.append(torch.ones(64 * 1024))
 held = rss_gb()
 del freed
 kept_after_free = held - rss_gb()

@@ -41,8 +41,17 @@ def test_preference_file_errors_name_row_and_field(tmp_path):
     with pytest.raises(ValueError, match=r"row 1 field 'rejected' is missing"):
         load_preference_pairs(path)
     path.write_text("{not json\n")
-    with pytest.raises(ValueError, match=r"row 1 is not valid JSON"):
+    with pytest.raises(ValueError, match=r"prefs.jsonl:1: invalid JSON"):
         load_preference_pairs(path)
+    path.write_text("\n")
+    with pytest.raises(ValueError, match=r"prefs.jsonl: no records"):
+        load_preference_pairs(path)
+    pyarrow = pytest.importorskip("pyarrow")
+    parquet = pytest.importorskip("pyarrow.parquet")
+
+    table = tmp_path / "prefs.parquet"  # TRL's preference datasets ship as parquet
+    parquet.write_table(pyarrow.table({"prompt": ["p"], "chosen": ["a"], "rejected": ["b"]}), table)
+    assert load_preference_pairs(table) == [PreferencePair("p", "a", "b")]
 
 
 def test_example_trains_a_bradley_terry_model_that_ranks_held_out_pairs(tmp_path):

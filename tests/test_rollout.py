@@ -366,3 +366,13 @@ def test_a_registered_engine_is_what_rollout_backend_names(monkeypatch):
     with pytest.raises(ValueError, match="unknown rollout.backend 'nope': choose one of 'hf', 'static', 'vllm', 'mine'"):
         make_rollout_backend(load_config(GRPOConfig, overrides=["--rollout.backend", "nope"]))
     assert environment.ROLLOUT_ENGINES["vllm"].own_weights and not environment.ROLLOUT_ENGINES["hf"].own_weights
+
+
+def test_every_built_in_engine_keeps_the_whole_protocol():
+    """generate and sync_weights: the run may hand any engine the policy's new weights the same way."""
+    from algos.rollout import MultiTurnHFRollout, ScriptedRollout, StaticRollout, VLLMRollout
+
+    for engine in (HFRollout, MultiTurnHFRollout, ScriptedRollout, StaticRollout, VLLMRollout):
+        assert callable(engine.generate) and callable(engine.sync_weights), engine
+    assert isinstance(ScriptedRollout(lambda problem, row, round_index: ""), RolloutBackend)
+    assert isinstance(StaticRollout(), RolloutBackend)

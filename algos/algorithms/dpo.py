@@ -37,9 +37,9 @@ from algos.model.policy import completion_logprobs
 from algos.rollout import RolloutBackend
 from algos.rollout.metrics import policy_token_mask, rollout_metrics
 from algos.run import warm_start as sft
-from algos.run.loop import round_seed, run_training, setup_run
+from algos.run.loop import run_training, setup_run
 from algos.run.metrics import MetricsLogger
-from algos.system.distributed import micro_batch_inputs, padded_micro_batches, sum_over_ranks, whole_weights
+from algos.system.distributed import micro_batch_inputs, padded_micro_batches, sum_over_ranks
 from algos.system.memory import fixed_micro_batch_rows
 from algos.system.runtime import advance_schedule, build_optimizer, build_scheduler
 from rlvr_env.data import read_records
@@ -234,15 +234,11 @@ class DPOTrainer:
         """Sample, score and pair this rank's prompts of ``step`` -> (the pairs, interleaved; None: no prompt gave
         one, the rollout's metrics)."""
         d, r = self.config.dpo, self.config.rollout
-        seed = round_seed(self.config.run.seed, step)
-        problems, seeds = self.run.round_prompts(seed, r.prompts_per_step, r.group_size)
-        self.env.reset(seed=seed, options={"group_size": r.group_size, "problem_indices": problems})
-        with whole_weights(self.forward):
-            result = self.backend.generate(self.model, self.env, seeds=seeds)
+        result = self.run.sample(self.backend, step)
         scores = result.scores.float()
         metrics = rollout_metrics(result, scores)
         pairs = verifier_pairs(scores.view(-1, r.group_size).cpu(), d.pairing, d.max_pairs_per_prompt)
-        prompts = len(problems)
+        prompts = result.prompt_ids.shape[0] // r.group_size  # this rank's
         without = prompts - len({better // r.group_size for better, _ in pairs})
         pairs_total, without_total, prompts_total = sum_over_ranks(len(pairs), without, prompts)
         metrics.update({"dpo/pairs": pairs_total, "dpo/no_pair_prompt_frac": without_total / max(1.0, prompts_total)})

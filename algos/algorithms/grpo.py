@@ -43,7 +43,7 @@ from algos.model.policy import completion_logprobs
 from algos.rollout import ROLLOUT_ENGINES, RolloutBackend
 from algos.rollout.metrics import policy_token_mask, rollout_metrics
 from algos.rollout.multiturn import episode_metrics
-from algos.run.loop import round_seed, run_training, setup_run
+from algos.run.loop import run_training, setup_run
 from algos.run.metrics import MetricsLogger
 from algos.system.distributed import (
     gather_rows,
@@ -51,7 +51,6 @@ from algos.system.distributed import (
     padded_micro_batches,
     rank_offset,
     sum_over_ranks,
-    whole_weights,
 )
 from algos.system.memory import (
     activation_cost,
@@ -320,13 +319,8 @@ class GRPOTrainer:
     def sample_round(self, step: int, round_index: int) -> tuple[Any, SampledRows]:
         """Generate G completions for each of this rank's prompts of the round: (the rollout, its rows with rewards
         shaped)."""
-        g, r = self.config.grpo, self.config.rollout
-        seed = round_seed(self.config.run.seed, step, round_index)
-        problems, seeds = self.run.round_prompts(seed, r.prompts_per_step, r.group_size)
-        self.env.reset(seed=seed, options={"group_size": r.group_size, "problem_indices": problems})
-        with whole_weights(self.forward):
-            result = self.backend.generate(self.model, self.env, seeds=seeds)
-        scores, loss_mask = shape_rewards(result, g, self.config.env.max_new_tokens)
+        result = self.run.sample(self.backend, step, round_index)
+        scores, loss_mask = shape_rewards(result, self.config.grpo, self.config.env.max_new_tokens)
         rows = SampledRows(result.prompt_ids, result.prompt_mask, result.response_ids, result.response_mask,
                            scores, loss_mask, result.process_rewards, result.process_step_mask,
                            getattr(result, "logprobs", None),  # a backend may return the env's RolloutResult as is

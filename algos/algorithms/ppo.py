@@ -58,7 +58,7 @@ from algos.model.value import VALUE_MODEL_KINDS, build_value_model, last_hidden_
 from algos.rollout import ROLLOUT_ENGINES, RolloutBackend
 from algos.rollout.metrics import policy_token_mask, rollout_metrics
 from algos.rollout.multiturn import episode_metrics
-from algos.run.loop import round_seed, run_training, setup_run
+from algos.run.loop import run_training, setup_run
 from algos.run.metrics import MetricsLogger
 from algos.system.distributed import (
     gather_padded,
@@ -66,7 +66,6 @@ from algos.system.distributed import (
     padded_micro_batches,
     rank_offset,
     sum_over_ranks,
-    whole_weights,
 )
 from algos.system.memory import activation_cost
 from algos.system.runtime import advance_schedule, build_optimizer, build_scheduler
@@ -328,11 +327,7 @@ class PPOTrainer:
         # No graph for rollout-time quantities (a with-block, not a decorator: mutmut skips decorated functions).
         with torch.no_grad():
             p, r = self.config.ppo, self.config.rollout
-            seed = round_seed(self.config.run.seed, step)
-            problems, seeds = self.run.round_prompts(seed, r.prompts_per_step, r.group_size)
-            self.env.reset(seed=seed, options={"group_size": r.group_size, "problem_indices": problems})
-            with whole_weights(self.forward):
-                rollout = self.backend.generate(self.policy, self.env, seeds=seeds)
+            rollout = self.run.sample(self.backend, step)
             scores = self._scores(rollout)
             metrics = {**rollout_metrics(rollout, scores), **episode_metrics(rollout)}
             if p.score_baseline == "group_mean":  # each group is on this rank: its mean is local

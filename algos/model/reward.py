@@ -9,7 +9,6 @@ trained with TRL's RewardTrainer.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from algos.model.loading import context_length
+from rlvr_env.data import read_records
 
 
 @dataclass(frozen=True)
@@ -31,25 +31,15 @@ class PreferencePair:
 
 
 def load_preference_pairs(path: str | Path) -> list[PreferencePair]:
-    """Read a JSONL file of {"prompt", "chosen", "rejected"} string rows; errors name the row and field."""
+    """A JSON Lines (or parquet) file of {"prompt", "chosen", "rejected"} string rows, read as every dataset file is
+    (rlvr_env.data.read_records: a bad line, byte or an empty file is named); errors name the row and field."""
     pairs = []
-    with open(path, encoding="utf-8") as handle:
-        for line_number, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{path}: row {line_number} is not valid JSON: {error}") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}: row {line_number} must be a JSON object, got {type(row).__name__}")
-            for field in ("prompt", "chosen", "rejected"):
-                if not isinstance(row.get(field), str):
-                    problem = "is missing" if field not in row else f"must be a string, got {type(row[field]).__name__}"
-                    raise ValueError(f"{path}: row {line_number} field {field!r} {problem}")
-            pairs.append(PreferencePair(row["prompt"], row["chosen"], row["rejected"]))
-    if not pairs:
-        raise ValueError(f"{path}: no preference pairs found")
+    for number, row in read_records(Path(path)):
+        for field in ("prompt", "chosen", "rejected"):
+            if not isinstance(row.get(field), str):
+                problem = "is missing" if field not in row else f"must be a string, got {type(row[field]).__name__}"
+                raise ValueError(f"{path}: row {number} field {field!r} {problem}")
+        pairs.append(PreferencePair(row["prompt"], row["chosen"], row["rejected"]))
     return pairs
 
 

@@ -51,6 +51,14 @@ class RolloutBackend(Protocol):
         (row_seeds), each row's samples drawn from its own; None: from the backend's generator."""
         ...
 
+    def sync_weights(self, model) -> None:
+        """Make the engine sample from ``model``'s weights as they are now. An engine with its own copy (vllm's, the
+        static engine's compute-dtype copy: RolloutEngine.own_weights) copies them in; ``generate`` calls it itself
+        whenever the parameters' versions (weights_version) changed since the last copy, so an optimizer step, a
+        checkpoint load or a user's in-place edit is never missed. An engine sampling from ``model`` itself has
+        nothing to do."""
+        ...
+
 
 def _check_env_ready(env: TokenVectorEnv, model=None) -> None:
     """A freshly reset env whose rows fit ``model``'s context (models.context_length; no model, no check)."""

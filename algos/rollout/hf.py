@@ -92,6 +92,9 @@ class HFRollout:
             self._generators[device] = torch.Generator(device=device).manual_seed(self.seed)
         return self._generators[device]
 
+    def sync_weights(self, model) -> None:
+        """Nothing to copy: every step runs ``model`` itself."""
+
     @torch.no_grad()
     def generate(self, model, env: TokenVectorEnv, *, seeds: list[int] | None = None, **sampling) -> Rollout:
         params, device = checked_call(self.params, model, env, seeds, sampling)

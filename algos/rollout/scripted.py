@@ -23,6 +23,9 @@ class ScriptedRollout:
         self.script = script
         self.rounds: list[Rollout] = []
 
+    def sync_weights(self, model) -> None:
+        """Nothing to copy: no model writes the completions."""
+
     def generate(self, model, env: TokenVectorEnv, *, seeds: list[int] | None = None, **sampling) -> Rollout:
         _check_env_ready(env)
         _check_seeds(env, seeds)

@@ -101,6 +101,17 @@ class RunSetup:
         problems = draw_problem_indices(seeding.np_random(seed)[0], self.env.task.size, prompts)
         return problems[mine.start : mine.stop], row_seeds(seed, range(mine.start * group_size, mine.stop * group_size))
 
+    def sample(self, backend: RolloutBackend, step: int, round_index: int = 0):
+        """One generation round of ``step``: this rank's share of rollout.prompts_per_step prompts, rollout.group_size
+        completions each, drawn by ``backend`` from the policy (its whole weights under FSDP2) -> the backend's
+        Rollout. Seeds come from (run.seed, step, round_index) alone (round_seed), so a resume draws the same."""
+        r = self.config.rollout
+        seed = round_seed(self.config.run.seed, step, round_index)
+        problems, seeds = self.round_prompts(seed, r.prompts_per_step, r.group_size)
+        self.env.reset(seed=seed, options={"group_size": r.group_size, "problem_indices": problems})
+        with whole_weights(self.forward):
+            return backend.generate(self.model, self.env, seeds=seeds)
+
     def restore(self, optimizer: torch.optim.Optimizer, scheduler) -> tuple[int, dict[str, Any]]:
         """(step to continue after, the algorithm's own saved state): the checkpoint loaded into the trained
         modules, optimizer, scheduler, grad scaler and RNGs, or (0, {}) for a fresh run."""
