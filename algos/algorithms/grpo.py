@@ -36,6 +36,7 @@ from algos.core import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, POLICY_LOSSES
 from algos.core.advantages import process_advantages, step_rewards_vary, zero_std_group_fraction
 from algos.core.aggregation import aggregate_loss
 from algos.core.kl import kl_estimate
+from algos.core.padding import right_pad_cat
 from algos.learn import MicroBatchSizer, accumulate_and_step
 from algos.learn.rollout_correction import correction_weights, mismatch_metrics, resolved_method
 from algos.learn.stats import UpdateStats
@@ -243,11 +244,6 @@ def informative_groups(result, loss_mask: torch.Tensor, g: GRPOSection, group_si
     return varies & loss_mask.any(-1).reshape(-1, group_size).any(1)
 
 
-def _right_pad_cat(parts: list[torch.Tensor], width: int) -> torch.Tensor:
-    """[n_k, T_k] parts -> [sum n_k, width], zero-padded on the right."""
-    return torch.cat([torch.nn.functional.pad(part, (0, width - part.shape[1])) for part in parts])
-
-
 def build_batch(kept: list[SampledRows], g: GRPOSection, group_size: int, pad_id: int, advantages: torch.Tensor) -> Batch:
     """The kept rows as one batch (prompts left-padded, completions right-padded to the widest round) with their
     [N] outcome ``advantages``, to which process supervision adds its per-token part."""
@@ -259,8 +255,8 @@ def build_batch(kept: list[SampledRows], g: GRPOSection, group_size: int, pad_id
         ids.append(torch.nn.functional.pad(torch.cat([part.prompt_ids, part.response_ids], 1), pad, value=pad_id))
         masks.append(torch.nn.functional.pad(torch.cat([part.prompt_mask, part.response_mask], 1), pad))
     if g.process_weight:
-        step_rewards = _right_pad_cat([part.step_rewards for part in kept], width_t)
-        step_mask = _right_pad_cat([part.step_mask for part in kept], width_t)
+        step_rewards = right_pad_cat([part.step_rewards for part in kept], width_t)
+        step_mask = right_pad_cat([part.step_mask for part in kept], width_t)
         advantages = advantages.unsqueeze(-1) + g.process_weight * process_advantages(
             step_rewards, step_mask, group_size, eps=g.adv_eps
         )
@@ -268,12 +264,12 @@ def build_batch(kept: list[SampledRows], g: GRPOSection, group_size: int, pad_id
         input_ids=torch.cat(ids),
         attention_mask=torch.cat(masks),
         prompt_width=width_p,
-        loss_mask=_right_pad_cat([part.loss_mask for part in kept], width_t),
+        loss_mask=right_pad_cat([part.loss_mask for part in kept], width_t),
         scores=torch.cat([part.scores for part in kept]),
         advantages=advantages,
-        policy_mask=_right_pad_cat([part.policy_mask for part in kept], width_t),
+        policy_mask=right_pad_cat([part.policy_mask for part in kept], width_t),
         rollout_logp=None if any(part.rollout_logp is None for part in kept)
-        else _right_pad_cat([part.rollout_logp for part in kept], width_t),
+        else right_pad_cat([part.rollout_logp for part in kept], width_t),
     )
 
 

@@ -173,13 +173,6 @@ def _resolve_dtype(dtype):
     return resolved
 
 
-def default_device() -> str:
-    """CUDA when present, else CPU."""
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 def load_policy(path_or_alias: str | os.PathLike = DEFAULT_MODEL_ALIAS, dtype=None, device=None):
     """Load ``(model, tokenizer)`` from ``"default"`` or a local directory.
 
@@ -188,6 +181,8 @@ def load_policy(path_or_alias: str | os.PathLike = DEFAULT_MODEL_ALIAS, dtype=No
     The tokenizer always has a pad token and pads on the left, as batched generation needs.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from algos.system.runtime import resolve_device  # torch, only when a model loads
 
     path = resolve_model_path(path_or_alias)
     config = AutoConfig.from_pretrained(path)
@@ -222,7 +217,7 @@ def load_policy(path_or_alias: str | os.PathLike = DEFAULT_MODEL_ALIAS, dtype=No
             f"tokenizer in {str(path)!r} has {len(tokenizer)} tokens but the model's input embeddings "
             f"have only {rows} rows: the tokenizer does not belong to this model"
         )
-    model.to(device or default_device())
+    model.to(device or resolve_device("auto"))
     return model, tokenizer
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from algos.core.padding import left_padded, right_padded
 from algos.model.loading import context_length
 from algos.model.policy import position_ids_from_mask
 from algos.rollout.base import Rollout, sample_tokens
@@ -125,24 +126,6 @@ def squeeze_cache_holes(cache, mask: torch.Tensor) -> torch.Tensor:
         index = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[-1])
         layer.keys, layer.values = layer.keys.gather(2, index), layer.values.gather(2, index)
     return mask.gather(1, order)
-
-
-def left_padded(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token id lists -> ([n, W] ids padded with ``pad_id`` on the left, [n, W] mask of the real tokens)."""
-    width = max(len(ids) for ids in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for row, tokens in enumerate(rows):
-        if tokens:
-            ids[row, width - len(tokens) :] = torch.tensor(tokens, dtype=torch.long)
-            mask[row, width - len(tokens) :] = 1
-    return ids.to(device), mask.to(device)
-
-
-def right_padded(rows: list[list], fill, dtype, device) -> torch.Tensor:
-    """Lists of values -> [n, W] tensor of them, each filled with ``fill`` on the right."""
-    width = max(len(values) for values in rows)
-    return torch.tensor([values + [fill] * (width - len(values)) for values in rows], dtype=dtype, device=device)
 
 
 class MultiTurnHFRollout(HFRollout):

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from algos.core.padding import left_padded, right_padded
 from algos.learn import accumulate_and_step
 from algos.model.policy import completion_logprobs
-from algos.rollout.multiturn import left_padded, observation_text, right_padded
+from algos.rollout.multiturn import observation_text
 from algos.run.checkpoint import export_model
 from algos.run.directory import WARM_START_DIR
 from algos.system.distributed import (

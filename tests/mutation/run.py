@@ -62,6 +62,7 @@ MODULES: dict[str, list[str]] = {
     "algos/core/logprobs.py": ["tests/test_core_logprobs.py", "tests/test_grpo_machinery.py", *CORE_USERS],
     "algos/core/rollout_correction.py": ["tests/test_core_rollout_correction.py", "tests/test_grpo_loop.py"],
     "algos/core/preference.py": ["tests/test_dpo.py"],
+    "algos/core/padding.py": ["tests/test_core_padding.py", "tests/test_warm_start.py", "tests/test_multiturn_rollout.py"],
     "algos/algorithms/dpo.py": ["tests/test_dpo.py"],
     "algos/rollout/static.py": ["tests/test_static_rollout.py"],
     "algos/run/alarms.py": ["tests/test_alarms.py"],
