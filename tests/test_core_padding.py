@@ -29,3 +29,11 @@ def test_right_pad_cat_stacks_parts_of_different_widths_zero_padded():
     assert right_pad_cat(parts, 4).tolist() == [[1, 2, 0, 0], [3, 0, 0, 0], [4, 0, 0, 0], [5, 6, 7, 0]]
     masks = right_pad_cat([torch.tensor([[True]]), torch.tensor([[True, True]])], 2)
     assert masks.tolist() == [[True, False], [True, True]] and masks.dtype == torch.bool
+
+
+def test_the_dtype_and_device_asked_are_the_ones_returned():
+    """Not the ones torch would infer from the values: ints asked as floats, and every tensor on ``device``."""
+    assert right_padded([[1], [2, 3]], fill=0, dtype=torch.float32, device="cpu").dtype == torch.float32
+    ids, mask = left_padded([[1], [2, 3]], pad_id=0, device="meta")
+    assert ids.device.type == mask.device.type == "meta"
+    assert right_padded([[1.0]], fill=0.0, dtype=torch.float32, device="meta").device.type == "meta"

@@ -236,6 +236,47 @@ def warm_start_policy(run: RunSetup, logger: MetricsLogger) -> None:
     warm_start.save_warm_started(run)
 
 
+def held_out_evaluation(run: RunSetup, backend: RolloutBackend) -> Callable[[], dict[str, float]]:
+    """The run's held-out evaluation, called before, during and after training -> {"eval_accuracy", and
+    "eval_accuracy_transfer" when env.transfer_eval_kwargs asks for it}."""
+    transfer_config = transfer_eval_config(run.config)  # env.transfer_eval_kwargs: the same problems, another prompt
+    transfer_set = eval_task(transfer_config) if transfer_config is not None else None
+    # a transfer prompt that asks what the main evaluation already asks (its examples are already gone) is not rerun
+    transfer_is_main = transfer_set is not None and asks_the_same(run.config, run.eval_set, transfer_config, transfer_set)
+
+    def held_out_accuracy() -> dict[str, float]:
+        with whole_weights(run.forward):
+            scores = {"eval_accuracy": evaluate(run.model, run.tokenizer, run.config, backend, device=run.device,
+                                                eval_set=run.eval_set)}
+            if transfer_is_main:
+                scores["eval_accuracy_transfer"] = scores["eval_accuracy"]
+            elif transfer_config is not None:
+                scores["eval_accuracy_transfer"] = evaluate(run.model, run.tokenizer, transfer_config, backend,
+                                                            device=run.device, eval_set=transfer_set)
+        return scores
+
+    return held_out_accuracy
+
+
+def before_training(run: RunSetup, logger: MetricsLogger, held_out_accuracy: Callable[[], dict[str, float]]) -> dict:
+    """A fresh run's step 0: the held-out accuracy before, then the warm start (warm_start.steps) and the accuracy
+    after it -> the summary's *_before and *_warm_start entries."""
+    scores = held_out_accuracy()
+    summary = {f"{key}_before": value for key, value in scores.items()}
+    # The first record says how the run ran (config.yaml records it too; a resume may run on another number of ranks).
+    strategy = run.config.distributed.strategy if run.world.size > 1 else "none"
+    logger.log(0, {**scores, "world_size": run.world.size, "distributed_strategy": strategy})
+    if run.config.warm_start.steps:
+        # Only checkpoints (step >= 1, after it) keep the warm start: a run killed before its first one resumes at
+        # step 0 and warms up again from the initial weights; one resumed from checkpoint-k holds warm-started
+        # weights and skips it.
+        warm_start_policy(run, logger)
+        scores = {f"{key}_warm_start": value for key, value in held_out_accuracy().items()}
+        summary.update(scores)
+        logger.log(0, scores)
+    return summary
+
+
 def run_training(agent: Agent) -> dict[str, Any]:
     """The loop every agent shares: held-out eval before (fresh runs) and after (eval_accuracy, and
     eval_accuracy_transfer under env.transfer_eval_kwargs' prompt when set), with a fresh run's warm start
@@ -245,45 +286,17 @@ def run_training(agent: Agent) -> dict[str, Any]:
     when set. Every rank runs it; rank 0 logs."""
     run, cfg = agent.run, agent.run.config.run
     schedule = StepSchedule(run.config.env.schedule, "env.schedule")
-    transfer_config = transfer_eval_config(run.config)  # env.transfer_eval_kwargs: the same problems, another prompt
-    transfer_set = eval_task(transfer_config) if transfer_config is not None else None
-    # a transfer prompt that asks what the main evaluation already asks (its examples are already gone) is not rerun
-    transfer_is_main = transfer_set is not None and asks_the_same(run.config, run.eval_set, transfer_config, transfer_set)
-
-    def held_out_accuracy() -> dict[str, float]:
-        """eval_accuracy, and eval_accuracy_transfer when env.transfer_eval_kwargs asks for it."""
-        with whole_weights(run.forward):
-            scores = {"eval_accuracy": evaluate(run.model, run.tokenizer, run.config, agent.backend, device=run.device,
-                                                eval_set=run.eval_set)}
-            if transfer_is_main:
-                scores["eval_accuracy_transfer"] = scores["eval_accuracy"]
-            elif transfer_config is not None:
-                scores["eval_accuracy_transfer"] = evaluate(run.model, run.tokenizer, transfer_config, agent.backend,
-                                                            device=run.device, eval_set=transfer_set)
-        return scores
-
+    held_out_accuracy = held_out_evaluation(run, agent.backend)
     logger_type = MetricsLogger if run.world.is_main else SilentLogger
     logger = logger_type(run.output_dir, cfg.steps, start_step=agent.start_step, tensorboard=cfg.tensorboard,
                          progress=cfg.progress)
     summary: dict[str, Any] = {"output_dir": str(run.output_dir)}
-    # The first record says how the run ran (config.yaml records it too; a resume may run on another number of ranks).
-    strategy = run.config.distributed.strategy if run.world.size > 1 else "none"
     monitor = HealthMonitor(run.config.alarms)
     step = agent.start_step
     try:
         with mixed_precision(run.config.model, run.device):
             if agent.start_step == 0:
-                scores = held_out_accuracy()
-                summary.update({f"{key}_before": value for key, value in scores.items()})
-                logger.log(0, {**scores, "world_size": run.world.size, "distributed_strategy": strategy})
-                if run.config.warm_start.steps:
-                    # Only checkpoints (step >= 1, after it) keep the warm start: a run killed before its first one
-                    # resumes at step 0 and warms up again from the initial weights; one resumed from checkpoint-k
-                    # holds warm-started weights and skips it.
-                    warm_start_policy(run, logger)
-                    scores = {f"{key}_warm_start": value for key, value in held_out_accuracy().items()}
-                    summary.update(scores)
-                    logger.log(0, scores)
+                summary.update(before_training(run, logger, held_out_accuracy))
             for step in range(agent.start_step + 1, cfg.steps + 1):
                 started = time.perf_counter()
                 # env.schedule: this step's task config, a pure function of the step (so a resume repeats it)
