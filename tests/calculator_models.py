@@ -102,3 +102,14 @@ def calculator_model(path, steps: int = 400, tool_fraction: float = 0.25, seed: 
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+def raise_eos(model, tokenizer, env, strength: float) -> None:
+    """Add ``strength`` x (a mean head row's norm) to the EOS row of ``model``'s head, along the mean of its last
+    hidden states over ``env``'s prompts: a random model then ends its messages early (strength ~1: some messages
+    hold tokens, others are empty) or at once (>= 2), so its episodes run several turns."""
+    with torch.no_grad():
+        hidden = model.model(input_ids=env.prompt_ids, attention_mask=env.prompt_mask).last_hidden_state
+        direction = hidden[env.prompt_mask.bool()].mean(0)
+        head = model.get_output_embeddings().weight
+        head[tokenizer.eos_token_id] += strength * direction / direction.norm() * head.norm(dim=1).mean()

@@ -5,14 +5,14 @@ import json
 
 import pytest
 import torch
-from calculator_models import TASK_KWARGS, tool_tokenizer
+from calculator_models import TASK_KWARGS, raise_eos, tool_tokenizer
 
 from algos.algorithms import grpo
 from algos.algorithms.grpo import GRPOConfig, GRPOSection, shape_rewards
 from algos.config import load_config
 from algos.model.policy import completion_logprobs, position_ids_from_mask
 from algos.rollout import is_multiturn_task, multiturn, row_seeds
-from algos.rollout.multiturn import MultiTurnHFRollout, observation_text
+from algos.rollout.multiturn import EpisodeDriver, MultiTurnHFRollout, observation_text
 from rlvr_env import TokenVectorEnv
 from rlvr_env.multiturn_env import Reply
 from rlvr_env.tasks.calculator_arithmetic import CalculatorArithmeticTask
@@ -36,12 +36,13 @@ def tiny_policy():
     return model.eval(), tokenizer
 
 
-def chatty_rollout(model, tokenizer, rows=8, group_size=4, max_new_tokens=24, max_episode_tokens=60, **sampling):
+def chatty_rollout(model, tokenizer, rows=8, group_size=4, max_new_tokens=24, max_episode_tokens=60, backend=None,
+                   **sampling):
     task = ChattyCalculator(ChattyCalculator.config_cls(**TASK_KWARGS))
     env = TokenVectorEnv(task, tokenizer, num_envs=rows, max_new_tokens=max_new_tokens)
     env.reset(seed=0, options={"group_size": group_size})
-    backend = MultiTurnHFRollout(max_episode_tokens=max_episode_tokens)
-    seeds = None if sampling.get("greedy") else row_seeds(0, range(rows))
+    backend = backend or MultiTurnHFRollout(max_episode_tokens=max_episode_tokens)
+    seeds = sampling.pop("seeds_override", None) or (None if sampling.get("greedy") else row_seeds(0, range(rows)))
     return backend.generate(model, env, seeds=seeds, **sampling)
 
 
@@ -138,12 +139,96 @@ def test_grpo_trains_on_a_multiturn_task_and_logs_its_episodes(tmp_path):
     assert 1 <= metrics["turns_mean"] <= 2 and metrics["policy_len_mean"] <= 16
 
 
-def test_vllm_is_refused_on_a_multiturn_task(tmp_path):
-    from algos.rollout import make_rollout_backend
+def test_vllm_plays_a_multiturn_task_through_the_episode_driver_and_static_is_refused(monkeypatch):
+    from algos.rollout import make_rollout_backend, vllm
 
-    config = load_config(GRPOConfig, overrides={"env.id": "rlvr/CalculatorArithmetic-v0", "rollout.backend": "vllm"})
-    with pytest.raises(ValueError, match="rollout.backend"):
-        make_rollout_backend(config)
+    monkeypatch.setattr(vllm, "VLLMRollout", lambda path, **kwargs: "engine")
+    multiturn = {"env.id": "rlvr/CalculatorArithmetic-v0", "model.autocast": "null", "rollout.max_episode_tokens": "50"}
+    driver = make_rollout_backend(load_config(GRPOConfig, overrides={**multiturn, "rollout.backend": "vllm"}))
+    assert isinstance(driver, EpisodeDriver) and driver.engine == "engine" and driver.max_episode_tokens == 50
+    with pytest.raises(ValueError, match="rollout.backend = 'static': rlvr/CalculatorArithmetic-v0 is a multi-turn task"):
+        make_rollout_backend(load_config(GRPOConfig, overrides={**multiturn, "rollout.backend": "static"}))
+
+
+class GenerateEngine:
+    """An engine the driver knows nothing of: continue_rows by transformers' own greedy generate, a row at a time,
+    recording each call's rows, budgets and seeds."""
+
+    def __init__(self):
+        self.calls = []
+
+    def sync_weights(self, model):
+        pass
+
+    def continue_rows(self, model, contexts, *, max_new_tokens, stop_ids, vocab_size, seeds=None, greedy=False):
+        assert greedy and model.config.vocab_size == vocab_size
+        self.calls.append((len(contexts), list(max_new_tokens), seeds))
+        continued = []
+        for context, budget in zip(contexts, max_new_tokens):
+            out = model.generate(torch.tensor([context]), attention_mask=torch.ones(1, len(context), dtype=torch.long),
+                                 max_new_tokens=budget, do_sample=False, eos_token_id=stop_ids, pad_token_id=stop_ids[0],
+                                 output_scores=True, return_dict_in_generate=True)
+            ids = out.sequences[0, len(context):].tolist()
+            continued.append((ids, [score[0].float().log_softmax(-1)[token].item() for score, token in zip(out.scores, ids)]))
+        return continued
+
+
+@pytest.mark.parametrize("eos_strength", [0.0, 1.0, 5.0])
+def test_the_episode_driver_plays_an_engines_turns_as_the_hf_rollout_plays_its_tokens(eos_strength):
+    """Greedy, the turn-by-turn driver over another engine gives the episodes MultiTurnHFRollout gives: same tokens,
+    observations, policy mask, returns and turns. The tiny model's EOS, raised by ``eos_strength`` (raise_eos), sets
+    how its episodes run: one message to the token budget (0), messages of a few tokens (1), or an empty message
+    each turn until max_turns (5)."""
+    torch.manual_seed(0)
+    model, tokenizer = tiny_policy()
+    env = TokenVectorEnv(ChattyCalculator(ChattyCalculator.config_cls(**TASK_KWARGS)), tokenizer, num_envs=8,
+                         max_new_tokens=24)
+    env.reset(seed=0, options={"group_size": 4})  # chatty_rollout's prompts
+    raise_eos(model, tokenizer, env, eos_strength)
+    expected = chatty_rollout(model, tokenizer, greedy=True)
+    engine = GenerateEngine()
+    played = chatty_rollout(model, tokenizer, greedy=True, backend=EpisodeDriver(engine, max_episode_tokens=60))
+    for field in ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "policy_mask", "scores", "turns",
+                  "tool_calls", "tool_errors", "truncated"):
+        assert torch.equal(getattr(played, field), getattr(expected, field)), field
+    assert played.completions == expected.completions and played.statuses == expected.statuses
+    torch.testing.assert_close(played.logprobs, expected.logprobs, atol=1e-4, rtol=1e-4)
+    assert len(engine.calls) == expected.turns.max()  # one engine call per turn
+    rows_per_turn = [rows for rows, _, _ in engine.calls]
+    assert rows_per_turn[0] == 8 and rows_per_turn == sorted(rows_per_turn, reverse=True)
+    assert engine.calls[0][1] == [24] * 8  # env.max_new_tokens within the 60 of the episode
+    if eos_strength == 0.0:
+        assert expected.turns.tolist() == [1] * 8 and expected.policy_mask.sum(1).tolist() == [24] * 8
+    if eos_strength == 5.0:
+        assert expected.turns.tolist() == [3] * 8 and expected.policy_mask.sum(1).tolist() == [3] * 8
+        assert [budgets[0] for _, budgets, _ in engine.calls][1:] == sorted([b[0] for _, b, _ in engine.calls][1:],
+                                                                             reverse=True)
+
+
+class ShortEngine:
+    """Continues every row with ``tokens`` (no stop token), recording the seeds it is given."""
+
+    def __init__(self, tokens):
+        self.tokens, self.seeds = tokens, []
+
+    def continue_rows(self, model, contexts, *, max_new_tokens, stop_ids, vocab_size, seeds=None, **sampling):
+        self.seeds.append(seeds)
+        return [(self.tokens[:budget], [-1.0] * len(self.tokens[:budget])) for budget in max_new_tokens]
+
+
+def test_a_turn_cut_short_by_the_engine_ends_its_episode_truncated_and_seeds_follow_the_row():
+    model, tokenizer = tiny_policy()
+    short = tokenizer.encode("12", add_special_tokens=False)
+    engine = ShortEngine(short)
+    seeds = row_seeds(0, range(8))
+    played = chatty_rollout(model, tokenizer, backend=EpisodeDriver(engine), seeds_override=seeds)
+    assert played.truncated.all() and len(engine.seeds) == 1
+    assert played.turns.tolist() == [0] * 8  # the cut message never reached the env
+    assert played.policy_mask.sum(1).tolist() == [len(short)] * 8 and (played.logprobs[:, : len(short)] == -1.0).all()
+    assert engine.seeds[0] == [multiturn.position_seed(seed, 0) for seed in seeds]
+    assert len(set(engine.seeds[0])) == 8 and multiturn.position_seed(seeds[0], 5) != engine.seeds[0][0]
+    with pytest.raises(ValueError, match="max_episode_tokens must be >= 1"):
+        EpisodeDriver(engine, max_episode_tokens=0)
 
 
 def test_multiturn_length_and_entropy_metrics_count_the_policys_tokens(tmp_path):
@@ -187,3 +272,19 @@ def test_single_turn_rows_keep_their_entropy_over_the_whole_response():
     batch = build_batch([rows, wider], GRPOSection(), 2, 0, torch.zeros(4))
     # update() counts every response token, as before: the policy mask is the response part of the attention mask
     assert torch.equal(batch.policy_mask, batch.attention_mask[:, batch.prompt_width :])
+
+
+def test_the_policy_budget_counts_the_policys_tokens_not_the_observations():
+    """env.max_new_tokens = 3 policy tokens: three one-token messages (EOS raised: each message ends at once), with the
+    task's replies between them, which the episode's own budget bounds. Counting the replies against the policy's
+    budget ended these episodes after two messages."""
+    torch.manual_seed(0)
+    model, tokenizer = tiny_policy()
+    env = TokenVectorEnv(ChattyCalculator(ChattyCalculator.config_cls(**TASK_KWARGS)), tokenizer, num_envs=8,
+                         max_new_tokens=3)
+    env.reset(seed=0, options={"group_size": 4})
+    raise_eos(model, tokenizer, env, 5.0)
+    for backend in (MultiTurnHFRollout(max_episode_tokens=60), EpisodeDriver(GenerateEngine(), max_episode_tokens=60)):
+        played = chatty_rollout(model, tokenizer, max_new_tokens=3, greedy=True, backend=backend)
+        assert played.turns.tolist() == [3] * 8 and played.policy_mask.sum(1).tolist() == [3] * 8
+        assert (played.response_mask.sum(1) > 3).all()  # the replies between the messages

@@ -361,7 +361,7 @@ def test_a_registered_engine_is_what_rollout_backend_names(monkeypatch):
     with pytest.raises(ValueError, match="rollout.backend = 'mine' needs a_module_nobody_installed: pip install it"):
         ROLLOUT_ENGINES["mine"].check_available("mine")
     multiturn = load_config(GRPOConfig, overrides=["--rollout.backend", "mine", "--env.id", "rlvr/CalculatorArithmetic-v0"])
-    with pytest.raises(ValueError, match="multi-turn task, whose episodes only 'hf' play"):
+    with pytest.raises(ValueError, match="multi-turn task, whose episodes only 'hf', 'vllm' play"):
         make_rollout_backend(multiturn)
     with pytest.raises(ValueError, match="unknown rollout.backend 'nope': choose one of 'hf', 'static', 'vllm', 'mine'"):
         make_rollout_backend(load_config(GRPOConfig, overrides=["--rollout.backend", "nope"]))

@@ -163,3 +163,42 @@ def test_the_mismatch_between_vllms_and_the_trainers_log_probs_is_measured_and_w
     torch.testing.assert_close(valid, (train_logp - rollout.logprobs).exp()[response_mask > 0], rtol=1e-6, atol=0)
     masked, _ = sequence_masked_is_weights(train_logp, rollout.logprobs, response_mask, cap=2.0)
     assert (masked[response_mask > 0] > 0).all()  # no sequence is that far off
+
+
+@pytest.mark.parametrize("eos_strength", [0.0, 1.0, 5.0])
+def test_vllm_plays_multiturn_episodes_as_the_hf_rollout_does(tiny, eos_strength):
+    """The episode driver over vllm's continue_rows, greedy, gives MultiTurnHFRollout's episodes on a task that
+    replies to every message: one message to the token budget (EOS as the model has it), messages of a few tokens,
+    or an empty message each turn until max_turns (EOS raised: calculator_models.raise_eos)."""
+    import copy
+
+    from calculator_models import TASK_KWARGS, raise_eos, tool_tokenizer
+
+    from algos.rollout.multiturn import EpisodeDriver, MultiTurnHFRollout
+    from rlvr_env.multiturn_env import Reply
+    from rlvr_env.tasks.calculator_arithmetic import CalculatorArithmeticTask
+
+    class Chatty(CalculatorArithmeticTask):
+        def reply(self, problem, messages):
+            return Reply("ok", 0.25)
+
+    model, _, backend = tiny
+    tokenizer = tool_tokenizer()  # the fixture's character ids, with a chat template that keeps prompts short
+
+    def fresh():
+        env = TokenVectorEnv(Chatty(Chatty.config_cls(**TASK_KWARGS)), tokenizer, num_envs=4, max_new_tokens=16)
+        env.reset(seed=0, options={"group_size": 2})
+        return env
+
+    biased = copy.deepcopy(model)
+    raise_eos(biased, tokenizer, fresh(), eos_strength)
+    try:
+        played = EpisodeDriver(backend, max_episode_tokens=48).generate(biased, fresh(), greedy=True)
+    finally:
+        backend.sync_weights(model)  # back, for the other tests
+    expected = MultiTurnHFRollout(max_episode_tokens=48).generate(biased, fresh(), greedy=True)
+    for field in ("response_ids", "response_mask", "policy_mask", "scores", "turns", "truncated"):
+        assert torch.equal(getattr(played, field), getattr(expected, field)), field
+    torch.testing.assert_close(played.logprobs, expected.logprobs, atol=1e-3, rtol=1e-3)
+    if eos_strength != 1.0:
+        assert expected.turns.tolist() == ([1] * 4 if eos_strength == 0 else [3] * 4)

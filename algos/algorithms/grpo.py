@@ -101,7 +101,7 @@ class GRPOSection:
         require(self.dynamic_sampling_metric in ("acc", "score"), "grpo.dynamic_sampling_metric",
                 f"must be 'acc' or 'score', got {self.dynamic_sampling_metric!r}")
         require(self.overlong_penalty_factor >= 0, "grpo.overlong_penalty_factor", "must be >= 0")
-        # trainer.round_seed gives each step 101 prompt seeds; more rounds would repeat the next step's prompts
+        # run.loop.round_seed gives each step 101 prompt seeds; more rounds would repeat the next step's prompts
         require(1 <= self.max_sampling_rounds <= 101, "grpo.max_sampling_rounds", "must be in 1..101")
         require(self.overlong_cache >= 1, "grpo.overlong_cache", "must be >= 1")
 

@@ -5,7 +5,7 @@ hf.py         HFRollout: transformers + KV cache (rollout.backend = "hf")
 static.py     StaticRollout: fixed-shape decode replayed as CUDA graphs ("static", the GPU default)
 vllm.py       VLLMRollout ("vllm")
 scripted.py   ScriptedRollout: completions written in advance (tests, recorded data)
-multiturn.py  MultiTurnHFRollout: whole multi-turn episodes
+multiturn.py  whole multi-turn episodes: MultiTurnHFRollout (one KV cache), EpisodeDriver (any engine's continue_rows)
 engines.py    the registry, make_rollout_backend, resolve_rollout_backend ("auto")
 environment.py build_task and make_env: the task and the TokenVectorEnv a run samples in
 metrics.py    the per-step rollout metrics
@@ -18,14 +18,15 @@ from algos.rollout.engines import ROLLOUT_ENGINES, RolloutEngine, make_rollout_b
 from algos.rollout.environment import build_task, is_multiturn_task, make_env
 from algos.rollout.hf import HFRollout
 from algos.rollout.metrics import policy_token_mask, rollout_metrics
-from algos.rollout.multiturn import MultiTurnHFRollout, MultiTurnRollout, episode_metrics
+from algos.rollout.multiturn import EpisodeDriver, MultiTurnHFRollout, MultiTurnRollout, episode_metrics
 from algos.rollout.scripted import ScriptedRollout
 from algos.rollout.static import StaticRollout
 from algos.rollout.vllm import VLLMRollout, VLLMWeightLoader
 
 __all__ = [
-    "ROLLOUT_ENGINES", "HFRollout", "MultiTurnHFRollout", "MultiTurnRollout", "Rollout", "RolloutBackend", "RolloutEngine",
-    "SamplingParams", "ScriptedRollout", "StaticRollout", "VLLMRollout", "VLLMWeightLoader", "build_task", "episode_metrics",
-    "is_multiturn_task", "make_env", "make_rollout_backend", "policy_token_mask", "resolve_rollout_backend", "rollout_metrics",
-    "row_seeds", "sample_tokens", "weights_version",
+    "ROLLOUT_ENGINES", "EpisodeDriver", "HFRollout", "MultiTurnHFRollout", "MultiTurnRollout", "Rollout",
+    "RolloutBackend", "RolloutEngine", "SamplingParams", "ScriptedRollout", "StaticRollout", "VLLMRollout",
+    "VLLMWeightLoader", "build_task", "episode_metrics", "is_multiturn_task", "make_env", "make_rollout_backend",
+    "policy_token_mask", "resolve_rollout_backend", "rollout_metrics", "row_seeds", "sample_tokens",
+    "weights_version",
 ]

@@ -60,8 +60,8 @@ class RolloutBackend(Protocol):
         ...
 
 
-def _check_env_ready(env: TokenVectorEnv, model=None) -> None:
-    """A freshly reset env whose rows fit ``model``'s context (models.context_length; no model, no check)."""
+def check_env_ready(env: TokenVectorEnv, model=None) -> None:
+    """A freshly reset env whose rows fit ``model``'s context (model.loading.context_length; no model, no check)."""
     if env.all_done or env.num_generated.any():
         raise RuntimeError("the env must be freshly reset before a rollout: call env.reset() first")
     limit = context_length(model) if model is not None else None
@@ -72,7 +72,7 @@ def _check_env_ready(env: TokenVectorEnv, model=None) -> None:
         )
 
 
-def _check_seeds(env: TokenVectorEnv, seeds: list[int] | None) -> None:
+def check_seeds(env: TokenVectorEnv, seeds: list[int] | None) -> None:
     if seeds is not None and len(seeds) != env.num_envs:
         raise ValueError(f"seeds: one per env row, got {len(seeds)} for {env.num_envs} rows")
 
@@ -82,8 +82,8 @@ def checked_call(defaults: SamplingParams, model, env: TokenVectorEnv, seeds: li
     """What an engine decoding ``model`` in this process checks first -> (``sampling`` over ``defaults``, the model's
     device): a freshly reset env whose rows fit the model, one seed a row, the env's tensors on the model's device."""
     params = SamplingParams(**{**defaults.__dict__, **sampling})
-    _check_env_ready(env, model)
-    _check_seeds(env, seeds)
+    check_env_ready(env, model)
+    check_seeds(env, seeds)
     device = next(model.parameters()).device
     # The tensors' device, not env.device: torch.device("cuda") != the "cuda:0" its tensors report.
     if env.input_ids.device != device:

@@ -7,7 +7,11 @@ observations (tool outputs, the task's replies, the chat template's turn markers
 renders. So the trainer scores exactly the sequence the sampler read. The returned :class:`MultiTurnRollout` marks the
 policy's tokens (``policy_mask``), which GRPO's loss covers alone.
 
-The batch decodes one token per row per forward, rows in different turns side by side: a row whose message ends has
+Two drivers play the episodes. :class:`EpisodeDriver` plays them with any engine that continues token rows
+(``continue_rows``: vllm's): each turn, every unfinished row's context is continued up to its first stop token, the
+message goes to the row's env, and the observation joins the context for the next turn. :class:`MultiTurnHFRollout`
+keeps one KV cache across the turns instead. It decodes one token per row per forward, rows in different turns side by
+side: a row whose message ends has
 its tool run (or the task reply) at once, and its stop token and observation enter the next forward together with the
 other rows' next tokens, as a right-aligned chunk (the others padded, the padding masked). The KV cache is extended,
 never recomputed: padding leaves masked holes in it, squeezed out when they outnumber its real columns, and finished
@@ -18,12 +22,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from algos.core.padding import left_padded, right_padded
 from algos.model.loading import context_length
 from algos.model.policy import position_ids_from_mask
-from algos.rollout.base import Rollout, sample_tokens
+from algos.rollout.base import Rollout, check_env_ready, check_seeds, sample_tokens
 from algos.rollout.hf import HFRollout
 from algos.system.distributed import sum_over_ranks
 from rewards.result import NO_ANSWER
@@ -71,6 +76,7 @@ class Episode:
         self.policy: list[int] = []  # 1 where the policy sampled the token
         self.logprobs: list[float] = []
         self.message_start = 0
+        self.observation_tokens = 0
         self.return_, self.done, self.truncated = 0.0, False, False
         self.info: dict = {}
 
@@ -81,7 +87,14 @@ class Episode:
 
     @property
     def policy_tokens(self) -> int:
-        return len(self.logprobs)
+        """The tokens the policy sampled so far (the observations between its messages are not its own)."""
+        return len(self.tokens) - self.observation_tokens
+
+    @property
+    def tokens_left(self) -> int:
+        """Tokens ``take`` accepts before a budget ends the episode: the policy's (env.max_new_tokens) or the
+        episode's; at least 1 while the episode goes on."""
+        return min(self.max_policy_tokens - self.policy_tokens, self.max_tokens - len(self.tokens))
 
     def take(self, token: int, logprob: float) -> list[int]:
         """Append the policy's next token; the tokens the model reads next: the token, followed by the observation
@@ -99,19 +112,21 @@ class Episode:
         _, reward, terminated, truncated, self.info = self.env.step(message)
         self.return_ += reward
         if terminated or truncated or out_of_tokens:
-            return self._end(truncated or out_of_tokens)
+            return self.end(truncated or out_of_tokens)
         stop_text = self.tokenizer.decode([token]) if token in self.stop_ids else ""
         text = observation_text(prompt, message[: self.env.max_message_chars], self.info["prompt"], stop_text)
         observation = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         if len(self.tokens) + len(observation) >= self.max_tokens:  # no room left for a policy token after it
-            return self._end(True)
+            return self.end(True)
         self.tokens += observation
+        self.observation_tokens += len(observation)
         self.policy += [0] * len(observation)
         self.logprobs += [0.0] * len(observation)
         self.message_start = len(self.tokens)
         return [token, *observation]
 
-    def _end(self, truncated: bool) -> list[int]:
+    def end(self, truncated: bool) -> list[int]:
+        """End the episode here (``truncated``: cut by a budget); [], the tokens the model reads next."""
         self.done, self.truncated = True, truncated
         return []
 
@@ -151,25 +166,9 @@ class MultiTurnHFRollout(HFRollout):
     def _generate(self, model, env, params, generator, draws) -> MultiTurnRollout:
         from transformers import DynamicCache
 
-        if not isinstance(env.task, MultiTurnTask):
-            raise ValueError(f"MultiTurnHFRollout plays MultiTurnTasks; {type(env.task).__name__} is single-turn")
-        device, tokenizer, group_size = env.input_ids.device, env.tokenizer, env.group_size
-        max_tokens = self.max_episode_tokens or 2 * env.max_new_tokens
-        stop_ids = frozenset(env.stop_ids.tolist())
-        chat = uses_chat_template(tokenizer, env.use_chat_template)
-        episodes = [
-            Episode(MultiTurnEnv(env.task, tokenizer if chat else None, problem_seed=env.problem_seed), tokenizer,
-                    stop_ids, env.max_new_tokens, max_tokens)
-            for _ in env.problems
-        ]
-        prompts = [episode.begin(problem) for episode, problem in zip(episodes, env.problems)]
-        prompt_ids, prompt_mask = left_padded(encode_prompts(prompts, tokenizer, chat_rendered=chat), env.pad_id, device)
-        limit = context_length(model)
-        if limit is not None and prompt_ids.shape[1] + max_tokens > limit:
-            raise ValueError(f"the longest initial prompt ({prompt_ids.shape[1]} tokens) + the episode's token budget "
-                             f"({max_tokens}: rollout.max_episode_tokens) exceed the model's "
-                             f"context ({limit})")
-
+        episodes, prompts = start_episodes(env, model, self.max_episode_tokens)
+        device, group_size = env.input_ids.device, env.group_size
+        prompt_ids, prompt_mask = left_padded(prompts, env.pad_id, device)
         first_rows = torch.arange(0, env.num_envs, group_size, device=device)  # each group's prompt runs once
         positions = position_ids_from_mask(prompt_mask[first_rows])
         cache = DynamicCache(config=model.config)
@@ -207,38 +206,109 @@ class MultiTurnHFRollout(HFRollout):
             next_position = next_position + chunk_mask.sum(1)
             if squeezable and cache_mask.shape[1] > self.squeeze_above * int(cache_mask.sum(1).max()):
                 cache_mask = squeeze_cache_holes(cache, cache_mask)
-        return self._as_result(env, episodes, prompt_ids, prompt_mask)
+        return episodes_result(env, episodes, prompt_ids, prompt_mask)
 
-    @staticmethod
-    def _as_result(env, episodes: list[Episode], prompt_ids, prompt_mask) -> MultiTurnRollout:
-        device = prompt_ids.device
-        infos = [episode.info for episode in episodes]
-        names = sorted({name for info in infos for name in info.get("reward_components", {})})
-        policy_mask = right_padded([e.policy for e in episodes], 0, torch.long, device)
-        return MultiTurnRollout(
-            prompt_ids=prompt_ids,
-            prompt_mask=prompt_mask,
-            response_ids=right_padded([e.tokens for e in episodes], env.pad_id, torch.long, device),
-            response_mask=right_padded([[1] * len(e.tokens) for e in episodes], 0, torch.long, device),
-            scores=torch.tensor([e.return_ for e in episodes], dtype=torch.float32, device=device),
-            reward_components={
-                name: torch.tensor([info.get("reward_components", {}).get(name, 0.0) for info in infos],
-                                   dtype=torch.float32, device=device)
-                for name in names
-            },
-            statuses=[info.get("verifier_status", NO_ANSWER) for info in infos],
-            completions=env.tokenizer.batch_decode([e.tokens for e in episodes], skip_special_tokens=True),
-            truncated=torch.tensor([e.truncated for e in episodes], device=device),
-            group_ids=env.group_ids,
-            problems=list(env.problems),
-            process_rewards=torch.zeros(policy_mask.shape, device=device),
-            process_step_mask=torch.zeros(policy_mask.shape, dtype=torch.bool, device=device),
-            logprobs=right_padded([e.logprobs for e in episodes], 0.0, torch.float32, device),
-            policy_mask=policy_mask,
-            turns=torch.tensor([info["turn"] for info in infos], device=device),
-            tool_calls=torch.tensor([len(info["tool_calls"]) for info in infos], device=device),
-            tool_errors=torch.tensor([info["tool_errors"] for info in infos], device=device),
-        )
+
+class EpisodeDriver:
+    """Plays a MultiTurnTask's episodes, one per row of a reset TokenVectorEnv, with any engine that continues token
+    rows: ``engine.continue_rows(model, contexts, max_new_tokens=, stop_ids=, vocab_size=, seeds=, **sampling)`` ->
+    each context's sampled tokens up to and including its first stop token, and their log-probs (VLLMRollout's).
+
+    Each turn, every unfinished row's context (its initial prompt, then the episode so far) is continued within the
+    tokens its episode has left; the message goes to the row's env, whose observation joins the context. A row's turn
+    is sampled from its seed and the episode's length so far (position_seed), so it samples the same tokens whatever
+    the other rows do. ``max_episode_tokens`` as MultiTurnHFRollout's."""
+
+    def __init__(self, engine, max_episode_tokens: int | None = None) -> None:
+        if max_episode_tokens is not None and max_episode_tokens < 1:
+            raise ValueError(f"max_episode_tokens must be >= 1 or None, got {max_episode_tokens}")
+        self.engine, self.max_episode_tokens = engine, max_episode_tokens
+
+    def sync_weights(self, model) -> None:
+        self.engine.sync_weights(model)
+
+    def generate(self, model, env, *, seeds: list[int] | None = None, **sampling) -> MultiTurnRollout:
+        check_env_ready(env, model)
+        check_seeds(env, seeds)
+        episodes, contexts = start_episodes(env, model, self.max_episode_tokens)
+        prompt_ids, prompt_mask = left_padded(contexts, env.pad_id, env.input_ids.device)
+        stop_ids = env.stop_ids.tolist()
+        while going := [row for row, episode in enumerate(episodes) if not episode.done]:
+            turn_seeds = None if seeds is None else [position_seed(seeds[row], len(episodes[row].tokens)) for row in going]
+            continued = self.engine.continue_rows(
+                model, [contexts[row] for row in going], max_new_tokens=[episodes[row].tokens_left for row in going],
+                stop_ids=stop_ids, vocab_size=env.single_action_space.n, seeds=turn_seeds, **sampling)
+            for row, (tokens, logprobs) in zip(going, continued):
+                episode = episodes[row]
+                for token, logprob in zip(tokens, logprobs):
+                    contexts[row] += episode.take(token, logprob)
+                    if episode.done:
+                        break
+                if not episode.done and (not tokens or tokens[-1] not in stop_ids):
+                    episode.end(truncated=True)  # the engine stopped short of a stop token: its own context limit
+        return episodes_result(env, episodes, prompt_ids, prompt_mask)
+
+
+def position_seed(seed: int, position: int) -> int:
+    """The sampling seed of a row's turn starting ``position`` tokens into its episode (a 31-bit int, vllm's range)."""
+    return int(np.random.SeedSequence([seed % 2**63, position]).generate_state(1)[0]) % (2**31 - 1)
+
+
+def start_episodes(env, model, max_episode_tokens: int | None) -> tuple[list[Episode], list[list[int]]]:
+    """One Episode per row of the freshly reset ``env`` (a MultiTurnTask's), begun on its problem -> (the episodes,
+    each row's initial prompt token ids). ``max_episode_tokens`` None: twice env.max_new_tokens. The longest prompt
+    plus that budget must fit ``model``'s context (no model, no check)."""
+    if not isinstance(env.task, MultiTurnTask):
+        raise ValueError(f"multi-turn rollouts play MultiTurnTasks; {type(env.task).__name__} is single-turn")
+    tokenizer = env.tokenizer
+    max_tokens = max_episode_tokens or 2 * env.max_new_tokens
+    stop_ids = frozenset(env.stop_ids.tolist())
+    chat = uses_chat_template(tokenizer, env.use_chat_template)
+    episodes = [
+        Episode(MultiTurnEnv(env.task, tokenizer if chat else None, problem_seed=env.problem_seed), tokenizer,
+                stop_ids, env.max_new_tokens, max_tokens)
+        for _ in env.problems
+    ]
+    prompts = encode_prompts([episode.begin(problem) for episode, problem in zip(episodes, env.problems)], tokenizer,
+                             chat_rendered=chat)
+    limit = context_length(model) if model is not None else None
+    longest = max(len(ids) for ids in prompts)
+    if limit is not None and longest + max_tokens > limit:
+        raise ValueError(f"the longest initial prompt ({longest} tokens) + the episode's token budget "
+                         f"({max_tokens}: rollout.max_episode_tokens) exceed the model's context ({limit})")
+    return episodes, prompts
+
+
+def episodes_result(env, episodes: list[Episode], prompt_ids, prompt_mask) -> MultiTurnRollout:
+    """The MultiTurnRollout of finished ``episodes`` after their left-padded initial prompts."""
+    device = prompt_ids.device
+    infos = [episode.info for episode in episodes]
+    names = sorted({name for info in infos for name in info.get("reward_components", {})})
+    policy_mask = right_padded([e.policy for e in episodes], 0, torch.long, device)
+    return MultiTurnRollout(
+        prompt_ids=prompt_ids,
+        prompt_mask=prompt_mask,
+        response_ids=right_padded([e.tokens for e in episodes], env.pad_id, torch.long, device),
+        response_mask=right_padded([[1] * len(e.tokens) for e in episodes], 0, torch.long, device),
+        scores=torch.tensor([e.return_ for e in episodes], dtype=torch.float32, device=device),
+        reward_components={
+            name: torch.tensor([info.get("reward_components", {}).get(name, 0.0) for info in infos],
+                               dtype=torch.float32, device=device)
+            for name in names
+        },
+        statuses=[info.get("verifier_status", NO_ANSWER) for info in infos],
+        completions=env.tokenizer.batch_decode([e.tokens for e in episodes], skip_special_tokens=True),
+        truncated=torch.tensor([e.truncated for e in episodes], device=device),
+        group_ids=env.group_ids,
+        problems=list(env.problems),
+        process_rewards=torch.zeros(policy_mask.shape, device=device),
+        process_step_mask=torch.zeros(policy_mask.shape, dtype=torch.bool, device=device),
+        logprobs=right_padded([e.logprobs for e in episodes], 0.0, torch.float32, device),
+        policy_mask=policy_mask,
+        turns=torch.tensor([info["turn"] for info in infos], device=device),
+        tool_calls=torch.tensor([len(info["tool_calls"]) for info in infos], device=device),
+        tool_errors=torch.tensor([info["tool_errors"] for info in infos], device=device),
+    )
 
 
 def episode_metrics(result) -> dict[str, float]:

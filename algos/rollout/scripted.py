@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from algos.rollout.base import Rollout, _as_rollout, _check_env_ready, _check_seeds
+from algos.rollout.base import Rollout, _as_rollout, check_env_ready, check_seeds
 from rlvr_env.token_vector_env import TokenVectorEnv
 
 
@@ -27,8 +27,8 @@ class ScriptedRollout:
         """Nothing to copy: no model writes the completions."""
 
     def generate(self, model, env: TokenVectorEnv, *, seeds: list[int] | None = None, **sampling) -> Rollout:
-        _check_env_ready(env)
-        _check_seeds(env, seeds)
+        check_env_ready(env)
+        check_seeds(env, seeds)
         round_index = len(self.rounds)
         texts = [self.script(problem, row, round_index) for row, problem in enumerate(env.problems)]
         eos = env.tokenizer.eos_token_id

