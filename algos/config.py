@@ -148,7 +148,7 @@ class RolloutConfig:
     # completions per prompt: GRPO's group G, PPO's samples per prompt, online DPO's candidates (TRL
     # num_generations, verl actor_rollout_ref.rollout.n)
     group_size: int = 8
-    # "auto" (resolved at start-up, recorded in config.yaml): "static" on a GPU for single-turn tasks, else "hf".
+    # "auto" (resolved at start-up, recorded in config.yaml): "static" on a GPU (single- and multi-turn), else "hf".
     # "hf": transformers + its KV cache, one row-compacting step per token (fastest on a CPU); "static": fixed-shape
     # decode steps replayed as CUDA graphs from a copy of the weights in the compute dtype (algos/rollout/static.py);
     # "vllm" (needs vllm installed); or an engine registered in ROLLOUT_ENGINES.

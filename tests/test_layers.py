@@ -28,7 +28,7 @@ def test_import_contracts_are_kept():
     assert run.returncode == 0, f"lint-imports exited {run.returncode}:\n{run.stdout}\n{run.stderr}"
     for contract in ("algos: cli > algorithms > run > learn | rollout > model > system > config > core",
                      "each algorithm stands alone", "rewards needs no torch"):
-        assert f"{contract} KEPT" in run.stdout.replace("KEPT", " KEPT").replace("  KEPT", " KEPT"), run.stdout
+        assert contract in run.stdout, run.stdout  # checked (exit status 0: every contract checked was kept)
 
 
 def section_reads(source: str) -> list[str]:

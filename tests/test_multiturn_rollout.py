@@ -2,6 +2,7 @@
 log-probs are the trainer's, the cache's holes change nothing, and the loop trains and logs episodes."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -139,15 +140,17 @@ def test_grpo_trains_on_a_multiturn_task_and_logs_its_episodes(tmp_path):
     assert 1 <= metrics["turns_mean"] <= 2 and metrics["policy_len_mean"] <= 16
 
 
-def test_vllm_plays_a_multiturn_task_through_the_episode_driver_and_static_is_refused(monkeypatch):
+def test_vllm_and_static_play_a_multiturn_task_through_the_episode_driver(monkeypatch):
     from algos.rollout import make_rollout_backend, vllm
+    from algos.rollout.static import StaticRollout
 
     monkeypatch.setattr(vllm, "VLLMRollout", lambda path, **kwargs: "engine")
     multiturn = {"env.id": "rlvr/CalculatorArithmetic-v0", "model.autocast": "null", "rollout.max_episode_tokens": "50"}
     driver = make_rollout_backend(load_config(GRPOConfig, overrides={**multiturn, "rollout.backend": "vllm"}))
     assert isinstance(driver, EpisodeDriver) and driver.engine == "engine" and driver.max_episode_tokens == 50
-    with pytest.raises(ValueError, match="rollout.backend = 'static': rlvr/CalculatorArithmetic-v0 is a multi-turn task"):
-        make_rollout_backend(load_config(GRPOConfig, overrides={**multiturn, "rollout.backend": "static"}))
+    driver = make_rollout_backend(load_config(GRPOConfig, overrides={**multiturn, "rollout.backend": "static"}))
+    assert isinstance(driver, EpisodeDriver) and isinstance(driver.engine, StaticRollout)
+    assert driver.max_episode_tokens == 50
 
 
 class GenerateEngine:
@@ -288,3 +291,83 @@ def test_the_policy_budget_counts_the_policys_tokens_not_the_observations():
         played = chatty_rollout(model, tokenizer, max_new_tokens=3, greedy=True, backend=backend)
         assert played.turns.tolist() == [3] * 8 and played.policy_mask.sum(1).tolist() == [3] * 8
         assert (played.response_mask.sum(1) > 3).all()  # the replies between the messages
+
+
+EPISODE_FIELDS = ("prompt_ids", "prompt_mask", "response_ids", "response_mask", "policy_mask", "scores", "turns",
+                  "tool_calls", "tool_errors", "truncated")
+
+
+@pytest.mark.parametrize("eos_strength", [0.0, 1.0, 5.0])
+def test_the_static_engine_plays_the_hf_rollouts_greedy_episodes(eos_strength):
+    """The GPU's engine on multi-turn tasks: EpisodeDriver over StaticRollout.continue_rows (contexts prefilled whole
+    each turn, rows and widths in buckets) gives MultiTurnHFRollout's episodes, whose one KV cache runs across turns;
+    every decode step's rows are a power of two."""
+    from algos.rollout.static import StaticRollout
+
+    torch.manual_seed(0)
+    model, tokenizer = tiny_policy()
+    env = TokenVectorEnv(ChattyCalculator(ChattyCalculator.config_cls(**TASK_KWARGS)), tokenizer, num_envs=8,
+                         max_new_tokens=24)
+    env.reset(seed=0, options={"group_size": 4})
+    raise_eos(model, tokenizer, env, eos_strength)
+    expected = chatty_rollout(model, tokenizer, greedy=True)
+    rows = []
+    hook = model.register_forward_pre_hook(lambda _, args, kwargs: rows.append(kwargs["input_ids"].shape[0]),
+                                           with_kwargs=True)
+    try:
+        played = chatty_rollout(model, tokenizer, greedy=True,
+                                backend=EpisodeDriver(StaticRollout(check_every=3), max_episode_tokens=60))
+    finally:
+        hook.remove()
+    for field in EPISODE_FIELDS:
+        assert torch.equal(getattr(played, field), getattr(expected, field)), field
+    assert played.completions == expected.completions and played.statuses == expected.statuses
+    torch.testing.assert_close(played.logprobs, expected.logprobs, atol=1e-4, rtol=1e-4)
+    assert set(rows) <= {1, 2, 4, 8}
+
+
+def test_a_static_continuation_stops_at_its_stop_token_or_budget_and_follows_its_seed():
+    """Each context is continued within its own budget, up to and including its first stop token; a seeded row draws
+    the same tokens alone as beside others (a row bucket and a prompt width of another size)."""
+    from algos.rollout.static import StaticRollout
+
+    torch.manual_seed(0)
+    model, tokenizer = tiny_policy()
+    engine = StaticRollout(check_every=2)
+    contexts = [tokenizer.encode(text, add_special_tokens=False) for text in ("3*4=", "12*34=", "7=", "99*99*99=")]
+    stop_ids, vocab = [tokenizer.eos_token_id], len(tokenizer)
+    seeds = row_seeds(4, range(4))
+    together = engine.continue_rows(model, contexts, max_new_tokens=[5, 1, 9, 40], stop_ids=stop_ids,
+                                    vocab_size=vocab, seeds=seeds)
+    for (tokens, logprobs), budget in zip(together, [5, 1, 9, 40]):
+        assert 1 <= len(tokens) == len(logprobs) <= budget
+        assert len(tokens) == budget or tokens[-1] in stop_ids
+        assert not set(tokens[:-1]) & set(stop_ids) and all(lp <= 0 for lp in logprobs)
+    alone = engine.continue_rows(model, contexts[3:], max_new_tokens=[40], stop_ids=stop_ids, vocab_size=vocab,
+                                 seeds=seeds[3:])
+    assert alone[0][0] == together[3][0]
+    torch.testing.assert_close(alone[0][1], together[3][1], atol=1e-5, rtol=0)
+    stopping = engine.continue_rows(model, contexts, max_new_tokens=[6] * 4, stop_ids=list(range(vocab)),
+                                    vocab_size=vocab, seeds=seeds)
+    assert [len(tokens) for tokens, _ in stopping] == [1] * 4  # every token stops
+    for bad, match in (({"max_new_tokens": [5]}, "max_new_tokens: one per context, got 1 for 4"),
+                       ({"seeds": seeds[:3]}, "seeds: one per context, got 3 for 4"),
+                       ({"max_new_tokens": [5, 0, 1, 1]}, "max_new_tokens: every context needs at least 1")):
+        arguments = {"max_new_tokens": [5] * 4, "seeds": seeds, **bad}
+        with pytest.raises(ValueError, match=match):
+            engine.continue_rows(model, contexts, stop_ids=stop_ids, vocab_size=vocab, **arguments)
+    with pytest.raises(ValueError, match="contexts: every context needs at least one token"):
+        engine.continue_rows(model, [[]], max_new_tokens=[5], stop_ids=stop_ids, vocab_size=vocab)
+
+
+def test_grpo_trains_on_a_multiturn_task_with_the_static_engine(tmp_path):
+    from algos.rollout.static import StaticRollout
+
+    trainer = multiturn_trainer(tmp_path, *tiny_policy(), max_turns=2, **{
+        "env.max_new_tokens": "16", "rollout.max_episode_tokens": "40", "rollout.prompts_per_step": "2",
+        "rollout.backend": "static"})
+    assert isinstance(trainer.backend, EpisodeDriver) and isinstance(trainer.backend.engine, StaticRollout)
+    assert trainer.rollout_correction == "tis"  # an engine with its own weights: its samples are corrected
+    metrics = trainer.train_step(1, logger=type("Quiet", (), {"write": lambda self, line: None})())
+    assert 1 <= metrics["turns_mean"] <= 2 and metrics["policy_len_mean"] <= 16 and math.isfinite(metrics["loss"])
+    assert metrics["rollout_logp_abs_diff"] < 1e-4  # fp32: the engine samples from the policy's own weights

@@ -24,6 +24,11 @@ COMMON = {
 ALGORITHMS = {
     "grpo": (grpo.GRPOTrainer, GRPOConfig, {"rollout.prompts_per_step": "2", "rollout.group_size": "4",
                                              "loss.micro_batch_size": "3", "grpo.num_iterations": "2", "grpo.beta": "0.04"}),
+    # The GPU's engine (its own float16 copy of the weights, refreshed in place each step; CUDA graphs on a GPU,
+    # where model.device "auto" puts this run)
+    "grpo_static": (grpo.GRPOTrainer, GRPOConfig, {"rollout.prompts_per_step": "2", "rollout.group_size": "4",
+                                                    "loss.micro_batch_size": "3", "grpo.beta": "0.04",
+                                                    "rollout.backend": "static"}),
     "ppo": (ppo.PPOTrainer, ppo.PPOConfig, {"rollout.prompts_per_step": "4", "rollout.group_size": "2",
                                             "loss.micro_batch_size": "3", "ppo.kl_target": "0.01",
                                             "ppo.value_model": "separate", "ppo.critic_warmup_steps": "1"}),

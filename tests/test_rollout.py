@@ -361,7 +361,7 @@ def test_a_registered_engine_is_what_rollout_backend_names(monkeypatch):
     with pytest.raises(ValueError, match="rollout.backend = 'mine' needs a_module_nobody_installed: pip install it"):
         ROLLOUT_ENGINES["mine"].check_available("mine")
     multiturn = load_config(GRPOConfig, overrides=["--rollout.backend", "mine", "--env.id", "rlvr/CalculatorArithmetic-v0"])
-    with pytest.raises(ValueError, match="multi-turn task, whose episodes only 'hf', 'vllm' play"):
+    with pytest.raises(ValueError, match="multi-turn task, whose episodes only 'hf', 'static', 'vllm' play"):
         make_rollout_backend(multiturn)
     with pytest.raises(ValueError, match="unknown rollout.backend 'nope': choose one of 'hf', 'static', 'vllm', 'mine'"):
         make_rollout_backend(load_config(GRPOConfig, overrides=["--rollout.backend", "nope"]))
@@ -376,3 +376,19 @@ def test_every_built_in_engine_keeps_the_whole_protocol():
         assert callable(engine.generate) and callable(engine.sync_weights), engine
     assert isinstance(ScriptedRollout(lambda problem, row, round_index: ""), RolloutBackend)
     assert isinstance(StaticRollout(), RolloutBackend)
+
+
+def test_weights_seen_tells_a_changed_or_other_model_from_the_one_copied():
+    """The one record behind both engines that keep their own weights (static, vllm): which model, at which version."""
+    from algos.rollout.base import WeightsSeen
+
+    model, other = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    seen = WeightsSeen()
+    assert not seen.is_model(model) and not seen.matches(model)
+    seen.record(model)
+    assert seen.is_model(model) and seen.matches(model) and not seen.is_model(other) and not seen.matches(other)
+    with torch.no_grad():
+        model.weight.add_(1.0)  # an optimizer step, a checkpoint load: an in-place write
+    assert seen.is_model(model) and not seen.matches(model)
+    seen.record(model)
+    assert seen.matches(model)

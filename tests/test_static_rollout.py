@@ -180,13 +180,14 @@ def test_a_cuda_graph_needs_cuda(model, tokenizer):
         StaticRollout(graph="cuda").generate(model, reset_env(tokenizer))
 
 
-def test_auto_backend_is_static_on_a_gpu_for_single_turn_tasks_and_hf_elsewhere():
+def test_auto_backend_is_static_on_a_gpu_and_hf_elsewhere():
     def config(env_id):
         return types.SimpleNamespace(rollout=RolloutConfig(), env=types.SimpleNamespace(id=env_id))
 
     assert resolve_rollout_backend(config("rlvr/Arithmetic-v0"), torch.device("cuda")) == "static"
     assert resolve_rollout_backend(config("rlvr/Arithmetic-v0"), torch.device("cpu")) == "hf"
-    assert resolve_rollout_backend(config("rlvr/CalculatorArithmetic-v0"), torch.device("cuda")) == "hf"
+    assert resolve_rollout_backend(config("rlvr/CalculatorArithmetic-v0"), torch.device("cuda")) == "static"
+    assert resolve_rollout_backend(config("rlvr/CalculatorArithmetic-v0"), torch.device("cpu")) == "hf"
     named = config("rlvr/Arithmetic-v0")
     named.rollout.backend = "static"
     assert resolve_rollout_backend(named, torch.device("cpu")) == "static"  # a named engine stays

@@ -9,6 +9,7 @@ written in advance); engines.py registers them by name.
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, fields
 from typing import Protocol, runtime_checkable
 
@@ -153,7 +154,40 @@ def row_uniforms(seeds: list[int], steps: int, device: torch.device) -> torch.Te
     return torch.stack(draws).to(device)
 
 
-
 def weights_version(model) -> tuple[int, ...]:
     """The parameters' version counters, which every in-place write (an optimizer step, load_state_dict) advances."""
     return tuple(param._version for param in model.parameters())
+
+
+class WeightsSeen:
+    """Which model an engine's own copy of the weights came from, and the weights' version then (weights_version). A
+    weak reference: a model built later never matches, even at a freed model's address."""
+
+    def __init__(self) -> None:
+        self._model: weakref.ref | None = None
+        self._version: tuple[int, ...] = ()
+
+    def record(self, model) -> None:
+        """The copy now holds ``model``'s weights as they are."""
+        self._model, self._version = weakref.ref(model), weights_version(model)
+
+    def is_model(self, model) -> bool:
+        """The copy came from ``model`` (its weights may have changed since)."""
+        return self._model is not None and self._model() is model
+
+    def matches(self, model) -> bool:
+        """The copy holds ``model``'s weights as they are now."""
+        return self.is_model(model) and self._version == weights_version(model)
+
+
+def check_continuations(contexts: list[list[int]], max_new_tokens: list[int], seeds: list[int] | None) -> None:
+    """continue_rows' arguments: non-empty contexts, one budget of at least one token per context, one seed per
+    context (or None); ValueError naming the argument otherwise."""
+    if len(max_new_tokens) != len(contexts):
+        raise ValueError(f"max_new_tokens: one per context, got {len(max_new_tokens)} for {len(contexts)} contexts")
+    if seeds is not None and len(seeds) != len(contexts):
+        raise ValueError(f"seeds: one per context, got {len(seeds)} for {len(contexts)} contexts")
+    if any(budget < 1 for budget in max_new_tokens):
+        raise ValueError(f"max_new_tokens: every context needs at least 1, got {min(max_new_tokens)}")
+    if any(not context for context in contexts):
+        raise ValueError("contexts: every context needs at least one token, got an empty one")

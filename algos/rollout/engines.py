@@ -43,11 +43,11 @@ ROLLOUT_ENGINES = Registry("rollout.backend")
 
 
 def resolve_rollout_backend(config, device: torch.device) -> str:
-    """Resolve rollout.backend "auto" in place (so config.yaml records what ran): "static" on a GPU for a
-    single-turn task (its decode is launch-bound in "hf": docs/performance.md), else "hf"; returns the name."""
+    """Resolve rollout.backend "auto" in place (so config.yaml records what ran): "static" on a GPU (its decode is
+    launch-bound in "hf": docs/performance.md; a multi-turn task's turns through the episode driver), else "hf";
+    returns the name."""
     if config.rollout.backend == "auto":
-        gpu = device.type == "cuda"
-        config.rollout.backend = "static" if gpu and not is_multiturn_task(config.env.id) else "hf"
+        config.rollout.backend = "static" if device.type == "cuda" else "hf"
     return config.rollout.backend
 
 

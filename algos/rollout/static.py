@@ -25,23 +25,26 @@ import copy
 import functools
 import math
 import warnings
-import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from algos.core.padding import left_padded
 from algos.model.policy import position_ids_from_mask
 from algos.rollout.base import (
     Rollout,
     SamplingParams,
+    WeightsSeen,
     _as_rollout,
+    check_continuations,
     checked_call,
     row_uniforms,
     sample_tokens,
-    weights_version,
 )
 from algos.rollout.engines import ROLLOUT_ENGINES, RolloutEngine
+from algos.rollout.multiturn import EpisodeDriver
 from algos.system.runtime import DTYPES, compute_dtype, release_free_memory
 from rlvr_env.token_vector_env import TokenVectorEnv
 
@@ -93,13 +96,32 @@ class DecodeState:
     step: torch.Tensor  # Long[1] the token column this step fills
     tokens: torch.Tensor  # Long[B, S] sampled ids (pad once a row has finished)
     logprobs: torch.Tensor  # Float[B, S] their log-probs under the sampling distribution, 0 once finished
-    finished: torch.Tensor  # Bool[B] rows that have sampled a stop token
+    finished: torch.Tensor  # Bool[B] rows that have sampled a stop token or taken their budget
+    budget: torch.Tensor  # Long[B] the tokens each row may take
     uniforms: torch.Tensor  # Float64[B, S] each row's U[0, 1) draw per token
     is_stop: torch.Tensor  # Bool[V] stop ids
     params: SamplingParams
     vocab: int
     pad_id: int
     graph: object = None  # torch.cuda.CUDAGraph of check_every steps, or a compiled function, or None (eager)
+
+
+@dataclass
+class DecodeRequest:
+    """One batch to decode: ``prompt_ids``/``prompt_mask`` Long[P, L] the distinct contexts, left-padded, each the
+    context of ``repeat`` consecutive rows; ``budgets`` Long[B] the tokens each row may take (B = P * repeat);
+    ``draws`` Float64[B, n] each row's U[0, 1) draws (None: greedy); ``span`` the token columns decoded into
+    (at least the largest budget; one bucket's graphs serve every batch of the same span)."""
+
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    repeat: int
+    budgets: torch.Tensor
+    draws: torch.Tensor | None
+    span: int
+    stop_ids: tuple[int, ...]
+    vocab: int
+    pad_id: int
 
 
 class StaticRollout:
@@ -111,6 +133,8 @@ class StaticRollout:
     ``compile_options``), or "eager". ``check_every``: tokens between checks that every row has finished.
     ``seed``: as HFRollout's (draws from a private generator; None: torch's global RNG); ``generate(seeds=)``
     gives each row its own draws (row_uniforms), the same ones HFRollout uses, so both sample the same tokens.
+    ``continue_rows`` continues token lists of any lengths (a multi-turn episode's turns: EpisodeDriver), in buckets
+    of rows (a power of two) and widths (multiples of 32) so that a few captured graphs serve a whole episode.
     """
 
     def __init__(self, temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, seed: int | None = None,
@@ -125,7 +149,7 @@ class StaticRollout:
         self.decode_dtype, self.graph_mode, self.check_every = decode_dtype, graph, check_every
         self.compile_options = compile_options or {}
         self._decoder: torch.nn.Module | None = None  # the copy sampled from (or the model itself)
-        self._source: tuple[weakref.ref, tuple[int, ...]] | None = None  # the model it holds, and its weights' version
+        self.weights_seen = WeightsSeen()  # the model the decoder holds, and its weights' version then
         self._states: dict[tuple, DecodeState] = {}
         self._pool = None  # one CUDA graph memory pool for every bucket
 
@@ -133,8 +157,7 @@ class StaticRollout:
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Make the decoder hold ``model``'s weights now: copied in place into the existing copy (its captured graphs
         stay valid), or a new copy (or the model itself) for a model not seen before."""
-        same_model = self._source is not None and self._source[0]() is model
-        if not same_model:
+        if not self.weights_seen.is_model(model):
             self._states.clear()  # graphs recorded another model's weights
             dtype = self.decode_dtype or next(model.parameters()).dtype
             if dtype == next(model.parameters()).dtype:
@@ -148,92 +171,145 @@ class StaticRollout:
             with torch.no_grad():
                 for mine, theirs in zip(self._decoder.parameters(), model.parameters()):
                     mine.copy_(theirs)
-        self._source = (weakref.ref(model), weights_version(model))
+        self.weights_seen.record(model)
 
-    def _decoder_for(self, model: torch.nn.Module) -> torch.nn.Module:
-        if self._source is None or self._source[0]() is not model or self._source[1] != weights_version(model):
+    @contextlib.contextmanager
+    def _decoding(self, model) -> Iterator[torch.nn.Module]:
+        """The decoder holding ``model``'s current weights, in eval mode, outside the run's autocast when it is a copy
+        in its own dtype (autocast would only re-cast what is cast already); memory released after."""
+        if not self.weights_seen.matches(model):
             self.sync_weights(model)
-        return self._decoder
-
-    # ---- one rollout -------------------------------------------------------------------------------------------
-    @torch.no_grad()
-    def generate(self, model, env: TokenVectorEnv, *, seeds: list[int] | None = None, **sampling) -> Rollout:
-        params, device = checked_call(self.params, model, env, seeds, sampling)
-        decoder = self._decoder_for(model)
+        decoder = self._decoder
         implementation = getattr(decoder.config, "_attn_implementation", "sdpa")
         if implementation not in ("sdpa", "eager"):
             raise ValueError(f"StaticRollout passes a 4D mask, which {implementation!r} attention does not take: load "
                              "the model with attn_implementation='sdpa' (or use rollout.backend = 'hf')")
         was_training = decoder.training
         decoder.eval()
+        device = next(decoder.parameters()).device
         try:
-            # Its own copy computes in its own dtype: the run's autocast would only re-cast what is cast already.
             with torch.autocast(device.type, enabled=False) if decoder is not model else contextlib.nullcontext():
-                return self._generate(decoder, env, params, seeds, device)
+                yield decoder
         finally:
             decoder.train(was_training)
             release_free_memory()
 
-    def _generate(self, decoder, env: TokenVectorEnv, params: SamplingParams, seeds, device) -> Rollout:
-        rows, group_size, max_new = env.num_envs, env.group_size, env.max_new_tokens
-        prompt_width = env.prompt_width
+    # ---- one rollout -------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def generate(self, model, env: TokenVectorEnv, *, seeds: list[int] | None = None, **sampling) -> Rollout:
+        params, device = checked_call(self.params, model, env, seeds, sampling)
+        rows, max_new = env.num_envs, env.max_new_tokens
+        draws = None
+        if not params.greedy:
+            draws = (row_uniforms(seeds, max_new, device) if seeds is not None
+                     else torch.rand(rows, max_new, generator=self.generator, dtype=torch.float64).to(device))
+        first_rows = torch.arange(0, rows, env.group_size, device=device)  # a group's rows share their prompt
+        request = DecodeRequest(
+            prompt_ids=env.prompt_ids[first_rows], prompt_mask=env.prompt_mask[first_rows], repeat=env.group_size,
+            budgets=torch.full((rows,), max_new, device=device), draws=draws, span=max_new,
+            stop_ids=tuple(env.stop_ids.tolist()), vocab=int(env.single_action_space.n),  # gymnasium: a numpy int
+            pad_id=env.pad_id)
+        with self._decoding(model) as decoder:
+            tokens, logprobs = self._decode(decoder, request, params)
+        result = env.finish_with(tokens)
+        return _as_rollout(result, logprobs[:, : result.response_ids.shape[1]].float())
+
+    @torch.no_grad()
+    def continue_rows(self, model, contexts: list[list[int]], *, max_new_tokens: list[int], stop_ids: list[int],
+                      vocab_size: int, seeds: list[int] | None = None,
+                      **sampling) -> list[tuple[list[int], list[float]]]:
+        """Each token list in ``contexts`` continued: (its tokens up to and including the first of ``stop_ids``, at
+        most its ``max_new_tokens``; their log-probs), drawn from ids below ``vocab_size``. ``seeds``: one per
+        context, whose draws its tokens take in order (row_uniforms); None: this engine's generator. ``sampling``
+        overrides the engine's SamplingParams fields. The contexts are padded to a bucket of rows and widths."""
+        check_continuations(contexts, max_new_tokens, seeds)
+        params = SamplingParams(**{**self.params.__dict__, **sampling})
+        device = next(model.parameters()).device
+        count, longest = len(contexts), max(max_new_tokens)
+        rows = 1 << (count - 1).bit_length()  # a power of two: a shrinking set of rows reuses a few buckets
+        budgets = list(max_new_tokens) + [0] * (rows - count)  # the padding rows are done before they start
+        draws = None
+        if not params.greedy:
+            if seeds is not None:
+                draws = torch.full((rows, longest), 0.5, dtype=torch.float64, device=device)
+                for row, (seed, budget) in enumerate(zip(seeds, max_new_tokens)):
+                    draws[row, :budget] = row_uniforms([seed], budget, device)[0]
+            else:
+                draws = torch.rand(rows, longest, generator=self.generator, dtype=torch.float64).to(device)
+        prompt_ids, prompt_mask = left_padded(list(contexts) + [contexts[0]] * (rows - count), 0, device)
+        request = DecodeRequest(
+            prompt_ids=prompt_ids, prompt_mask=prompt_mask, repeat=1, budgets=torch.tensor(budgets, device=device),
+            draws=draws, span=math.ceil(longest / PROMPT_BUCKET) * PROMPT_BUCKET, stop_ids=tuple(stop_ids),
+            vocab=vocab_size, pad_id=stop_ids[0] if stop_ids else 0)
+        with self._decoding(model) as decoder:
+            tokens, logprobs = self._decode(decoder, request, params)
+        stops = set(stop_ids)
+        continued = []
+        for ids, row_logprobs, budget in zip(tokens.tolist(), logprobs.float().tolist(), max_new_tokens):
+            ids = ids[:budget]
+            end = next((i + 1 for i, token in enumerate(ids) if token in stops), len(ids))
+            continued.append((ids[:end], row_logprobs[:end]))
+        return continued
+
+    def _decode(self, decoder, request: DecodeRequest, params: SamplingParams) -> tuple[torch.Tensor, torch.Tensor]:
+        """The request's rows decoded in fixed shapes until each has sampled a stop token or taken its budget ->
+        (Long[B, T] tokens, pad after a row's end; Float[B, T] their log-probs), T the columns decoded."""
+        device = request.prompt_ids.device
+        prompt_width = request.prompt_ids.shape[1]
         bucket = math.ceil(prompt_width / PROMPT_BUCKET) * PROMPT_BUCKET
-        logits, prompt_cache = self._prefill(decoder, env)
-        state = self._state_for(decoder, env, params, bucket, prompt_cache, device)
+        logits, prompt_cache = self._prefill(decoder, request.prompt_ids, request.prompt_mask)
+        state = self._state_for(decoder, request, params, bucket, prompt_cache, device)
 
         # Fill the bucket's tensors in place for this batch.
         pad_columns = bucket - prompt_width
         for layer, (keys, values) in enumerate(zip(prompt_cache.keys, prompt_cache.values)):
             state.cache.keys[layer][:, :, :pad_columns].zero_()
             state.cache.values[layer][:, :, :pad_columns].zero_()
-            state.cache.keys[layer][:, :, pad_columns:bucket].copy_(keys.repeat_interleave(group_size, 0))
-            state.cache.values[layer][:, :, pad_columns:bucket].copy_(values.repeat_interleave(group_size, 0))
-        allowed = torch.zeros(rows, state.cache.width, dtype=torch.bool, device=device)
-        allowed[:, pad_columns:bucket] = env.prompt_mask.bool()
+            state.cache.keys[layer][:, :, pad_columns:bucket].copy_(keys.repeat_interleave(request.repeat, 0))
+            state.cache.values[layer][:, :, pad_columns:bucket].copy_(values.repeat_interleave(request.repeat, 0))
+        prompt_mask = request.prompt_mask.repeat_interleave(request.repeat, 0)
+        allowed = torch.zeros(prompt_mask.shape[0], state.cache.width, dtype=torch.bool, device=device)
+        allowed[:, pad_columns:bucket] = prompt_mask.bool()
         state.mask.copy_(additive_mask(allowed, state.mask.dtype)[:, None, None, :])
         state.uniforms.fill_(0.5)
-        if not params.greedy:
-            if seeds is not None:
-                state.uniforms[:, :max_new] = row_uniforms(seeds, max_new, device)
-            else:
-                state.uniforms[:, :max_new] = torch.rand(rows, max_new, generator=self.generator,
-                                                         dtype=torch.float64).to(device)
-        state.tokens.fill_(env.pad_id)
+        if request.draws is not None:
+            state.uniforms[:, : request.draws.shape[1]] = request.draws
+        state.tokens.fill_(request.pad_id)
         state.logprobs.zero_()
+        state.budget.copy_(request.budgets)
 
         # The first token, from the prefill's logits.
-        first, first_logprobs = sample_tokens(logits.repeat_interleave(group_size, 0)[:, : state.vocab], params,
+        first, first_logprobs = sample_tokens(logits.repeat_interleave(request.repeat, 0)[:, : state.vocab], params,
                                               None, None if params.greedy else state.uniforms[:, 0])
         state.tokens[:, 0] = first
         state.logprobs[:, 0] = first_logprobs
-        state.finished.copy_(state.is_stop[first])
+        state.finished.copy_(state.is_stop[first] | (state.budget <= 1))
         state.last_token.copy_(first[:, None])
-        state.position.copy_(position_ids_from_mask(env.prompt_mask)[:, -1:] + 1)
+        state.position.copy_(position_ids_from_mask(prompt_mask)[:, -1:] + 1)
         state.step.fill_(1)
         state.cache.column.fill_(bucket)
 
-        taken = 1
-        while taken < max_new and not bool(state.finished.all()):  # one host sync per check_every tokens
+        taken, longest = 1, int(request.budgets.max())
+        while taken < longest and not bool(state.finished.all()):  # one host sync per check_every tokens
             self._run_steps(decoder, state)
             taken += self.check_every
-        width = min(taken, max_new)
-        result = env.finish_with(state.tokens[:, :width])
-        return _as_rollout(result, state.logprobs[:, : result.response_ids.shape[1]].float())
+        width = min(taken, longest)
+        return state.tokens[:, :width], state.logprobs[:, :width]
 
-    def _prefill(self, decoder, env: TokenVectorEnv) -> tuple[torch.Tensor, FixedKVCache]:
-        """Each distinct prompt once (a group's G rows share it) -> (its last position's logits [P, V], its cache)."""
-        first_rows = torch.arange(0, env.num_envs, env.group_size, device=env.device)
-        prompt_mask = env.prompt_mask[first_rows].bool()
-        width = env.prompt_width
-        causal = torch.ones(width, width, dtype=torch.bool, device=env.device).tril()
+    def _prefill(self, decoder, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, FixedKVCache]:
+        """Long[P, L] left-padded contexts, each once -> (its last position's logits [P, V], its cache)."""
+        device = prompt_ids.device
+        prompt_mask = prompt_mask.bool()
+        width = prompt_ids.shape[1]
+        causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
         # A padding query attends to itself only: its output is never read, and a row allowing nothing is NaN-prone.
-        allowed = (causal & prompt_mask[:, None, None, :]) | torch.eye(width, dtype=torch.bool, device=env.device)
-        cache = FixedKVCache(first_rows.numel(), width, env.device)
+        allowed = (causal & prompt_mask[:, None, None, :]) | torch.eye(width, dtype=torch.bool, device=device)
+        cache = FixedKVCache(prompt_ids.shape[0], width, device)
         dtype = next(decoder.parameters()).dtype
-        if torch.is_autocast_enabled(env.device.type):
-            dtype = torch.get_autocast_dtype(env.device.type)
+        if torch.is_autocast_enabled(device.type):
+            dtype = torch.get_autocast_dtype(device.type)
         logits = decoder(
-            input_ids=env.prompt_ids[first_rows],
+            input_ids=prompt_ids,
             attention_mask=additive_mask(allowed, dtype),
             position_ids=position_ids_from_mask(prompt_mask),
             past_key_values=cache,
@@ -243,18 +319,18 @@ class StaticRollout:
         return logits, cache
 
     # ---- the fixed-shape steps ---------------------------------------------------------------------------------
-    def _state_for(self, decoder, env, params, bucket, prompt_cache, device) -> DecodeState:
-        vocab = int(env.single_action_space.n)  # gymnasium keeps a numpy integer
-        key = (env.num_envs, bucket, env.max_new_tokens, vocab, params, env.pad_id, tuple(env.stop_ids.tolist()))
+    def _state_for(self, decoder, request: DecodeRequest, params, bucket, prompt_cache, device) -> DecodeState:
+        rows = request.budgets.shape[0]
+        key = (rows, bucket, request.span, request.vocab, params, request.pad_id, request.stop_ids)
         if key in self._states:
             return self._states[key]
-        rows, span = env.num_envs, env.max_new_tokens + self.check_every  # overshoot: the last replay may run past
+        span = request.span + self.check_every  # overshoot: the last replay may run past
         cache = FixedKVCache(rows, bucket + span, device)
         for keys, values in zip(prompt_cache.keys, prompt_cache.values):
             cache.keys.append(keys.new_zeros(rows, keys.shape[1], cache.width, keys.shape[3]))
             cache.values.append(values.new_zeros(rows, values.shape[1], cache.width, values.shape[3]))
-        is_stop = torch.zeros(max(vocab, int(env.stop_ids.max()) + 1), dtype=torch.bool, device=device)
-        is_stop[env.stop_ids] = True
+        is_stop = torch.zeros(max(request.vocab, max(request.stop_ids, default=0) + 1), dtype=torch.bool, device=device)
+        is_stop[list(request.stop_ids)] = True
         state = DecodeState(
             cache=cache,
             mask=torch.zeros(rows, 1, 1, cache.width, dtype=prompt_cache.keys[0].dtype, device=device),
@@ -264,8 +340,9 @@ class StaticRollout:
             tokens=torch.zeros(rows, span, dtype=torch.long, device=device),
             logprobs=torch.zeros(rows, span, dtype=torch.float32, device=device),
             finished=torch.zeros(rows, dtype=torch.bool, device=device),
+            budget=torch.zeros(rows, dtype=torch.long, device=device),
             uniforms=torch.full((rows, span), 0.5, dtype=torch.float64, device=device),
-            is_stop=is_stop, params=params, vocab=vocab, pad_id=env.pad_id,
+            is_stop=is_stop, params=params, vocab=request.vocab, pad_id=request.pad_id,
         )
         state.graph = self._build_graph(decoder, state, device)
         self._states = {k: v for k, v in list(self._states.items())[-3:]}  # a few buckets: each holds a KV cache
@@ -362,7 +439,7 @@ def decode_step(decoder, state: DecodeState) -> None:
     tokens = tokens.masked_fill(state.finished, state.pad_id)  # finished rows decode into padding
     state.tokens.index_copy_(1, state.step, tokens[:, None])
     state.logprobs.index_copy_(1, state.step, logprobs.masked_fill(state.finished, 0.0)[:, None])
-    state.finished.logical_or_(state.is_stop[tokens])
+    state.finished.logical_or_(state.is_stop[tokens]).logical_or_(state.budget <= state.step + 1)
     state.last_token.copy_(tokens[:, None])
     state.position.add_(1)
     state.cache.column.add_(1)
@@ -371,9 +448,13 @@ def decode_step(decoder, state: DecodeState) -> None:
 
 def build_static_rollout(config, sampling: dict[str, Any], multiturn: bool):
     """rollout.backend = "static": fixed-shape decode steps replayed as CUDA graphs, from a copy of the weights in
-    the run's compute dtype."""
-    return StaticRollout(**sampling, decode_dtype=DTYPES[compute_dtype(config.model)], graph=config.rollout.decode_graph)
+    the run's compute dtype; a multi-turn task's episodes through EpisodeDriver, one continue_rows call per turn."""
+    engine = StaticRollout(**sampling, decode_dtype=DTYPES[compute_dtype(config.model)],
+                           graph=config.rollout.decode_graph)
+    if multiturn:
+        return EpisodeDriver(engine, max_episode_tokens=config.rollout.max_episode_tokens)
+    return engine
 
 
 # own_weights: under bf16 autocast it samples from a bf16 copy, whose log-probs are not the trainer's to the bit
-ROLLOUT_ENGINES.register("static", RolloutEngine(build_static_rollout, own_weights=True))
+ROLLOUT_ENGINES.register("static", RolloutEngine(build_static_rollout, plays_multiturn=True, own_weights=True))

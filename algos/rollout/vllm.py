@@ -4,13 +4,20 @@ scores; the trainer's weights are copied in whenever they changed (``sync_weight
 from __future__ import annotations
 
 import os
-import weakref
 from typing import Any
 
 import torch
 
 from algos.model.loading import resolve_model_path
-from algos.rollout.base import Rollout, SamplingParams, _as_rollout, check_env_ready, check_seeds, weights_version
+from algos.rollout.base import (
+    Rollout,
+    SamplingParams,
+    WeightsSeen,
+    _as_rollout,
+    check_continuations,
+    check_env_ready,
+    check_seeds,
+)
 from algos.rollout.engines import ROLLOUT_ENGINES, RolloutEngine
 from algos.rollout.multiturn import EpisodeDriver
 from algos.system.distributed import current_world
@@ -69,11 +76,7 @@ class VLLMRollout:
             **engine_kwargs,
         )
         self.model_vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
-        self._synced: tuple[weakref.ref, tuple[int, ...]] | None = None  # the model last copied in, and its version
-
-    def _holds_weights_of(self, model) -> bool:
-        """Whether vllm's weights are ``model``'s as they are now (a weak reference: a new model never matches)."""
-        return self._synced is not None and self._synced[0]() is model and self._synced[1] == weights_version(model)
+        self.weights_seen = WeightsSeen()  # the model last copied in, and its version then
 
     def close(self) -> None:
         """Stop vllm's engine process now; otherwise vllm stops it at interpreter exit."""
@@ -87,7 +90,7 @@ class VLLMRollout:
         blob = save({name: tensor.detach().to("cpu").clone() for name, tensor in model.state_dict().items()})
         self.llm.collective_rpc("load_policy_weights", args=(blob,))
         self.llm.reset_prefix_cache()  # cached prompt KV came from the old weights
-        self._synced = (weakref.ref(model), weights_version(model))
+        self.weights_seen.record(model)
 
     def generate(self, model, env: TokenVectorEnv, *, seeds: list[int] | None = None, **sampling) -> Rollout:
         check_env_ready(env, model)
@@ -115,10 +118,11 @@ class VLLMRollout:
         import vllm
         from vllm.inputs import TokensPrompt
 
+        check_continuations(contexts, max_new_tokens, seeds)
         params = SamplingParams(**{**self.params.__dict__, **sampling})
         # Copy only changed weights: a step's dynamic-sampling rounds, an episode's turns and an eval between updates
         # reuse the last copy.
-        if model is not None and not self._holds_weights_of(model):
+        if model is not None and not self.weights_seen.matches(model):
             self.sync_weights(model)
         shared = dict(
             n=1,
