@@ -301,7 +301,7 @@ EPISODE_FIELDS = ("prompt_ids", "prompt_mask", "response_ids", "response_mask", 
 def test_the_static_engine_plays_the_hf_rollouts_greedy_episodes(eos_strength):
     """The GPU's engine on multi-turn tasks: EpisodeDriver over StaticRollout.continue_rows (contexts prefilled whole
     each turn, rows and widths in buckets) gives MultiTurnHFRollout's episodes, whose one KV cache runs across turns;
-    every decode step's rows are a power of two."""
+    a group's shared first context is prefilled once, and every decode step's rows are a power of two."""
     from algos.rollout.static import StaticRollout
 
     torch.manual_seed(0)
@@ -323,6 +323,7 @@ def test_the_static_engine_plays_the_hf_rollouts_greedy_episodes(eos_strength):
         assert torch.equal(getattr(played, field), getattr(expected, field)), field
     assert played.completions == expected.completions and played.statuses == expected.statuses
     torch.testing.assert_close(played.logprobs, expected.logprobs, atol=1e-4, rtol=1e-4)
+    assert rows[0] == 2  # the first turn's prefill: one row per distinct prompt (8 rows, groups of 4)
     assert set(rows) <= {1, 2, 4, 8}
 
 

@@ -108,14 +108,14 @@ class DecodeState:
 
 @dataclass
 class DecodeRequest:
-    """One batch to decode: ``prompt_ids``/``prompt_mask`` Long[P, L] the distinct contexts, left-padded, each the
-    context of ``repeat`` consecutive rows; ``budgets`` Long[B] the tokens each row may take (B = P * repeat);
+    """One batch to decode: ``prompt_ids``/``prompt_mask`` Long[P, L] the distinct contexts, left-padded (each
+    prefilled once); ``row_prompts`` Long[B] the context of each row; ``budgets`` Long[B] the tokens each row may take;
     ``draws`` Float64[B, n] each row's U[0, 1) draws (None: greedy); ``span`` the token columns decoded into
     (at least the largest budget; one bucket's graphs serve every batch of the same span)."""
 
     prompt_ids: torch.Tensor
     prompt_mask: torch.Tensor
-    repeat: int
+    row_prompts: torch.Tensor
     budgets: torch.Tensor
     draws: torch.Tensor | None
     span: int
@@ -205,7 +205,8 @@ class StaticRollout:
                      else torch.rand(rows, max_new, generator=self.generator, dtype=torch.float64).to(device))
         first_rows = torch.arange(0, rows, env.group_size, device=device)  # a group's rows share their prompt
         request = DecodeRequest(
-            prompt_ids=env.prompt_ids[first_rows], prompt_mask=env.prompt_mask[first_rows], repeat=env.group_size,
+            prompt_ids=env.prompt_ids[first_rows], prompt_mask=env.prompt_mask[first_rows],
+            row_prompts=torch.arange(rows, device=device) // env.group_size,
             budgets=torch.full((rows,), max_new, device=device), draws=draws, span=max_new,
             stop_ids=tuple(env.stop_ids.tolist()), vocab=int(env.single_action_space.n),  # gymnasium: a numpy int
             pad_id=env.pad_id)
@@ -236,9 +237,13 @@ class StaticRollout:
                     draws[row, :budget] = row_uniforms([seed], budget, device)[0]
             else:
                 draws = torch.rand(rows, longest, generator=self.generator, dtype=torch.float64).to(device)
-        prompt_ids, prompt_mask = left_padded(list(contexts) + [contexts[0]] * (rows - count), 0, device)
+        distinct: dict[tuple[int, ...], int] = {}  # a group's first turn: G rows, one prompt, prefilled once
+        row_prompts = [distinct.setdefault(tuple(context), len(distinct)) for context in contexts]
+        row_prompts += [0] * (rows - count)
+        prompt_ids, prompt_mask = left_padded([list(context) for context in distinct], 0, device)
         request = DecodeRequest(
-            prompt_ids=prompt_ids, prompt_mask=prompt_mask, repeat=1, budgets=torch.tensor(budgets, device=device),
+            prompt_ids=prompt_ids, prompt_mask=prompt_mask, row_prompts=torch.tensor(row_prompts, device=device),
+            budgets=torch.tensor(budgets, device=device),
             draws=draws, span=math.ceil(longest / PROMPT_BUCKET) * PROMPT_BUCKET, stop_ids=tuple(stop_ids),
             vocab=vocab_size, pad_id=stop_ids[0] if stop_ids else 0)
         with self._decoding(model) as decoder:
@@ -265,9 +270,9 @@ class StaticRollout:
         for layer, (keys, values) in enumerate(zip(prompt_cache.keys, prompt_cache.values)):
             state.cache.keys[layer][:, :, :pad_columns].zero_()
             state.cache.values[layer][:, :, :pad_columns].zero_()
-            state.cache.keys[layer][:, :, pad_columns:bucket].copy_(keys.repeat_interleave(request.repeat, 0))
-            state.cache.values[layer][:, :, pad_columns:bucket].copy_(values.repeat_interleave(request.repeat, 0))
-        prompt_mask = request.prompt_mask.repeat_interleave(request.repeat, 0)
+            state.cache.keys[layer][:, :, pad_columns:bucket].copy_(keys.index_select(0, request.row_prompts))
+            state.cache.values[layer][:, :, pad_columns:bucket].copy_(values.index_select(0, request.row_prompts))
+        prompt_mask = request.prompt_mask.index_select(0, request.row_prompts)
         allowed = torch.zeros(prompt_mask.shape[0], state.cache.width, dtype=torch.bool, device=device)
         allowed[:, pad_columns:bucket] = prompt_mask.bool()
         state.mask.copy_(additive_mask(allowed, state.mask.dtype)[:, None, None, :])
@@ -279,7 +284,7 @@ class StaticRollout:
         state.budget.copy_(request.budgets)
 
         # The first token, from the prefill's logits.
-        first, first_logprobs = sample_tokens(logits.repeat_interleave(request.repeat, 0)[:, : state.vocab], params,
+        first, first_logprobs = sample_tokens(logits.index_select(0, request.row_prompts)[:, : state.vocab], params,
                                               None, None if params.greedy else state.uniforms[:, 0])
         state.tokens[:, 0] = first
         state.logprobs[:, 0] = first_logprobs
