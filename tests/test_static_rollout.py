@@ -273,3 +273,40 @@ def test_training_gradients_with_the_chosen_attention_kernels_match_the_math_ker
     for a, b in zip(chosen, math):
         assert torch.isfinite(a).all()
         torch.testing.assert_close(a, b, atol=2e-2, rtol=2e-2)
+
+
+def test_its_settings_are_kept():
+    engine = StaticRollout(temperature=0.5, top_p=0.9, top_k=3, seed=3, check_every=1)
+    assert (engine.params.temperature, engine.params.top_p, engine.params.top_k) == (0.5, 0.9, 3)
+    assert torch.equal(engine.generator.get_state(), torch.Generator().manual_seed(3).get_state())
+    default = StaticRollout()
+    assert default.check_every == 8 and default.compile_options == {} and default.generator is None
+    assert default.graph_mode == "auto" and default.decode_dtype is None
+
+
+def test_continuations_take_their_whole_budget_and_a_few_buckets_stay(model, tokenizer):
+    """A stop id the engine never samples (ids from vocab_size on are not drawn): each context takes exactly its
+    budget, to the last token even when check_every is 1; five row buckets leave the four newest, each holding its
+    KV cache."""
+    engine = StaticRollout(check_every=1)
+    vocab = len(tokenizer) - 1
+    context = tokenizer.encode("12+3=", add_special_tokens=False)
+    for count in (1, 2, 3, 5, 9):  # row buckets 1, 2, 4, 8, 16
+        continued = engine.continue_rows(model, [context] * count, max_new_tokens=[3] * (count - 1) + [5],
+                                         stop_ids=[vocab], vocab_size=vocab, greedy=True)
+        assert [len(tokens) for tokens, _ in continued] == [3] * (count - 1) + [5]
+        assert all(token < vocab for tokens, _ in continued for token in tokens)
+    assert [key[0] for key in engine._states] == [2, 4, 8, 16]
+
+
+def test_padding_rows_are_done_from_the_start(model, tokenizer):
+    """Three contexts decode as four rows; when every real row stops at its first token, no decode step runs."""
+    calls = []
+    hook = model.register_forward_pre_hook(lambda *_: calls.append(1))
+    try:
+        continued = StaticRollout(check_every=2).continue_rows(
+            model, [tokenizer.encode(text, add_special_tokens=False) for text in ("1=", "22=", "333=")],
+            max_new_tokens=[6, 6, 6], stop_ids=list(range(len(tokenizer))), vocab_size=len(tokenizer), greedy=True)
+    finally:
+        hook.remove()
+    assert len(calls) == 1 and [len(tokens) for tokens, _ in continued] == [1, 1, 1]
