@@ -326,3 +326,55 @@ def test_ppo_measures_and_corrects_the_rollout_training_mismatch_as_grpo_does(ti
                                            norms={"global_num_tokens": batch.mask.sum().item(), "global_num_seqs": 1,
                                                   "token_budget": 4}, stats=UpdateStats(), tokens_seen=[])
     assert not torch.equal(weighted, plain_loss)
+
+
+PPO_RULES = [  # (overrides, the whole error) for each rule of PPOSection.validate and PPOConfig.validate
+    *[({f"ppo.{name}": "0"}, f"config ppo.{name}: must be >= 1")
+      for name in ("ppo_epochs", "num_minibatches", "reward_model_batch_size", "kl_horizon")],
+    ({"ppo.gamma": "0"}, "config ppo.gamma: must be in (0, 1]"),
+    ({"ppo.gamma": "1.01"}, "config ppo.gamma: must be in (0, 1]"),
+    ({"ppo.lam": "-0.1"}, "config ppo.lam: must be in [0, 1]"),
+    ({"ppo.lam": "1.1"}, "config ppo.lam: must be in [0, 1]"),
+    ({"ppo.value_model": "big"}, "config ppo.value_model: must be one of ('head', 'separate', 'none')"),
+    ({"ppo.value_model": "none", "ppo.critic_warmup_steps": "1"},
+     "config ppo.critic_warmup_steps: must be 0 when ppo.value_model is 'none': there is no critic to warm up"),
+    ({"ppo.score_baseline": "median"}, "config ppo.score_baseline: must be 'none' or 'group_mean', got 'median'"),
+    ({"ppo.value_clip": "0"}, "config ppo.value_clip: must be > 0 or null"),
+    ({"ppo.vf_coef": "0"}, "config ppo.vf_coef: must be > 0"),
+    ({"ppo.critic_lr": "0"}, "config ppo.critic_lr: must be > 0 or null"),
+    ({"ppo.critic_warmup_steps": "-1"}, "config ppo.critic_warmup_steps: must be >= 0"),
+    ({"ppo.kl_coef": "-0.1"}, "config ppo.kl_coef: must be >= 0"),
+    ({"ppo.kl_clamp": "0"}, "config ppo.kl_clamp: must be > 0"),
+    ({"ppo.kl_target": "0"}, "config ppo.kl_target: must be > 0 or null"),
+    ({"ppo.kl_target": "0.01", "ppo.kl_coef": "0"}, "config ppo.kl_coef: must be > 0 when ppo.kl_target is set"),
+    ({"ppo.reward_source": "judge"}, "config ppo.reward_source: must be one of ('env', 'model')"),
+    ({"ppo.reward_source": "model"},
+     "config ppo.reward_model: must name a reward model directory when ppo.reward_source is 'model'"),
+    ({"ppo.reward_model": "/somewhere"}, "config ppo.reward_model: is set, but ppo.reward_source is 'env', so it would "
+                                         "be ignored: set ppo.reward_source = 'model'"),
+    ({"ppo.num_minibatches": "17"}, "config ppo.num_minibatches: must be <= rows per step (16)"),
+    ({"ppo.score_baseline": "group_mean"}, "config rollout.group_size: must be >= 2 for ppo.score_baseline = "
+                                           "'group_mean' (a prompt's mean score over its samples)"),
+    ({"ppo.critic_warmup_steps": "4", "run.steps": "4"},
+     "config ppo.critic_warmup_steps: must be < run.steps (4), or the policy never trains"),
+    ({"loss.surrogate": "gmpo"}, "config loss.surrogate: 'gmpo' takes one advantage per row, and GAE gives one per "
+                                 "token: use 'ppo-clip', 'gspo' or 'cispo'"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "error"), PPO_RULES, ids=[error.split(":")[0][7:] for _, error in PPO_RULES])
+def test_each_ppo_rule_names_its_key_and_why(overrides, error):
+    """PPOConfig's defaults are 16 prompts x 1 sample; each override breaks one rule, whose error is the whole text."""
+    with pytest.raises(ValueError) as raised:
+        load_config(ppo.PPOConfig, overrides=overrides)
+    assert str(raised.value) == error
+
+
+@pytest.mark.parametrize("overrides", [
+    {"ppo.gamma": "1", "ppo.lam": "0", "ppo.kl_coef": "0", "ppo.value_model": "none", "ppo.critic_warmup_steps": "0"},
+    {"ppo.lam": "1", "ppo.critic_warmup_steps": "3", "run.steps": "4", "ppo.kl_target": "0.01", "ppo.kl_coef": "0.1"},
+    {"ppo.score_baseline": "group_mean", "rollout.group_size": "2", "ppo.num_minibatches": "32"},
+    {"ppo.reward_source": "model", "ppo.reward_model": "/somewhere", "ppo.value_clip": "null", "ppo.critic_lr": "null"},
+], ids=["lower edges", "upper edges", "group baseline", "reward model"])
+def test_ppo_configs_at_the_rules_edges_are_accepted(overrides):
+    assert isinstance(load_config(ppo.PPOConfig, overrides=overrides), ppo.PPOConfig)
