@@ -321,11 +321,22 @@ def test_ppo_measures_and_corrects_the_rollout_training_mismatch_as_grpo_does(ti
     weighted = trainer._micro_batch_loss(batch, torch.arange(batch.num_rows), train_policy=True,
                                          norms={"global_num_tokens": batch.mask.sum().item(), "global_num_seqs": 1,
                                                 "token_budget": 4}, stats=UpdateStats(), tokens_seen=[])
-    batch.rollout_weights = None
-    plain_loss = trainer._micro_batch_loss(batch, torch.arange(batch.num_rows), train_policy=True,
-                                           norms={"global_num_tokens": batch.mask.sum().item(), "global_num_seqs": 1,
-                                                  "token_budget": 4}, stats=UpdateStats(), tokens_seen=[])
+    def loss_with(weights):
+        batch.rollout_weights = weights
+        return trainer._micro_batch_loss(batch, torch.arange(batch.num_rows), train_policy=True,
+                                         norms={"global_num_tokens": batch.mask.sum().item(), "global_num_seqs": 1,
+                                                "token_budget": 4}, stats=UpdateStats(), tokens_seen=[])
+
+    plain_loss = loss_with(None)
     assert not torch.equal(weighted, plain_loss)
+    # linear in the weights: the value loss is the part at weight 0, the surrogate scales with them
+    uneven = torch.arange(1.0, batch.num_rows + 1)[:, None] * batch.mask  # whitened advantages: not a flat weight
+    once, twice, zeroed = loss_with(uneven), loss_with(2 * uneven), loss_with(torch.zeros_like(batch.mask))
+    torch.testing.assert_close(twice - once, once - zeroed)
+    assert abs((once - zeroed).item()) > 1e-4
+    # an engine sampling from its own copy of the weights gets the correction by default, as under GRPO
+    assert ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path / "static", **{"rollout.backend": "static"})
+                          ).rollout_correction != "none"
 
 
 PPO_RULES = [  # (overrides, the whole error) for each rule of PPOSection.validate and PPOConfig.validate
@@ -378,3 +389,24 @@ def test_each_ppo_rule_names_its_key_and_why(overrides, error):
 ], ids=["lower edges", "upper edges", "group baseline", "reward model"])
 def test_ppo_configs_at_the_rules_edges_are_accepted(overrides):
     assert isinstance(load_config(ppo.PPOConfig, overrides=overrides), ppo.PPOConfig)
+
+
+def test_ppo_minibatches_are_shuffled_by_the_batchs_own_seed(tiny_model_dir, tmp_path):
+    """Two updates of one batch from the same weights end equal whatever torch's global RNG holds: the minibatch order
+    comes from batch.shuffle_seed (so a resumed run reshuffles as the straight one did), and it does shuffle."""
+    overrides = {"ppo.num_minibatches": "4", "ppo.ppo_epochs": "2", "optim.warmup_steps": "0"}
+    first = ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path / "a", **overrides))
+    second = ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path / "b", **overrides))
+    batch, _ = first.collect(step=1)
+    # a random tiny model scores 0 everywhere, and a fresh critic says 0: advantages of our own make the policy move
+    batch.advantages = torch.randn(batch.advantages.shape, generator=torch.Generator().manual_seed(0)) * batch.mask
+    before = [param.detach().clone() for param in first.policy.parameters()]
+    weights = []
+    for trainer, global_seed in ((first, 1), (second, 2)):
+        torch.manual_seed(global_seed)
+        trainer.update(batch, train_policy=True)
+        weights.append([param.detach().clone() for param in trainer.policy.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*weights))
+    assert not all(torch.equal(a, b) for a, b in zip(before, weights[0]))  # the update moved the weights
+    generator = torch.Generator().manual_seed(batch.shuffle_seed)
+    assert torch.randperm(batch.num_rows, generator=generator).tolist() != list(range(batch.num_rows))
