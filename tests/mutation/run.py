@@ -74,7 +74,7 @@ MODULES: dict[str, list[str]] = {
     "algos/algorithms/grpo.py": ["tests/test_grpo_loop.py", "tests/test_grpo_machinery.py", "tests/test_ppo.py",
                                  "tests/test_config.py", "tests/test_memory.py", *GRPO_REFERENCE, *RESUME],
     "algos/algorithms/ppo.py": ["tests/test_ppo.py", "tests/test_config.py", *PPO_REFERENCE, *RESUME],
-    "algos/config.py": ["tests/test_config.py", "tests/test_grpo_cli.py"],
+    "algos/config.py": ["tests/test_config.py", "tests/test_config_rules.py", "tests/test_grpo_cli.py"],
     "algos/run/directory.py": ["tests/test_run_dir.py", "tests/test_grpo_loop.py", "tests/test_ppo.py",
                                "tests/test_grpo_cli.py", "tests/test_warm_start.py", *RESUME],
     "algos/run/warm_start.py": ["tests/test_warm_start.py"],
