@@ -24,6 +24,7 @@ import contextlib
 import copy
 import functools
 import math
+import types
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -366,7 +367,11 @@ class StaticRollout:
         if kind == "eager":
             return None
         if kind == "compile":
-            return torch.compile(self._steps, fullgraph=True, dynamic=False, **self.compile_options)
+            # Dynamo keeps a function's graphs on its code object, at most recompile_limit (8) of them, and under
+            # fullgraph the ninth is an error: a multi-turn run passes through more buckets than that. So each bucket
+            # compiles its own copy of the steps (a new code object, one graph), freed with its bucket.
+            steps = types.FunctionType(StaticRollout._steps.__code__.replace(), globals(), "_steps")
+            return torch.compile(types.MethodType(steps, self), fullgraph=True, dynamic=False, **self.compile_options)
         # Warm-up on a side stream before capture (cuBLAS workspaces, lazy inits), as torch.cuda.graphs' docs do; the
         # counters are reset after, and generate fills every tensor before the first replay.
         stream = torch.cuda.Stream(device)
