@@ -8,14 +8,13 @@ renders. So the trainer scores exactly the sequence the sampler read. The return
 policy's tokens (``policy_mask``), which GRPO's loss covers alone.
 
 Two drivers play the episodes. :class:`EpisodeDriver` plays them with any engine that continues token rows
-(``continue_rows``: vllm's): each turn, every unfinished row's context is continued up to its first stop token, the
-message goes to the row's env, and the observation joins the context for the next turn. :class:`MultiTurnHFRollout`
-keeps one KV cache across the turns instead. It decodes one token per row per forward, rows in different turns side by
-side: a row whose message ends has
-its tool run (or the task reply) at once, and its stop token and observation enter the next forward together with the
-other rows' next tokens, as a right-aligned chunk (the others padded, the padding masked). The KV cache is extended,
-never recomputed: padding leaves masked holes in it, squeezed out when they outnumber its real columns, and finished
-rows leave it as HFRollout's do.
+(``continue_rows``: vllm's, the static engine's): each turn, every unfinished row's context is continued up to its
+first stop token, the message goes to the row's env, and the observation joins the context for the next turn.
+:class:`MultiTurnHFRollout` keeps one KV cache across the turns instead. It decodes one token per row per forward, rows
+in different turns side by side: a row whose message ends has its tool run (or the task reply) at once, and its stop
+token and observation enter the next forward together with the other rows' next tokens, as a right-aligned chunk (the
+others padded, the padding masked). The KV cache is extended, never recomputed: padding leaves masked holes in it,
+squeezed out when they outnumber its real columns, and finished rows leave it as HFRollout's do.
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ rollout kept the GPU busy 4% of its time. This engine instead
   re-casts the fp32 weights; the copy's RMSNorms run as one fused kernel each (fuse_rms_norms).
 
 The env takes the whole token matrix at the end (``env.finish_with``) and decides where each row ends, as with vllm.
+``continue_rows`` continues token lists of any lengths the same way, which EpisodeDriver plays multi-turn episodes with.
 """
 
 from __future__ import annotations
