@@ -9,6 +9,7 @@ written in advance); engines.py registers them by name.
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from dataclasses import dataclass, fields
 from typing import Protocol, runtime_checkable
@@ -82,7 +83,7 @@ def checked_call(defaults: SamplingParams, model, env: TokenVectorEnv, seeds: li
                  sampling: dict) -> tuple[SamplingParams, torch.device]:
     """What an engine decoding ``model`` in this process checks first -> (``sampling`` over ``defaults``, the model's
     device): a freshly reset env whose rows fit the model, one seed a row, the env's tensors on the model's device."""
-    params = SamplingParams(**{**defaults.__dict__, **sampling})
+    params = dataclasses.replace(defaults, **sampling)
     check_env_ready(env, model)
     check_seeds(env, seeds)
     device = next(model.parameters()).device

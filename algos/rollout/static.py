@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import functools
 import math
 import types
@@ -52,6 +53,11 @@ from rlvr_env.token_vector_env import TokenVectorEnv
 
 GRAPH_MODES = ("auto", "cuda", "compile", "eager")
 PROMPT_BUCKET = 32  # prompt widths round up to this, so a step's graph serves prompts of nearby lengths
+
+
+def bucketed(width: int) -> int:
+    """``width`` rounded up to a multiple of PROMPT_BUCKET: the widths (prompts, continue_rows' spans) a graph serves."""
+    return math.ceil(width / PROMPT_BUCKET) * PROMPT_BUCKET
 
 
 class FixedKVCache:
@@ -226,7 +232,7 @@ class StaticRollout:
         context, whose draws its tokens take in order (row_uniforms); None: this engine's generator. ``sampling``
         overrides the engine's SamplingParams fields. The contexts are padded to a bucket of rows and widths."""
         check_continuations(contexts, max_new_tokens, seeds)
-        params = SamplingParams(**{**self.params.__dict__, **sampling})
+        params = dataclasses.replace(self.params, **sampling)
         device = next(model.parameters()).device
         count, longest = len(contexts), max(max_new_tokens)
         rows = 1 << (count - 1).bit_length()  # a power of two: a shrinking set of rows reuses a few buckets
@@ -246,7 +252,7 @@ class StaticRollout:
         request = DecodeRequest(
             prompt_ids=prompt_ids, prompt_mask=prompt_mask, row_prompts=torch.tensor(row_prompts, device=device),
             budgets=torch.tensor(budgets, device=device),
-            draws=draws, span=math.ceil(longest / PROMPT_BUCKET) * PROMPT_BUCKET, stop_ids=tuple(stop_ids),
+            draws=draws, span=bucketed(longest), stop_ids=tuple(stop_ids),
             vocab=vocab_size, pad_id=stop_ids[0] if stop_ids else 0)
         with self._decoding(model) as decoder:
             tokens, logprobs = self._decode(decoder, request, params)
@@ -263,7 +269,7 @@ class StaticRollout:
         (Long[B, T] tokens, pad after a row's end; Float[B, T] their log-probs), T the columns decoded."""
         device = request.prompt_ids.device
         prompt_width = request.prompt_ids.shape[1]
-        bucket = math.ceil(prompt_width / PROMPT_BUCKET) * PROMPT_BUCKET
+        bucket = bucketed(prompt_width)
         logits, prompt_cache = self._prefill(decoder, request.prompt_ids, request.prompt_mask)
         state = self._state_for(decoder, request, params, bucket, prompt_cache, device)
 

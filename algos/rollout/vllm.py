@@ -3,6 +3,7 @@ scores; the trainer's weights are copied in whenever they changed (``sync_weight
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -119,7 +120,7 @@ class VLLMRollout:
         from vllm.inputs import TokensPrompt
 
         check_continuations(contexts, max_new_tokens, seeds)
-        params = SamplingParams(**{**self.params.__dict__, **sampling})
+        params = dataclasses.replace(self.params, **sampling)
         # Copy only changed weights: a step's dynamic-sampling rounds, an episode's turns and an eval between updates
         # reuse the last copy.
         if model is not None and not self.weights_seen.matches(model):
