@@ -38,8 +38,8 @@ def tiny_policy():
 
 
 def chatty_rollout(model, tokenizer, rows=8, group_size=4, max_new_tokens=24, max_episode_tokens=60, backend=None,
-                   **sampling):
-    task = ChattyCalculator(ChattyCalculator.config_cls(**TASK_KWARGS))
+                   kinds=(), **sampling):
+    task = ChattyCalculator(ChattyCalculator.config_cls(**TASK_KWARGS, kinds=list(kinds)))
     env = TokenVectorEnv(task, tokenizer, num_envs=rows, max_new_tokens=max_new_tokens)
     env.reset(seed=0, options={"group_size": group_size})
     backend = backend or MultiTurnHFRollout(max_episode_tokens=max_episode_tokens)
@@ -92,15 +92,19 @@ def test_the_policy_mask_covers_the_sampled_tokens_and_nothing_else():
     assert (result.logprobs[result.policy_mask == 0] == 0).all()
 
 
-def test_the_samplers_logprobs_are_a_full_forwards_on_the_policy_tokens(monkeypatch):
+# Prompts of one length, and of two (2 and 3 operands): left padding the prefill's mask and positions must skip.
+@pytest.mark.parametrize("kinds", [(), ({"terms": 2}, {"terms": 3})])
+def test_the_samplers_logprobs_are_a_full_forwards_on_the_policy_tokens(monkeypatch, kinds):
     squeezes = []
     squeeze = multiturn.squeeze_cache_holes
     monkeypatch.setattr(multiturn, "squeeze_cache_holes", lambda *a: squeezes.append(1) or squeeze(*a))
     monkeypatch.setattr(MultiTurnHFRollout, "squeeze_above", 1.0)  # squeeze whenever the cache has a hole
     torch.manual_seed(0)
     model, tokenizer = tiny_policy()
-    result = chatty_rollout(model, tokenizer, rows=12, group_size=3, max_new_tokens=40, max_episode_tokens=90)
+    result = chatty_rollout(model, tokenizer, rows=12, group_size=3, max_new_tokens=40, max_episode_tokens=90,
+                            kinds=kinds)
     assert squeezes, "the rollout should have squeezed its cache's holes"
+    assert bool((result.prompt_mask == 0).any()) == bool(kinds)
     ids = torch.cat([result.prompt_ids, result.response_ids], 1)
     mask = torch.cat([result.prompt_mask, result.response_mask], 1)
     width = result.prompt_ids.shape[1]
@@ -297,8 +301,8 @@ EPISODE_FIELDS = ("prompt_ids", "prompt_mask", "response_ids", "response_mask", 
                   "tool_calls", "tool_errors", "truncated")
 
 
-@pytest.mark.parametrize("eos_strength", [0.0, 1.0, 5.0])
-def test_the_static_engine_plays_the_hf_rollouts_greedy_episodes(eos_strength):
+@pytest.mark.parametrize(("eos_strength", "kinds"), [(0.0, ()), (1.0, ({"terms": 2}, {"terms": 3})), (5.0, ())])
+def test_the_static_engine_plays_the_hf_rollouts_greedy_episodes(eos_strength, kinds):
     """The GPU's engine on multi-turn tasks: EpisodeDriver over StaticRollout.continue_rows (contexts prefilled whole
     each turn, rows and widths in buckets) gives MultiTurnHFRollout's episodes, whose one KV cache runs across turns;
     a group's shared first context is prefilled once, and every decode step's rows are a power of two."""
@@ -306,16 +310,17 @@ def test_the_static_engine_plays_the_hf_rollouts_greedy_episodes(eos_strength):
 
     torch.manual_seed(0)
     model, tokenizer = tiny_policy()
-    env = TokenVectorEnv(ChattyCalculator(ChattyCalculator.config_cls(**TASK_KWARGS)), tokenizer, num_envs=8,
-                         max_new_tokens=24)
+    env = TokenVectorEnv(ChattyCalculator(ChattyCalculator.config_cls(**TASK_KWARGS, kinds=list(kinds))), tokenizer,
+                         num_envs=8, max_new_tokens=24)
     env.reset(seed=0, options={"group_size": 4})
     raise_eos(model, tokenizer, env, eos_strength)
-    expected = chatty_rollout(model, tokenizer, greedy=True)
+    expected = chatty_rollout(model, tokenizer, greedy=True, kinds=kinds)
+    assert bool((expected.prompt_mask == 0).any()) == bool(kinds)
     rows = []
     hook = model.register_forward_pre_hook(lambda _, args, kwargs: rows.append(kwargs["input_ids"].shape[0]),
                                            with_kwargs=True)
     try:
-        played = chatty_rollout(model, tokenizer, greedy=True,
+        played = chatty_rollout(model, tokenizer, greedy=True, kinds=kinds,
                                 backend=EpisodeDriver(StaticRollout(check_every=3), max_episode_tokens=60))
     finally:
         hook.remove()
