@@ -1,5 +1,6 @@
 """The trainer machinery GRPO/DAPO/PPO share: metrics logging and checkpoints."""
 
+import contextlib
 import json
 import os
 import random
@@ -217,6 +218,95 @@ def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly(checkp
     for shared, param in zip(shared_grads, model.parameters()):
         torch.testing.assert_close(shared, param.grad, atol=1e-5, rtol=1e-4)
 
+
+
+def _ragged_group_batch(vocab: int = 50):
+    """Two prompts (one left-padded), three rows each, completions of 1-5 tokens: ids, mask, prompt width."""
+    prompts = torch.randint(4, vocab, (2, 6))
+    prompt_mask = torch.ones_like(prompts)
+    prompt_mask[1, :3] = 0
+    order = [0, 1, 0, 1, 1, 0]
+    ids = torch.cat([prompts[order], torch.randint(4, vocab, (6, 5))], 1)
+    mask = torch.cat([prompt_mask[order], torch.ones(6, 5, dtype=torch.long)], 1)
+    for row, length in enumerate([5, 2, 1, 4, 3, 2]):
+        mask[row, 6 + length :] = 0
+    return ids, mask, 6
+
+
+def test_a_cpu_training_forward_computes_attention_in_fp32_with_grouped_kv_heads(monkeypatch):
+    """On a CPU an SDPA model's training forward runs fp32_grouped_sdpa_attention (algos/model/attention.py), even under
+    bf16 autocast: every SDPA call gets fp32 query, keys and values outside autocast, the packed rows' call the grouped
+    KV heads unrepeated; the model has SDPA back afterwards. Its log-probs and gradients equal transformers' SDPA's in
+    fp32; in bf16 weights the output projection gets bf16, as it would from SDPA."""
+    from algos.model.attention import FP32_GROUPED_SDPA
+    from algos.model.policy import completion_logprobs
+
+    torch.manual_seed(0)
+    model = build_tiny_model(build_char_tokenizer(), hidden_size=32, num_layers=2, num_heads=4).eval()
+    model.set_attn_implementation("sdpa")
+    ids, mask, width = _ragged_group_batch()
+    valid = mask[:, width:].bool()
+
+    def logprobs_and_grads():
+        model.zero_grad()
+        logp, _ = completion_logprobs(model, ids, mask, width)
+        (logp * valid).sum().backward()
+        return logp, [p.grad.clone() for p in model.parameters()]
+
+    calls, seen = [], []
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(query, key, value, **kwargs):
+        calls.append(([t.dtype for t in (query, key, value)], torch.is_autocast_enabled("cpu"), key.shape[1],
+                      kwargs.get("attn_mask") is not None, kwargs.get("enable_gqa", False)))
+        return sdpa(query, key, value, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    hook = model.get_decoder().layers[0].register_forward_pre_hook(
+        lambda module, args: seen.append(model.config._attn_implementation))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logprobs_and_grads()
+    hook.remove()
+    assert set(seen) == {FP32_GROUPED_SDPA} and model.config._attn_implementation == "sdpa"
+    assert calls and all(dtypes == [torch.float32] * 3 and not autocast for dtypes, autocast, *_ in calls)
+    assert {(kv_heads, gqa) for *_, kv_heads, masked, gqa in calls if masked} == {(2, True)}  # 4 query heads
+
+    ours, ours_grads = logprobs_and_grads()
+    monkeypatch.setattr("algos.model.policy.training_attention", lambda *_: contextlib.nullcontext())
+    theirs, their_grads = logprobs_and_grads()
+    torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
+    for mine, other in zip(ours_grads, their_grads):
+        torch.testing.assert_close(mine, other, atol=1e-6, rtol=1e-5)
+    model.to(torch.bfloat16)
+    half, _ = completion_logprobs(model, ids, mask, width)
+    torch.testing.assert_close(half, theirs, atol=0.1, rtol=0.05)
+
+
+def test_the_critic_trains_on_fp32_grouped_attention_and_a_checkpointed_policy_keeps_its_own():
+    """PPO's critic forward takes the same CPU attention as the policy's log-probs; a policy with gradient checkpointing
+    does not, since its layers are recomputed in backward, after the forward's context has given SDPA back."""
+    from algos.model.attention import FP32_GROUPED_SDPA
+    from algos.model.policy import completion_logprobs
+    from algos.model.value import build_value_model
+
+    torch.manual_seed(0)
+    model = build_tiny_model(build_char_tokenizer(), hidden_size=32, num_layers=2, num_heads=4).eval()
+    model.set_attn_implementation("sdpa")
+    ids, mask, width = _ragged_group_batch()
+    seen = []
+    for kind in ("head", "separate"):
+        critic = build_value_model(model, kind)
+        hook = critic.backbone.layers[0].register_forward_pre_hook(
+            lambda module, args, config=critic.backbone.config: seen.append(config._attn_implementation))
+        critic(ids, mask).sum().backward()
+        hook.remove()
+        assert seen.pop() == FP32_GROUPED_SDPA and critic.backbone.config._attn_implementation == "sdpa"
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.get_decoder().layers[0].register_forward_pre_hook(
+        lambda module, args: seen.append(model.config._attn_implementation))
+    logp, _ = completion_logprobs(model, ids, mask, width)
+    logp.sum().backward()
+    assert set(seen) == {"sdpa"}  # the forward and its recomputation alike
 
 
 @pytest.mark.parametrize("arch, logit_config", [

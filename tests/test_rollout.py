@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
+from algos.model.attention import GROUPED_SDPA, registered
 from algos.model.policy import position_ids_from_mask
 from algos.rollout import HFRollout, Rollout, RolloutBackend, SamplingParams, row_seeds, sample_tokens
 from algos.rollout.base import filter_logits, inverse_cdf_sample
-from algos.rollout.hf import GROUPED_SDPA, registered_grouped_sdpa
 from rlvr_env import TokenVectorEnv
 from rlvr_env.task import Problem
 from rlvr_env.tasks.arithmetic import ArithmeticTask
@@ -160,7 +160,7 @@ def test_grouped_sdpa_attention_equals_eager_on_a_left_padded_cached_decode(kv_h
                                     past_key_values=cache).logits[:, -1])
         return torch.stack(logits)
 
-    torch.testing.assert_close(decode(registered_grouped_sdpa()), decode("eager"), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(decode(registered(GROUPED_SDPA)), decode("eager"), atol=1e-5, rtol=1e-5)
 
 
 def test_rollout_leaves_train_mode_as_it_was(model, tokenizer):

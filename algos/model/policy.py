@@ -10,6 +10,7 @@ import torch
 from torch.distributed.fsdp import FSDPModule
 
 from algos.core.logprobs import DEFAULT_CHUNK_SIZE, LogitTransform, logprobs_from_hidden
+from algos.model.attention import takes_sdpa_masks, training_attention
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -89,11 +90,12 @@ def completion_logprobs(
     checkpointed = getattr(model, "is_gradient_checkpointing", False) and torch.is_grad_enabled()
     valid_used = valid[:, :used]
     ids, mask, width = input_ids[:, first:], attention_mask[:, first:], prompt_width - first
-    if checkpointed or any(isinstance(module, FSDPModule) for module in model.modules()):
-        hidden = _whole_rows_hidden(model, ids, mask, width, used)[valid_used]
-    else:
-        hidden = _shared_prompt_hidden(model, ids, mask, width, valid_used.sum(-1).tolist(),
-                                       _packing_attention(model, width + used))
+    with training_attention(model, input_ids.device):
+        if checkpointed or any(isinstance(module, FSDPModule) for module in model.modules()):
+            hidden = _whole_rows_hidden(model, ids, mask, width, used)[valid_used]
+        else:
+            hidden = _shared_prompt_hidden(model, ids, mask, width, valid_used.sum(-1).tolist(),
+                                           _packing_attention(model, width + used))
     taken, spread = logprobs_from_hidden(
         hidden, weight, completion_ids[:, :used][valid_used], temperature, chunk_size, transform
     )
@@ -103,13 +105,15 @@ def completion_logprobs(
 
 
 def _packing_attention(model: torch.nn.Module, rows_length: int) -> str | None:
-    """The decoder's attention ("sdpa" or "eager") where it takes the custom [B, 1, Q, K] mask packed rows need,
-    else None: transformers passes such a mask through unchanged to SDPA (boolean) and eager attention (additive),
-    and a sliding window shorter than the rows would not apply to it."""
+    """The decoder's attention (SDPA's or "eager") where it takes the custom [B, 1, Q, K] mask packed rows need,
+    else None: transformers passes such a mask through unchanged to SDPA (boolean; algos/model/attention.py's
+    functions take SDPA's masks) and eager attention (additive), and a sliding window shorter than the rows would not
+    apply to it."""
     config = model.config.get_text_config()
     window = getattr(config, "sliding_window", None)
-    packs = config._attn_implementation in ("sdpa", "eager") and not (window and window < rows_length)
-    return config._attn_implementation if packs else None
+    implementation = config._attn_implementation
+    packs = (takes_sdpa_masks(implementation) or implementation == "eager") and not (window and window < rows_length)
+    return implementation if packs else None
 
 
 def _pack_rows(owner: list[int], fed: list[int]) -> tuple[list[int], list[tuple[int, int]]]:

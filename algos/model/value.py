@@ -20,6 +20,7 @@ import copy
 import torch
 from torch import nn
 
+from algos.model.attention import training_attention
 from algos.model.policy import position_ids_from_mask
 
 VALUE_MODEL_KINDS = ("head", "separate")
@@ -61,12 +62,13 @@ class ValueModel(nn.Module):
 
 def last_hidden_states(backbone: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """Long[B, L], Long[B, L] -> Float[B, L, H]: one full forward of a transformer body, without a KV cache."""
-    return backbone(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),  # left padding: count from the first real token
-        use_cache=False,
-    ).last_hidden_state
+    with training_attention(backbone, input_ids.device):
+        return backbone(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),  # left padding: count from the first real token
+            use_cache=False,
+        ).last_hidden_state
 
 
 def policy_backbone(policy: nn.Module) -> nn.Module:

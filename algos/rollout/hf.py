@@ -3,64 +3,16 @@ per env step for the rows still generating, on the model's device."""
 
 from __future__ import annotations
 
-import contextlib
-import functools
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from algos.model.attention import decoding_attention
 from algos.model.policy import position_ids_from_mask
 from algos.rollout.base import Rollout, SamplingParams, _as_rollout, checked_call, row_uniforms, sample_tokens
 from algos.rollout.engines import ROLLOUT_ENGINES, RolloutEngine
 from algos.system.runtime import release_free_memory, weights_cast_once
 from rlvr_env.token_vector_env import TokenVectorEnv
-
-# transformers' attention registry name of grouped_sdpa_attention (AttentionInterface, AttentionMaskInterface)
-GROUPED_SDPA = "rlvr_grouped_sdpa"
-
-
-def grouped_sdpa_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                           attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                           **kwargs) -> tuple[torch.Tensor, None]:
-    """transformers' SDPA attention, except that under a mask the grouped KV heads of grouped-query attention go to
-    SDPA as they are (``enable_gqa``): transformers repeats them to every query head there, a copy of the whole KV
-    cache per layer and decode step. query [B, H, q, D], key/value [B, H_kv, k, D] -> ([B, q, H, D], None)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    if attention_mask is None or any(kwargs.get(name) is not None for name in ("position_bias", "cache", "softcap")):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
-    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=dropout,
-                                                           scale=scaling, enable_gqa=key.shape[1] != query.shape[1])
-    return out.transpose(1, 2).contiguous(), None
-
-
-@functools.cache
-def registered_grouped_sdpa() -> str:
-    """GROUPED_SDPA, registered once with transformers (its attention, and SDPA's mask)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
-    AttentionInterface.register(GROUPED_SDPA, grouped_sdpa_attention)
-    AttentionMaskInterface.register(GROUPED_SDPA, sdpa_mask)
-    return GROUPED_SDPA
-
-
-@contextlib.contextmanager
-def decoding_attention(model, device: torch.device) -> Iterator[None]:
-    """On a CPU, an SDPA model decodes with grouped_sdpa_attention: under the padding mask transformers' SDPA (and
-    eager attention) copy the grouped KV cache to every query head at each layer and step. A rollout of SmolLM2-135M
-    (64 x 64 tokens, fp32, 2-core Xeon) took 9.9 s instead of 11.5 s (eager, and SDPA alike). The model's own
-    attention is given back on exit."""
-    current = getattr(model.config, "_attn_implementation", None)
-    if device.type != "cpu" or current != "sdpa" or not hasattr(model, "set_attn_implementation"):
-        yield
-        return
-    model.set_attn_implementation(registered_grouped_sdpa())
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(current)
 
 
 class HFRollout:
