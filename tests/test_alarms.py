@@ -49,7 +49,7 @@ def test_alarm_thresholds_are_validated_by_name():
         load_config(GRPOConfig, overrides={"alarms.window": "0"})
 
 
-def test_a_run_stops_on_an_alarm_with_a_checkpoint_and_the_alarm_logged(tmp_path):
+def test_a_run_stops_on_its_alarms_with_a_checkpoint_and_the_alarms_logged(tmp_path, capsys):
     from reference_helpers import save_tiny_model
 
     model = save_tiny_model(tmp_path / "model")
@@ -58,13 +58,18 @@ def test_a_run_stops_on_an_alarm_with_a_checkpoint_and_the_alarm_logged(tmp_path
         "env.eval_size": "4", "run.steps": "3", "run.output_dir": str(tmp_path / "run"), "run.progress": "false",
         "run.tensorboard": "false", "run.plots": "false", "rollout.prompts_per_step": "2", "rollout.group_size": "2",
         "grpo.beta": "0", "grpo.overlong_cache": "1", "run.stop_on_alarm": "true",
-        "alarms.truncation": "0.5", "alarms.zero_std_groups": "0",  # a 2-token budget truncates nearly every row
+        # a 2-token budget truncates nearly every row, and a random model's groups score alike
+        "alarms.truncation": "0.5", "alarms.zero_std_groups": "0.5",
     }
     summary = train(load_config(GRPOConfig, overrides=overrides))
-    assert summary["stopped_by_alarm"] == "truncation" and "eval_accuracy_after" not in summary
+    assert summary["stopped_by_alarm"] == "zero_std_groups, truncation" and "eval_accuracy_after" not in summary
     assert latest_checkpoint(tmp_path / "run").name == "checkpoint-1"
     records = read_metrics(tmp_path / "run")
-    assert [r["step"] for r in records] == [0, 1] and records[-1]["alarm/truncation"] == 1.0
+    assert [r["step"] for r in records] == [0, 1]
+    assert records[-1]["alarm/truncation"] == records[-1]["alarm/zero_std_groups"] == 1.0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("alarm: ")]
+    assert len(said) == 2 and all(line.startswith("alarm: step 1: ") for line in said)
+    assert "(alarms.zero_std_groups = 0.5)" in said[0] and "(alarms.truncation = 0.5)" in said[1]
 
 
 def test_each_alarm_says_what_it_saw_and_the_key_to_turn():

@@ -231,6 +231,10 @@ def test_ctrl_c_says_where_the_run_stands(tiny_dir, monkeypatch, capsys):
     def interrupted(self, step, logger):
         raise KeyboardInterrupt
 
+    monkeypatch.setattr(GRPOTrainer, "train_step", interrupted)
+    assert _train(tiny_dir, "--run.output_dir", str(tiny_dir / "fresh")) == 130
+    assert capsys.readouterr().err.splitlines()[-1] == "rlvr: interrupted during step 1; no checkpoint was saved yet"
+    monkeypatch.undo()
     assert _train(tiny_dir, "--run.save_every", "1") == 0
     monkeypatch.setattr(GRPOTrainer, "train_step", interrupted)
     capsys.readouterr()

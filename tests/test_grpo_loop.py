@@ -79,6 +79,26 @@ def test_sigkilled_run_resumes_to_the_same_parameters_bitwise(tiny_model_dir, tm
     assert strip(read_metrics(tmp_path / "killed")) == strip(read_metrics(tmp_path / "full"))
 
 
+@pytest.mark.parametrize("tensorboard", [False, True])
+def test_a_runs_summary_names_its_directory_and_curves_and_its_step_times_are_each_steps_own(tiny_model_dir, tmp_path,
+                                                                                          tensorboard):
+    """run_training's summary holds output_dir and the curves' PNG (run.plots); step_time_s is each step's own wall
+    time, so the steps' sum fits in the run's; run.tensorboard writes event files or none."""
+    pytest.importorskip("tensorboard")
+    config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{
+        "run.steps": "2", "run.plots": "true", "run.tensorboard": str(tensorboard).lower(), "grpo.num_iterations": "1"}))
+    started = time.perf_counter()
+    summary = train(config)
+    elapsed = time.perf_counter() - started
+    assert summary["output_dir"] == str(tmp_path)
+    assert summary["plot"] == tmp_path / "curves.png" and summary["plot"].is_file()
+    records = read_metrics(tmp_path)
+    times = [record["step_time_s"] for record in records if "step_time_s" in record]
+    assert len(times) == 2 and 0 < min(times) and sum(times) < elapsed
+    assert (records[0]["world_size"], records[0]["distributed_strategy"]) == (1, "none")  # one process: no strategy ran
+    assert any((tmp_path / "tensorboard").glob("events.*")) == tensorboard
+
+
 def test_a_fresh_run_refuses_a_directory_with_another_runs_checkpoints(tiny_model_dir, tmp_path):
     config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "2"}))
     GRPOTrainer(config).save(1)
@@ -102,6 +122,7 @@ def test_resume_refuses_a_changed_config_but_allows_a_longer_run(tiny_model_dir,
 
 def test_nonfinite_loss_skips_the_update_and_leaves_weights_intact(tiny_model_dir, tmp_path):
     trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"run.steps": "1"})))
+    assert not any(p.requires_grad for p in trainer.ref_model.parameters())  # grpo.beta > 0: a frozen reference
     batch, _ = trainer.collect(step=1)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     batch.advantages[0] = math.nan

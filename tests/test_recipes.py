@@ -209,9 +209,14 @@ def tiny_recipe_overrides(tiny_dir, output_dir, **more):
                             "start_step: 2, end_step: 4}}", **more}
 
 
-def test_the_arithmetic_recipe_runs_scheduled_and_logs_the_transfer_accuracy(tiny_dir, tmp_path):
+def test_the_arithmetic_recipe_runs_scheduled_and_logs_the_transfer_accuracy(tiny_dir, tmp_path, monkeypatch):
+    from algos.run import loop
+
+    evaluations, evaluate = [], loop.evaluate
+    monkeypatch.setattr(loop, "evaluate", lambda *args, **kwargs: evaluations.append(1) or evaluate(*args, **kwargs))
     config = load_config(GRPOConfig, ARITHMETIC_RECIPE, tiny_recipe_overrides(tiny_dir, tmp_path, **{"run.steps": "4"}))
     summary = grpo.train(config)
+    assert len(evaluations) == 3  # steps 0, 2 and 4, each once: the transfer prompt asks what the main one asks
     assert {"eval_accuracy_before", "eval_accuracy_transfer_before", "eval_accuracy_after",
             "eval_accuracy_transfer_after"} <= set(summary)
     records = read_metrics(tmp_path)
@@ -221,6 +226,32 @@ def test_the_arithmetic_recipe_runs_scheduled_and_logs_the_transfer_accuracy(tin
     assert [r["schedule/few_shot_keep"] for r in records[1:]] == [0.75, 0.5, 0.25, 0.0]
     assert [r["schedule/format_weight"] for r in records[1:]] == pytest.approx([0.1, 0.1, 0.05, 0.0])
     assert "reward/format" in records[1]
+
+
+def test_a_transfer_prompt_that_asks_otherwise_is_evaluated_on_its_own_task(tiny_dir, tmp_path, monkeypatch):
+    """env.transfer_eval_kwargs that change how an answer is read: every held-out evaluation scores the run's model on
+    the main task, then on the transfer config's own task (built once), logged and summed up as
+    eval_accuracy_transfer."""
+    from algos.run import loop
+
+    tasks = []
+
+    def evaluate(model, tokenizer, config, backend, device, eval_set):
+        task, _ = eval_set
+        tasks.append(task)
+        assert model is not None and tokenizer is not None and backend is not None and device.type == "cpu"
+        assert config.env.eval_kwargs.get("fallback_last_number", True) == task.config.fallback_last_number
+        return 0.25 if task.config.fallback_last_number else 0.75
+
+    monkeypatch.setattr(loop, "evaluate", evaluate)
+    summary = grpo.train(load_config(GRPOConfig, ARITHMETIC_RECIPE, tiny_recipe_overrides(tiny_dir, tmp_path, **{
+        "run.steps": "2", "env.transfer_eval_kwargs": "{few_shot: [], fallback_last_number: false}"})))
+    assert [task.config.fallback_last_number for task in tasks] == [True, False, True, False]
+    assert tasks[1] is tasks[3] and not tasks[1].config.few_shot
+    evaluated = [(r["step"], r["eval_accuracy"], r["eval_accuracy_transfer"]) for r in read_metrics(tmp_path)
+                 if "eval_accuracy" in r]
+    assert evaluated == [(0, 0.25, 0.75), (2, 0.25, 0.75)]
+    assert (summary["eval_accuracy_after"], summary["eval_accuracy_transfer_after"]) == (0.25, 0.75)
 
 
 def test_a_resumed_scheduled_run_repeats_the_uninterrupted_one(tiny_dir, tmp_path):
