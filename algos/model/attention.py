@@ -85,10 +85,15 @@ def decoding_attention(model, device: torch.device) -> contextlib.AbstractContex
     return _cpu_attention(model, device, GROUPED_SDPA)
 
 
+def recomputes_in_backward(model) -> bool:
+    """Whether ``model``'s layers will be recomputed in backward: gradient checkpointing on, and a gradient wanted."""
+    return getattr(model, "is_gradient_checkpointing", False) and torch.is_grad_enabled()
+
+
 def training_attention(model, device: torch.device) -> contextlib.AbstractContextManager[None]:
     """On a CPU, an SDPA model's training forwards (the policy's log-probs, the critic's values) use
-    fp32_grouped_sdpa_attention; not where gradient checkpointing recomputes the layers in backward, after this
-    context: the recomputation would run other kernels than the forward did."""
-    if getattr(model, "is_gradient_checkpointing", False) and torch.is_grad_enabled():
+    fp32_grouped_sdpa_attention; not where the layers are recomputed in backward (recomputes_in_backward), after
+    this context: the recomputation would run other kernels than the forward did."""
+    if recomputes_in_backward(model):
         return contextlib.nullcontext()
     return _cpu_attention(model, device, FP32_GROUPED_SDPA)

@@ -10,7 +10,7 @@ import torch
 from torch.distributed.fsdp import FSDPModule
 
 from algos.core.logprobs import DEFAULT_CHUNK_SIZE, LogitTransform, logprobs_from_hidden
-from algos.model.attention import takes_sdpa_masks, training_attention
+from algos.model.attention import recomputes_in_backward, takes_sdpa_masks, training_attention
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -87,7 +87,7 @@ def completion_logprobs(
         return logp, entropy
     # Leading columns that are padding in every prompt change nothing.
     first = int(attention_mask[:, :prompt_width].any(0).int().argmax())
-    checkpointed = getattr(model, "is_gradient_checkpointing", False) and torch.is_grad_enabled()
+    checkpointed = recomputes_in_backward(model)
     valid_used = valid[:, :used]
     ids, mask, width = input_ids[:, first:], attention_mask[:, first:], prompt_width - first
     with training_attention(model, input_ids.device):
