@@ -159,6 +159,22 @@ def test_completion_logprobs_of_one_token_completions_need_no_completion_pass():
     torch.testing.assert_close(logp[:, 0], full.gather(-1, ids[:, 2:]).squeeze(-1))
 
 
+def _ragged_group_batch(vocab: int = 50):
+    """Two groups of three rows, interleaved, with left-padded prompts of two lengths and completions of 1-5 tokens
+    (right padding) -> (ids, mask, prompt width)."""
+    prompt_width = 6
+    prompts = torch.randint(4, vocab, (2, prompt_width))
+    prompt_mask = torch.ones_like(prompts)
+    prompt_mask[1, :3] = 0  # the second prompt is shorter; two columns are padding in every row
+    prompt_mask[:, :2] = 0
+    order = [0, 1, 0, 1, 1, 0]  # groups need not be contiguous
+    ids = torch.cat([prompts[order], torch.randint(4, vocab, (6, 5))], 1)
+    mask = torch.cat([prompt_mask[order], torch.ones(6, 5, dtype=torch.long)], 1)
+    for row, length in enumerate([5, 2, 1, 4, 3, 2]):  # completions end early: right padding
+        mask[row, prompt_width + length :] = 0
+    return ids, mask, prompt_width
+
+
 @pytest.mark.parametrize("checkpointing, attention, window, decoder_rows", [
     (False, "sdpa", None, 4), (False, "eager", None, 4), (False, "sdpa", 8, 6), (True, "sdpa", None, 6),
 ], ids=["packed-sdpa", "packed-eager", "sliding-window-unpacked", "gradient-checkpointing"])
@@ -183,16 +199,7 @@ def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly(checkp
         # A pre-hook: torch stops a recomputation once it has what backward needs, before a layer's forward returns.
         layer.register_forward_pre_hook(lambda module, args: layer_calls.append(module))
     model.get_decoder().layers[0].register_forward_pre_hook(lambda module, args: batch_rows.append(args[0].shape[0]))
-    prompt_width = 6
-    prompts = torch.randint(4, 50, (2, prompt_width))
-    prompt_mask = torch.ones_like(prompts)
-    prompt_mask[1, :3] = 0  # the second prompt is shorter; two columns are padding in every row
-    prompt_mask[:, :2] = 0
-    order = [0, 1, 0, 1, 1, 0]  # groups need not be contiguous
-    ids = torch.cat([prompts[order], torch.randint(4, 50, (6, 5))], 1)
-    mask = torch.cat([prompt_mask[order], torch.ones(6, 5, dtype=torch.long)], 1)
-    for row, length in enumerate([5, 2, 1, 4, 3, 2]):  # completions end early: right padding
-        mask[row, prompt_width + length :] = 0
+    ids, mask, prompt_width = _ragged_group_batch()
     model, ids, mask = model.to(device), ids.to(device), mask.to(device)
     valid = mask[:, prompt_width:].bool()
 
@@ -218,19 +225,6 @@ def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly(checkp
     for shared, param in zip(shared_grads, model.parameters()):
         torch.testing.assert_close(shared, param.grad, atol=1e-5, rtol=1e-4)
 
-
-
-def _ragged_group_batch(vocab: int = 50):
-    """Two prompts (one left-padded), three rows each, completions of 1-5 tokens: ids, mask, prompt width."""
-    prompts = torch.randint(4, vocab, (2, 6))
-    prompt_mask = torch.ones_like(prompts)
-    prompt_mask[1, :3] = 0
-    order = [0, 1, 0, 1, 1, 0]
-    ids = torch.cat([prompts[order], torch.randint(4, vocab, (6, 5))], 1)
-    mask = torch.cat([prompt_mask[order], torch.ones(6, 5, dtype=torch.long)], 1)
-    for row, length in enumerate([5, 2, 1, 4, 3, 2]):
-        mask[row, 6 + length :] = 0
-    return ids, mask, 6
 
 
 def test_a_cpu_training_forward_computes_attention_in_fp32_with_grouped_kv_heads(monkeypatch):
