@@ -267,10 +267,15 @@ def test_a_cpu_training_forward_computes_attention_in_fp32_with_grouped_kv_heads
 
     ours, ours_grads = logprobs_and_grads()
     monkeypatch.setattr("algos.model.policy.training_attention", lambda *_: contextlib.nullcontext())
+    rows = []
+    hook = model.get_decoder().layers[0].register_forward_pre_hook(lambda module, args: rows.append(args[0].shape[0]))
     theirs, their_grads = logprobs_and_grads()
+    hook.remove()
+    assert rows == [2, 4]  # transformers' own SDPA packs the completions too: a pass of 2 prompts, one of 4 rows
     torch.testing.assert_close(ours, theirs, atol=1e-6, rtol=1e-5)
     for mine, other in zip(ours_grads, their_grads):
         torch.testing.assert_close(mine, other, atol=1e-6, rtol=1e-5)
+    monkeypatch.undo()
     model.to(torch.bfloat16)
     half, _ = completion_logprobs(model, ids, mask, width)
     torch.testing.assert_close(half, theirs, atol=0.1, rtol=0.05)
