@@ -58,8 +58,17 @@ class ModelConfig:
     # checkpointing, non-reentrant; TRL's gradient_checkpointing): a micro-batch's activation memory drops to
     # one layer's, for ~1/3 more compute and rows run whole (no prompt shared by a group: docs/agents.md).
     gradient_checkpointing: bool = False
+    # The training forwards through decoder layers compiled by torch.compile (algos/model/compiled.py): fused kernels
+    # for the launch-bound update on a GPU, rows run whole. "auto" = "on" for a one-process run on CUDA without
+    # gradient checkpointing, "off" elsewhere (a CPU gains nothing there: its update is matmul-bound, and the shared
+    # prompt saves it work); config.yaml records what it resolved to.
+    compile_layers: str = "auto"
 
     def validate(self) -> None:
+        require(self.compile_layers in ("auto", "on", "off"), "model.compile_layers",
+                f"must be 'auto', 'on' or 'off', got {self.compile_layers!r}")
+        require(not (self.compile_layers == "on" and self.gradient_checkpointing), "model.compile_layers",
+                "'on' does not go with model.gradient_checkpointing (a recomputed layer would run uncompiled)")
         require(self.dtype in ("float32", "bfloat16", "float16"), "model.dtype", f"unknown dtype {self.dtype!r}")
         require(self.autocast in (None, "auto", "bfloat16", "float16"), "model.autocast",
                  f"must be 'auto', null, 'bfloat16' or 'float16', got {self.autocast!r}")

@@ -79,6 +79,7 @@ def grpo_config(args, output_dir: str):
             "model.gradient_checkpointing": str(args.gradient_checkpointing).lower(),
             **({"loss.micro_batch_size": str(args.micro_batch)} if args.micro_batch else {}),
             **({"rollout.backend": args.rollout_backend} if args.rollout_backend else {}),
+            **({"model.compile_layers": args.compile_layers} if args.compile_layers else {}),
         },
     )
 
@@ -231,7 +232,13 @@ def run_ours_hf(args) -> dict:
     return run_ours(args)
 
 
-CONTENDERS = {"raw": run_raw, "ours": run_ours, "ours_hf": run_ours_hf, "trl": run_trl}
+def run_ours_eager(args) -> dict:
+    """Ours with model.compile_layers "off" (on a GPU "auto" compiles them): the before of the compiled update."""
+    args.compile_layers = "off"
+    return run_ours(args)
+
+
+CONTENDERS = {"raw": run_raw, "ours": run_ours, "ours_eager": run_ours_eager, "ours_hf": run_ours_hf, "trl": run_trl}
 
 
 def main() -> None:
@@ -253,6 +260,9 @@ def main() -> None:
     parser.add_argument("--with-hf-rollout", action="store_true",
                         help="also ours with rollout.backend = 'hf' (ours_hf): on a GPU, ours before the static engine")
     parser.add_argument("--rollout-backend", help=argparse.SUPPRESS)  # set by ours_hf
+    parser.add_argument("--with-eager-layers", action="store_true",
+                        help="also ours with model.compile_layers = 'off' (ours_eager): on a GPU, ours before compiling")
+    parser.add_argument("--compile-layers", help=argparse.SUPPRESS)  # set by ours_eager
     args = parser.parse_args()
 
     if args.only:
@@ -275,7 +285,8 @@ def main() -> None:
             *(["--gradient-checkpointing"] if args.gradient_checkpointing else [])]
     results = {}
     for name in CONTENDERS:
-        if (name == "trl" and args.skip_trl) or (name == "ours_hf" and not args.with_hf_rollout):
+        skipped = {"trl": args.skip_trl, "ours_hf": not args.with_hf_rollout, "ours_eager": not args.with_eager_layers}
+        if skipped.get(name):
             continue
         proc = subprocess.run([*base, "--only", name], capture_output=True, text=True)
         if proc.returncode != 0:
@@ -309,7 +320,7 @@ def main() -> None:
               + ", ".join(f"{name} x{r['step_s'] / floor:.2f}" for name, r in results.items()))
     # The targets: on a CPU <= 0.4x TRL's time and <= 0.3x its memory; on a GPU <= 0.5x its time, <= its memory.
     time_target, memory_target = (0.5, 1.0) if device.type == "cuda" else (0.4, 0.3)
-    for name in ("ours", "ours_hf"):
+    for name in ("ours", "ours_eager", "ours_hf"):
         if name in results and "trl" in results:
             ours, trl = results[name], results["trl"]
             time_ratio, memory_ratio = ours["step_s"] / trl["step_s"], ours[memory] / trl[memory]

@@ -8,7 +8,8 @@ beta 0), warms up with one step, then profiles the next (collect, then update) a
 
 A step whose kernels fill less than half its wall time is launch- or host-bound. On a CPU it prints the CPU ops alone.
 
-    python bench/profile_step.py [--model default] [--precision bf16] [--rollout-backend static|hf] [--trace FILE]
+    python bench/profile_step.py [--model default] [--precision bf16] [--rollout-backend static|hf] [--compile-layers auto|on|off]
+        [--trace FILE]
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--rollout-backend", default="auto", help="rollout.backend (auto: static on a GPU)")
+    parser.add_argument("--compile-layers", default="auto", help="model.compile_layers (auto: on on a GPU)")
     parser.add_argument("--top", type=int, default=12, help="rows of each table")
     parser.add_argument("--trace", help="also write the Chrome trace here")
     args = parser.parse_args()
@@ -54,7 +56,7 @@ def main() -> None:
         "env.max_new_tokens": str(args.new_tokens), "run.output_dir": tempfile.mkdtemp(), "run.steps": "2",
         "run.progress": "false", "run.tensorboard": "false", "rollout.prompts_per_step": str(args.prompts),
         "rollout.group_size": str(args.group_size), "grpo.beta": "0", "optim.lr": "1e-6",
-        "rollout.backend": args.rollout_backend,
+        "rollout.backend": args.rollout_backend, "model.compile_layers": args.compile_layers,
     })
     trainer = GRPOTrainer(config)
     gpu = trainer.run.device.type == "cuda"

@@ -227,6 +227,80 @@ def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly(checkp
 
 
 
+@pytest.mark.parametrize("device", available_devices())
+def test_compiled_layers_give_the_eager_logprobs_and_gradients_from_one_graph(device):
+    """model.compile_layers (algos/model/compiled.py): the training forward runs rows whole through the decoder layers
+    compiled by torch.compile, with the log-probs, entropy and gradients of the eager shared-prompt forward. Every
+    layer, and a batch of another width, reuse one compiled graph (full graph, dynamic shapes); outside the training
+    forward the layers run as they are (a cached decode compiles nothing). On CUDA through inductor's kernels; on a
+    CPU through a backend that runs the captured graph (inductor's C++ build would cost CI ~30 s)."""
+    from algos.model.compiled import compile_decoder_layers, compiled_layers, decoder_layers, has_compiled_layers
+    from algos.model.policy import completion_logprobs
+
+    graphs = []
+
+    def counting_backend(graph, example_inputs):
+        graphs.append(graph)
+        if device == "cuda":
+            from torch._inductor.compile_fx import compile_fx
+
+            return compile_fx(graph, example_inputs)
+        return graph.forward
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    # head_dim 12: a width equal to a fixed size would be specialised (duck sizing), and compiled once more
+    model = build_tiny_model(build_char_tokenizer(), hidden_size=48, num_layers=3, num_heads=4).eval().to(device)
+    model.set_attn_implementation("sdpa")
+    ids, mask, prompt_width = _ragged_group_batch()
+    ids, mask = ids.to(device), mask.to(device)
+    valid = mask[:, prompt_width:].bool()
+
+    def logprobs_and_grads(ids, mask):
+        model.zero_grad()
+        logp, entropy = completion_logprobs(model, ids, mask, prompt_width, chunk_size=4)
+        (logp * mask[:, prompt_width:]).sum().backward()
+        return logp, entropy, [p.grad.clone() for p in model.parameters()]
+
+    eager = logprobs_and_grads(ids, mask)
+    assert not has_compiled_layers(model)
+    assert compile_decoder_layers(model, backend=counting_backend) == 3 and has_compiled_layers(model)
+    compiled = logprobs_and_grads(ids, mask)
+    torch.testing.assert_close(compiled[0][valid], eager[0][valid], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(compiled[1][valid], eager[1][valid], atol=1e-5, rtol=1e-5)
+    assert (compiled[0][~valid] == 0).all()
+    for got, expected in zip(compiled[2], eager[2]):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    assert len(graphs) == 1  # three layers, one graph
+
+    wider_ids = torch.cat([ids, ids[:, -3:]], 1)  # three more completion columns
+    wider_mask = torch.cat([mask, mask[:, -1:].expand(-1, 3)], 1)
+    logprobs_and_grads(wider_ids, wider_mask)
+    assert len(graphs) == 1  # dynamic shapes: no recompilation for another width
+    assert all(layer._compiled_call_impl is None for layer in decoder_layers(model))  # only inside the forward
+    with torch.no_grad():
+        model.generate(input_ids=ids[:, :prompt_width], attention_mask=mask[:, :prompt_width], max_new_tokens=3,
+                       do_sample=False, pad_token_id=0)
+    assert len(graphs) == 1  # decoding with a KV cache runs the layers as they are
+    with compiled_layers(model):
+        assert all(layer._compiled_call_impl is not None for layer in decoder_layers(model))
+    torch._dynamo.reset()
+
+
+def test_compile_layers_auto_compiles_one_cuda_process_without_recomputation():
+    from algos.model.compiled import resolve_compile_layers
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert resolve_compile_layers("auto", cuda, world_size=1, gradient_checkpointing=False) == "on"
+    assert resolve_compile_layers("auto", cpu, world_size=1, gradient_checkpointing=False) == "off"
+    assert resolve_compile_layers("auto", cuda, world_size=2, gradient_checkpointing=False) == "off"
+    assert resolve_compile_layers("auto", cuda, world_size=1, gradient_checkpointing=True) == "off"
+    assert resolve_compile_layers("on", cpu, world_size=1, gradient_checkpointing=False) == "on"
+    assert resolve_compile_layers("off", cuda, world_size=1, gradient_checkpointing=False) == "off"
+    with pytest.raises(ValueError, match="model.compile_layers: 'on' runs in one process only, this run has 2"):
+        resolve_compile_layers("on", cuda, world_size=2, gradient_checkpointing=False)
+
+
 def test_a_cpu_training_forward_computes_attention_in_fp32_with_grouped_kv_heads(monkeypatch):
     """On a CPU an SDPA model's training forward runs fp32_grouped_sdpa_attention (algos/model/attention.py), even under
     bf16 autocast: every SDPA call gets fp32 query, keys and values outside autocast, the packed rows' call the grouped

@@ -164,12 +164,15 @@ def test_a_run_records_the_resolved_precision_and_the_machine(monkeypatch, tmp_p
     assert trainer.run.config.model.autocast == "bfloat16"
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     assert saved["model"]["autocast"] == "bfloat16"  # what ran, so the file replays it on any machine
+    assert saved["model"]["compile_layers"] == "off"  # "auto" on a CPU
     machine = json.loads((tmp_path / "run" / "machine.json").read_text())
+    assert machine["compiled_layers"] is False
     assert machine["precision"] == {"requested": "auto", "autocast": "bfloat16",
                                     "reason": "CPU AVX512-BF16: bf16 runs natively (64x576 @ 576x1536: measured bfloat16)"}
     assert machine["machine"]["device"] == "cpu"
     assert any(record.getMessage().startswith("device cpu: ") and "autocast auto -> bfloat16" in record.getMessage()
                for record in caplog.records)
+    assert "training forwards: decoder layers eager (model.compile_layers off)" in caplog.messages
 
 
 def test_the_probe_leaves_the_runs_random_stream_alone():

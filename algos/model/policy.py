@@ -11,6 +11,7 @@ from torch.distributed.fsdp import FSDPModule
 
 from algos.core.logprobs import DEFAULT_CHUNK_SIZE, LogitTransform, logprobs_from_hidden
 from algos.model.attention import recomputes_in_backward, takes_sdpa_masks, training_attention
+from algos.model.compiled import compiled_layers, has_compiled_layers
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -75,7 +76,8 @@ def completion_logprobs(
     A model with gradient checkpointing on (model.gradient_checkpointing) runs every row whole when a gradient is
     wanted: a recomputed layer would append its keys to a shared cache a second time. So does one sharded by FSDP2
     (distributed.strategy = "fsdp2"), always: each decoder call gathers every layer's shards, so every rank must make
-    the same calls whatever its rows (the shared prompt takes one call, or two).
+    the same calls whatever its rows (the shared prompt takes one call, or two). So does one whose decoder layers are
+    compiled (algos/model/compiled.py), in one decoder call through them: a compiled layer must not see a KV cache.
     """
     weight, transform = lm_head_of(model, vocab_size)
     completion_ids, completion_mask = input_ids[:, prompt_width:], attention_mask[:, prompt_width:]
@@ -90,8 +92,9 @@ def completion_logprobs(
     checkpointed = recomputes_in_backward(model)
     valid_used = valid[:, :used]
     ids, mask, width = input_ids[:, first:], attention_mask[:, first:], prompt_width - first
-    with training_attention(model, input_ids.device):
-        if checkpointed or any(isinstance(module, FSDPModule) for module in model.modules()):
+    whole_rows = checkpointed or has_compiled_layers(model) or any(isinstance(m, FSDPModule) for m in model.modules())
+    with training_attention(model, input_ids.device), compiled_layers(model):
+        if whole_rows:
             hidden = _whole_rows_hidden(model, ids, mask, width, used)[valid_used]
         else:
             hidden = _shared_prompt_hidden(model, ids, mask, width, valid_used.sum(-1).tolist(),

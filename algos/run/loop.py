@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import time
 import warnings
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from typing import Any, Protocol
 import torch
 
 from algos.config import require
+from algos.model.compiled import compile_decoder_layers, resolve_compile_layers
 from algos.model.loading import DEFAULT_MODEL_ALIAS, load_policy, resolve_model_path
 from algos.model.policy import check_lm_head
 from algos.rollout import (
@@ -59,6 +61,8 @@ from algos.system.runtime import DTYPES, grad_scaler, mixed_precision, resolve_d
 from rlvr_env.curriculum import StepSchedule
 from rlvr_env.registry import spelled_id
 from rlvr_env.token_vector_env import draw_problem_indices
+
+log = logging.getLogger("rlvr")
 
 
 @dataclass
@@ -178,6 +182,13 @@ def setup_run(
     record_resolved_names(config)
     machine = resolve_precision(config, device, model)  # "auto" -> what this machine computes fast
     config.model.autocast = broadcast_from_main(config.model.autocast)  # every rank computes as rank 0 measured
+    config.model.compile_layers = resolve_compile_layers(config.model.compile_layers, device, world_size=world.size,
+                                                         gradient_checkpointing=config.model.gradient_checkpointing)
+    machine["compiled_layers"] = config.model.compile_layers == "on"
+    if machine["compiled_layers"]:
+        compile_decoder_layers(model)
+    layers = "compiled (torch.compile, rows whole)" if machine["compiled_layers"] else "eager"
+    log.info(f"training forwards: decoder layers {layers} (model.compile_layers {config.model.compile_layers})")
 
     def open_on_main() -> Path | None:
         checkpoint = open_run_dir(config, resume)
@@ -188,6 +199,8 @@ def setup_run(
     # From the initial weights, before any checkpoint is loaded: the KL anchor does not follow training. A warm-started
     # run's is the warm-started policy: set after the warm start (warm_start.save_warm_started), read back on a resume.
     ref_model = copy.deepcopy(model).eval().requires_grad_(False) if keep_reference else None
+    if ref_model is not None and machine["compiled_layers"]:
+        compile_decoder_layers(ref_model)
     if ref_model is not None and checkpoint is not None and config.warm_start.steps:
         warm_start.load_warm_started(ref_model, Path(config.run.output_dir))
     env = make_env(config, tokenizer, num_envs=count // world.size * group_size, device=device, task=task, model=model)
