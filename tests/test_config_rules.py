@@ -18,6 +18,10 @@ RULES = [
     ({"model.autocast": "float32"}, "config model.autocast: must be 'auto', null, 'bfloat16' or 'float16', got "
                                     "'float32'"),
     ({"model.path": ""}, "config model.path: must name a directory or 'default'"),
+    ({"model.compile_layers": "true"}, "config model.compile_layers: must be 'auto', 'on' or 'off', got 'true'"),
+    ({"model.compile_layers": "on", "model.gradient_checkpointing": "true"},
+     "config model.compile_layers: 'on' does not go with model.gradient_checkpointing (recomputing compiled layers is "
+     "not tested; 'auto' compiles none there)"),
     ({"env.max_new_tokens": "0"}, "config env.max_new_tokens: must be >= 1"),
     ({"env.max_prompt_tokens": "0"}, "config env.max_prompt_tokens: must be >= 1 or null"),
     ({"env.eval_size": "0"}, "config env.eval_size: must be >= 1"),
