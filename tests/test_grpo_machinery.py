@@ -237,11 +237,11 @@ def test_compiled_layers_give_the_eager_logprobs_and_gradients_from_one_graph(de
     from algos.model.compiled import compile_decoder_layers, compiled_layers, decoder_layers, has_compiled_layers
     from algos.model.policy import completion_logprobs
 
-    def graphs() -> int:  # Dynamo's count (a backend can be called twice for one graph: inductor restarts its analysis)
-        return torch._dynamo.utils.counters["stats"]["unique_graphs"]
-
     torch._dynamo.reset()
-    assert graphs() == 0
+    compiled_before = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+
+    def graphs() -> int:  # Dynamo's count (a backend can be called twice for one graph: inductor restarts its analysis)
+        return torch._dynamo.utils.counters["stats"]["unique_graphs"] - compiled_before
     torch.manual_seed(0)
     # head_dim 12: a width equal to a fixed size would be specialised (duck sizing), and compiled once more
     model = build_tiny_model(build_char_tokenizer(), hidden_size=48, num_layers=3, num_heads=4).eval().to(device)
@@ -280,6 +280,27 @@ def test_compiled_layers_give_the_eager_logprobs_and_gradients_from_one_graph(de
     with compiled_layers(model):
         assert all(layer._compiled_call_impl is not None for layer in decoder_layers(model))
     torch._dynamo.reset()
+
+
+def test_compile_layers_needs_a_decoder_with_a_list_of_layers():
+    from algos.model.compiled import compile_decoder_layers, has_compiled_layers
+
+    class Headless(torch.nn.Module):
+        def __init__(self, decoder: torch.nn.Module) -> None:
+            super().__init__()
+            self.decoder = decoder
+
+        def get_decoder(self) -> torch.nn.Module:
+            return self.decoder
+
+    one_layer = build_tiny_model(build_char_tokenizer(), hidden_size=32, num_layers=1, num_heads=4)
+    assert compile_decoder_layers(one_layer) == 1 and has_compiled_layers(one_layer)  # compiles at its first call
+    for decoder in (torch.nn.Linear(2, 2), torch.nn.Module()):
+        decoder.layers = torch.nn.ModuleList() if isinstance(decoder, torch.nn.Linear) else torch.nn.Linear(2, 2)
+        with pytest.raises(TypeError, match=r"^Headless's decoder has no `layers` list to compile \(model.compile_layers\)$"):
+            compile_decoder_layers(Headless(decoder))
+    with pytest.raises(TypeError, match="Headless's decoder has no `layers` list"):
+        compile_decoder_layers(Headless(torch.nn.Identity()))
 
 
 def test_compile_layers_auto_compiles_one_cuda_process_without_recomputation():

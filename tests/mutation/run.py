@@ -74,6 +74,7 @@ MODULES: dict[str, list[str]] = {
                           "tests/test_run_dir.py"],
     "algos/run/alarms.py": ["tests/test_alarms.py"],
     "algos/model/attention.py": ["tests/test_grpo_machinery.py", "tests/test_rollout.py"],
+    "algos/model/compiled.py": ["tests/test_grpo_machinery.py", "tests/test_hardware.py"],
     "algos/model/policy.py": ["tests/test_grpo_machinery.py", "tests/test_core_logprobs.py", *CORE_USERS],
     "algos/algorithms/grpo.py": ["tests/test_grpo_loop.py", "tests/test_grpo_machinery.py", "tests/test_ppo.py",
                                  "tests/test_config.py", "tests/test_memory.py", *GRPO_REFERENCE, *RESUME],
