@@ -175,6 +175,26 @@ def test_a_run_records_the_resolved_precision_and_the_machine(monkeypatch, tmp_p
     assert "training forwards: decoder layers eager (model.compile_layers off)" in caplog.messages
 
 
+def test_a_run_with_compile_layers_on_compiles_the_policy_and_its_reference(monkeypatch, tmp_path, caplog):
+    """model.compile_layers "on" (what "auto" resolves to on one CUDA process): setup compiles the policy's decoder
+    layers and the KV reference's, logs it and records it (the compiling itself is tests/test_grpo_machinery.py's)."""
+    from algos.run import loop
+
+    compiled = []
+    monkeypatch.setattr(loop, "compile_decoder_layers", compiled.append)
+    config = load_config(GRPOConfig, overrides={
+        "model.path": str(save_tiny_model(tmp_path / "model")), "env.use_chat_template": "false",
+        "run.output_dir": str(tmp_path / "run"), "run.progress": "false", "run.tensorboard": "false",
+        "model.device": "cpu", "model.autocast": "null", "model.compile_layers": "on", "grpo.beta": "0.04",
+    })
+    with caplog.at_level(logging.INFO, logger="rlvr"):
+        trainer = GRPOTrainer(config)
+    assert compiled == [trainer.model, trainer.ref_model] and compiled[0] is not compiled[1]
+    assert json.loads((tmp_path / "run" / "machine.json").read_text())["compiled_layers"] is True
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["model"]["compile_layers"] == "on"
+    assert "training forwards: decoder layers compiled (torch.compile, rows whole) (model.compile_layers on)" in caplog.messages
+
+
 def test_the_probe_leaves_the_runs_random_stream_alone():
     hardware.cpu_matmul_ms.cache_clear()
     torch.manual_seed(0)
