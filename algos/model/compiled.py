@@ -15,6 +15,7 @@ other call of the model run the layers as they are: the compiled callables serve
 from __future__ import annotations
 
 import contextlib
+import warnings
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -36,10 +37,28 @@ def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
 def compile_decoder_layers(model: torch.nn.Module, **options: Any) -> int:
     """Prepare ``model``'s decoder layers for ``compiled_layers``: each one's call through ``torch.compile`` (full
     graph, dynamic shapes; ``options`` over those, e.g. a test's backend). Compilation itself happens at the first
-    compiled call. Returns how many layers."""
+    compiled call; where it fails (no compiler for the backend, a layer it cannot trace), that call runs eager, one
+    warning says why, and the model's training forwards run eager from then on. Returns how many layers."""
     options = {"fullgraph": True, "dynamic": True, **options}
-    _COMPILED[model] = [(layer, torch.compile(layer._call_impl, **options)) for layer in decoder_layers(model)]
-    return len(_COMPILED[model])
+    layers = decoder_layers(model)
+    _COMPILED[model] = [(layer, _falling_back(model, layer, torch.compile(layer._call_impl, **options))) for layer in layers]
+    return len(layers)
+
+
+def _falling_back(model: torch.nn.Module, layer: torch.nn.Module, compiled_call):
+    def call(*args, **kwargs):
+        try:
+            return compiled_call(*args, **kwargs)
+        except (torch._dynamo.exc.BackendCompilerFailed, torch._dynamo.exc.Unsupported) as error:
+            cause = getattr(error, "inner_exception", None) or error  # the backend's own error, else Dynamo's
+            reason = (str(cause).strip().splitlines() or [""])[0]
+            warnings.warn(f"model.compile_layers: compiling {type(layer).__name__} failed, the training forwards run "
+                          f"eager from now on ({type(cause).__name__}: {reason})", stacklevel=2)
+            for each, _ in _COMPILED.pop(model, []):
+                each._compiled_call_impl = None
+            return layer._call_impl(*args, **kwargs)
+
+    return call
 
 
 def has_compiled_layers(model: torch.nn.Module) -> bool:
