@@ -282,25 +282,31 @@ def test_compiled_layers_give_the_eager_logprobs_and_gradients_from_one_graph(de
     torch._dynamo.reset()
 
 
-def test_layers_that_fail_to_compile_run_eager_after_one_warning():
-    """Where the backend cannot compile a layer (a GPU box without the C compiler Triton builds with, say), that
-    training forward finishes eager with the same log-probs, one warning names the failure, and later forwards run
-    eager, the shared prompt's way, without another warning."""
+@pytest.mark.parametrize("failure, reason", [
+    ("backend", "RuntimeError: no C compiler here"), ("silent backend", "RuntimeError: "), ("graph break", "Unsupported: "),
+])
+def test_layers_that_fail_to_compile_run_eager_after_one_warning(failure, reason):
+    """Where the backend cannot compile a layer (a GPU box without the C compiler Triton builds with, say) or Dynamo
+    cannot trace it whole, that training forward finishes eager with the same log-probs, one warning names the
+    failure, and later forwards run eager, the shared prompt's way, without another warning."""
     from algos.model.compiled import compile_decoder_layers, decoder_layers, has_compiled_layers
     from algos.model.policy import completion_logprobs
 
     def failing_backend(graph, example_inputs):
-        raise RuntimeError("no C compiler here\nmore detail")
+        raise RuntimeError("no C compiler here\nmore detail" if failure == "backend" else "")
 
     torch._dynamo.reset()
     torch.manual_seed(0)
     model = build_tiny_model(build_char_tokenizer(), hidden_size=48, num_layers=3, num_heads=4).eval()
+    if failure == "graph break":  # a hook runs inside the compiled call: fullgraph makes its break an error
+        decoder_layers(model)[1].register_forward_pre_hook(lambda module, args: torch._dynamo.graph_break())
     ids, mask, prompt_width = _ragged_group_batch()
     valid = mask[:, prompt_width:].bool()
     eager, _ = completion_logprobs(model, ids, mask, prompt_width, chunk_size=4)
-    compile_decoder_layers(model, backend=failing_backend)
+    compile_decoder_layers(model, backend=failing_backend if failure != "graph break" else "eager")
+    ending = r"\)$" if failure != "graph break" else ""  # Dynamo's own message runs on
     with pytest.warns(UserWarning, match=r"^model.compile_layers: compiling LlamaDecoderLayer failed, the training "
-                                         r"forwards run eager from now on \(RuntimeError: no C compiler here\)$"):
+                                         r"forwards run eager from now on \(" + reason + ending):
         logp, _ = completion_logprobs(model, ids, mask, prompt_width, chunk_size=4)
     torch.testing.assert_close(logp[valid], eager[valid], atol=1e-5, rtol=1e-5)
     assert not has_compiled_layers(model)

@@ -53,8 +53,8 @@ def _falling_back(model: torch.nn.Module, layer: torch.nn.Module, compiled_call)
             cause = getattr(error, "inner_exception", None) or error  # the backend's own error, else Dynamo's
             reason = (str(cause).strip().splitlines() or [""])[0]
             warnings.warn(f"model.compile_layers: compiling {type(layer).__name__} failed, the training forwards run "
-                          f"eager from now on ({type(cause).__name__}: {reason})", stacklevel=2)
-            for each, _ in _COMPILED.pop(model, []):
+                          f"eager from now on ({type(cause).__name__}: {reason})")
+            for each, _ in _COMPILED.pop(model):  # registered: the layers call this only while it is
                 each._compiled_call_impl = None
             return layer._call_impl(*args, **kwargs)
 
