@@ -1,10 +1,12 @@
 """The trainer machinery GRPO/DAPO/PPO share: metrics logging and checkpoints."""
 
 import contextlib
+import gc
 import json
 import os
 import random
 import warnings
+import weakref
 
 import numpy as np
 import pytest
@@ -331,6 +333,10 @@ def test_compile_layers_needs_a_decoder_with_a_list_of_layers():
 
     one_layer = build_tiny_model(build_char_tokenizer(), hidden_size=32, num_layers=1, num_heads=4)
     assert compile_decoder_layers(one_layer) == 1 and has_compiled_layers(one_layer)  # compiles at its first call
+    held = weakref.ref(one_layer)
+    del one_layer
+    gc.collect()
+    assert held() is None  # what compile_decoder_layers keeps does not keep the model alive
     for decoder in (torch.nn.Linear(2, 2), torch.nn.Module()):
         decoder.layers = torch.nn.ModuleList() if isinstance(decoder, torch.nn.Linear) else torch.nn.Linear(2, 2)
         with pytest.raises(TypeError, match=r"^Headless's decoder has no `layers` list to compile \(model.compile_layers\)$"):

@@ -46,6 +46,8 @@ def compile_decoder_layers(model: torch.nn.Module, **options: Any) -> int:
 
 
 def _falling_back(model: torch.nn.Module, layer: torch.nn.Module, compiled_call):
+    owner = weakref.ref(model)  # a value of _COMPILED must not keep its key alive
+
     def call(*args, **kwargs):
         try:
             return compiled_call(*args, **kwargs)
@@ -53,8 +55,8 @@ def _falling_back(model: torch.nn.Module, layer: torch.nn.Module, compiled_call)
             cause = getattr(error, "inner_exception", None) or error  # the backend's own error, else Dynamo's
             reason = (str(cause).strip().splitlines() or [""])[0]
             warnings.warn(f"model.compile_layers: compiling {type(layer).__name__} failed, the training forwards run "
-                          f"eager from now on ({type(cause).__name__}: {reason})")
-            for each, _ in _COMPILED.pop(model):  # registered: the layers call this only while it is
+                          f"eager from now on ({type(cause).__name__}: {reason})", stacklevel=1)
+            for each, _ in _COMPILED.pop(owner()):  # registered: the layers call this only while it is
                 each._compiled_call_impl = None
             return layer._call_impl(*args, **kwargs)
 
