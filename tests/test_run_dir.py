@@ -104,7 +104,8 @@ def test_a_changed_config_lists_eight_differences_and_what_may_change(tmp_path):
 def test_a_resume_may_change_the_overrides_but_not_go_back(tmp_path):
     config = _config(tmp_path)
     checkpoint = _checkpoint(config, 4)
-    longer = _config(tmp_path, **{"run.steps": "6", "run.eval_every": "2", "env.eval_batch_size": "8"})
+    longer = _config(tmp_path, **{"run.steps": "6", "run.eval_every": "2", "env.eval_batch_size": "8",
+                                  "model.compile_layers": "on"})  # a CPU run ("off") going on on a GPU
     check_resumable(longer, checkpoint)
     with pytest.warns(UserWarning, match=r"already has run.steps = 4 steps; nothing to train \(raise run.steps to continue\)$"):
         check_resumable(config, checkpoint)

@@ -39,6 +39,9 @@ RESUME_OVERRIDES = frozenset({
     # Which engine samples follows the device, as the precision does ("auto": static on a GPU, hf on a CPU): a run
     # started on a CPU may go on on a GPU. Every engine samples the trainer's row seeds from the same policy.
     "rollout.backend", "rollout.decode_graph",
+    # So does whether the training forwards run compiled layers ("auto": on a one-process GPU run): the same
+    # log-probs up to float rounding.
+    "model.compile_layers",
     # Alarms only watch the run.
     "run.stop_on_alarm", "alarms.entropy_collapse", "alarms.reward_stall", "alarms.window", "alarms.zero_std_groups",
     "alarms.clip_spike", "alarms.truncation", "alarms.eval_drop",
