@@ -284,8 +284,8 @@ def main() -> None:
             "--micro-batch", str(args.micro_batch), "--trl-micro-batch", str(args.trl_micro_batch),
             *(["--gradient-checkpointing"] if args.gradient_checkpointing else [])]
     results = {}
+    skipped = {"trl": args.skip_trl, "ours_hf": not args.with_hf_rollout, "ours_eager": not args.with_eager_layers}
     for name in CONTENDERS:
-        skipped = {"trl": args.skip_trl, "ours_hf": not args.with_hf_rollout, "ours_eager": not args.with_eager_layers}
         if skipped.get(name):
             continue
         proc = subprocess.run([*base, "--only", name], capture_output=True, text=True)

@@ -281,6 +281,12 @@ def test_compiled_layers_give_the_eager_logprobs_and_gradients_from_one_graph(de
     assert graphs() == 1  # decoding with a KV cache runs the layers as they are
     with compiled_layers(model):
         assert all(layer._compiled_call_impl is not None for layer in decoder_layers(model))
+    owned = decoder_layers(model)[0]
+    owned.compile(backend="eager")  # the model's owner compiled a layer: it gets that back after the forward
+    theirs = owned._compiled_call_impl
+    with compiled_layers(model):
+        assert owned._compiled_call_impl is not theirs
+    assert owned._compiled_call_impl is theirs
     torch._dynamo.reset()
 
 

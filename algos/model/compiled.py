@@ -73,13 +73,14 @@ def compiled_layers(model: torch.nn.Module) -> Iterator[None]:
     """Inside: a prepared model's layers run compiled (torch.nn.Module.__call__ takes ``_compiled_call_impl``, the hook
     Module.compile sets); after, as they were. Nothing for a model that was not prepared."""
     compiled = _COMPILED.get(model, [])
+    before = [layer._compiled_call_impl for layer, _ in compiled]  # None, unless a layer was compiled by its owner
     for layer, call in compiled:
         layer._compiled_call_impl = call
     try:
         yield
     finally:
-        for layer, _ in compiled:
-            layer._compiled_call_impl = None
+        for (layer, _), call in zip(compiled, before):
+            layer._compiled_call_impl = call
 
 
 def resolve_compile_layers(setting: str, device: torch.device, *, world_size: int, gradient_checkpointing: bool) -> str:
