@@ -103,10 +103,11 @@ EDGES = {
               "loss.logprob_chunk_size": "1", "distributed.world_size": "1", "alarms.window": "1",
               "alarms.entropy_collapse": "0", "alarms.reward_stall": "0", "alarms.zero_std_groups": "0",
               "alarms.clip_spike": "0", "alarms.truncation": "0", "alarms.eval_drop": "0", "warm_start.steps": "0",
-              "warm_start.batch_size": "1"},
+              "warm_start.batch_size": "1", "model.gradient_checkpointing": "true"},  # compile_layers "auto" there
     "upper": {"rollout.vllm_gpu_memory_utilization": "1", "rollout.top_p": "1", "loss.eps_low": "1",
               "alarms.entropy_collapse": "1", "alarms.zero_std_groups": "1", "alarms.truncation": "1",
-              "loss.rollout_correction_cap": "1.0001", "loss.dual_clip": "1.0001", "loss.surrogate": "gspo"},
+              "loss.rollout_correction_cap": "1.0001", "loss.dual_clip": "1.0001", "loss.surrogate": "gspo",
+              "model.gradient_checkpointing": "true", "model.compile_layers": "off"},
     "nulls": {"env.max_prompt_tokens": "null", "rollout.max_episode_tokens": "null", "rollout.vllm_dtype": "null",
               "loss.dual_clip": "null", "loss.micro_batch_memory_gb": "null", "distributed.world_size": "null",
               "model.autocast": "null", "rollout.vllm_engine_kwargs": json.dumps({"enforce_eager": True})},
