@@ -2,7 +2,8 @@
 
 Prints, in this order: (1) the code verifier's latency per completion on rlvr/Code-v0's bundled
 problems, one at a time and a GRPO-sized batch through score_batch (the sandbox's cost, which the math
-rows do not have); (2) single-process throughput and latency percentiles on long responses ending in
+rows do not have), and one Code-v0 env.step's p50/p99 with the run's cgroups against without them;
+(2) single-process throughput and latency percentiles on long responses ending in
 \\boxed{}, with the ratio ours / math-verify; (3) accuracy per category on the labelled cases for both,
 with false positives / false negatives; (4) math_verifier's two backends (native, math-verify) side by
 side, timed before their own accuracy pass: speed through the same hard limit, accuracy and agreement.
@@ -173,6 +174,39 @@ def code_table(repeat: int, group: int = 8) -> None:
     print(f"{mode:28} {len(batch):11d} {'':>8} {'':>8} {elapsed / len(batch) * 1e3:14.1f}")
 
 
+def code_step_table(repeat: int) -> None:
+    """p50/p99 of one rlvr/Code-v0 ``env.step`` with a correct program, the run in its pids and memory cgroups
+    against the same run without them (``cgroup_roots`` emptied), alternated pass by pass in this process."""
+    import gymnasium as gym
+
+    import rlvr_env  # noqa: F401  (registers rlvr/Code-v0)
+    from rewards import run_cgroup
+
+    env = gym.make("rlvr/Code-v0")
+    task = env.unwrapped.task
+    golds = [task.gold_completion(task.problem(index, 0)) for index in range(task.size)]
+    with_cgroups = run_cgroup.cgroup_roots()
+    latencies: dict[str, list[float]] = {"without cgroups": [], "with cgroups": []}
+    for _ in range(repeat + 1):  # the first pass warms the page cache and the rewards worker, and is dropped
+        for mode, times in latencies.items():
+            run_cgroup.cgroup_roots = (lambda: {}) if mode == "without cgroups" else (lambda: with_cgroups)
+            for index, gold in enumerate(golds):
+                env.reset(seed=0, options={"problem_index": index})
+                start = time.perf_counter()
+                reward = env.step(gold)[1]
+                times.append(time.perf_counter() - start)
+                assert reward == 1.0, (index, mode)
+    controllers = ", ".join(sorted(with_cgroups)) or "none can be made here"
+    print(f"rlvr/Code-v0 env.step, a correct program, {len(golds)} problems x {repeat} (cgroups: {controllers})")
+    print(f"{'mode':18} {'p50 ms':>8} {'p99 ms':>8}")
+    summary = {}
+    for mode, times in latencies.items():
+        summary[mode] = percentiles(times[len(golds):])
+        print(f"{mode:18} {summary[mode][0]:8.1f} {summary[mode][1]:8.1f}")
+    base, cgroups = summary["without cgroups"], summary["with cgroups"]
+    print(f"{'ratio':18} {cgroups[0] / base[0]:8.2f} {cgroups[1] / base[1]:8.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=1,
@@ -182,6 +216,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.only != "backends":
         code_table(max(args.repeat, 5))
+        print()
+        code_step_table(max(args.repeat, 10))
     if args.only == "code":
         return
     print()

@@ -51,12 +51,15 @@ _FENCED = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | r
 @dataclass(frozen=True)
 class CodeLimits:
     """Hard limits of one run. ``timeout_s``: wall clock of each sandbox run (and of each evaluation
-    of the tests), after which it is killed; ``cpu_s``: CPU seconds (RLIMIT_CPU); ``memory_mb``:
-    address space (RLIMIT_AS, so MemoryError past it); ``file_mb``: largest file it may write, its
-    output included (RLIMIT_FSIZE); ``disk_mb``: size of its working directory (a tmpfs, under
-    bubblewrap); ``processes``: processes and threads (a pids cgroup where one can be made, and
-    RLIMIT_NPROC); ``output_chars``: how much of its stdout/stderr comes back; ``isolate``: run in the
-    sandbox (bubblewrap, else namespaces); False = rlimits only."""
+    of the tests), after which it is killed; ``cpu_s``: CPU seconds (RLIMIT_CPU); ``memory_mb``: memory
+    of the whole run, every process and the files of its tmpfs together (a memory cgroup, swap off,
+    where one can be made: past it the kernel kills the run), and address space of each process
+    (RLIMIT_AS, so MemoryError past it); ``file_mb``: largest file it may write, its output included
+    (RLIMIT_FSIZE); ``disk_mb``: size of its working directory (a tmpfs, under bubblewrap);
+    ``processes``: processes and threads alive at once in the whole run (a pids cgroup where one can
+    be made, and RLIMIT_NPROC); ``output_chars``: how much of its stdout/stderr comes back;
+    ``isolate``: run in the sandbox (bubblewrap, else namespaces); False = rlimits only.
+    What holds on which machine: docs/environments.md, "The code sandbox"."""
 
     timeout_s: float = 4.0
     cpu_s: int = 3
@@ -83,7 +86,8 @@ class CodeRun:
     """What one run did. ``status``: ok (every call the tests needed was answered, within the limits,
     nothing refused), timeout (wall clock or CPU limit), error (a refused operation, the memory limit,
     the program ended the run or wrote answers of its own, a test that cannot be evaluated, or the
-    sandbox failed); ``reason`` says which. ``score`` is the fraction of tests passed when ok, else 0."""
+    sandbox failed); ``reason`` says which. ``score`` is the fraction of tests passed when ok, else 0;
+    ``solved``: ok with every test passed."""
 
     status: str
     passed: int = 0
@@ -97,6 +101,10 @@ class CodeRun:
     @property
     def score(self) -> float:
         return self.passed / self.total if self.status == OK and self.total else 0.0
+
+    @property
+    def solved(self) -> bool:
+        return self.status == OK and self.total > 0 and self.passed == self.total
 
     def details(self) -> dict[str, Any]:
         details = {"passed": self.passed, "total": self.total, "isolation": self.isolation}
@@ -281,7 +289,8 @@ def _answer(code: str, setup: str, keys: list[str], answers: dict[str, list],
     try:
         run = run_sandboxed(spec, [json.loads(key) for key in keys], timeout_s=limits.timeout_s,
                             disk_mb=limits.disk_mb, processes=limits.processes,
-                            output_chars=limits.output_chars, isolate=limits.isolate)
+                            memory_bytes=limits.memory_mb << 20, output_chars=limits.output_chars,
+                            isolate=limits.isolate)
     except OSError as exc:
         return None, (ERROR, f"could not start the sandbox: {exc}")
     violations = _violations(run)
@@ -295,6 +304,8 @@ def _answer(code: str, setup: str, keys: list[str], answers: dict[str, list],
             twice.append(index)
         answered[index] = ["value", line["value"]] if "value" in line else ["raised", str(line["raised"])[:300]]
     cpu_killed = run.returncode in (-signal.SIGXCPU, 128 + signal.SIGXCPU)
+    if run.over_memory:
+        return run, (ERROR, f"over the memory limit ({limits.memory_mb} MB for the whole run)")
     if run.timed_out or cpu_killed:
         return run, (TIMEOUT, f"over {limits.cpu_s} s of CPU" if cpu_killed else f"over {limits.timeout_s} s")
     if violations:
@@ -319,7 +330,13 @@ def _violations(run: SandboxRun) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class CodeVerifier:
-    """Scores a completion's last fenced code block by the fraction of the gold tests it passes.
+    """Scores a completion's last fenced code block on the gold tests: 1.0 when every test passes,
+    else 0 (all or nothing, the convention of the code-RL recipes: DeepCoder, verl's code rewards).
+
+    ``partial_credit=True`` pays the fraction of tests passed instead, which a policy can farm without
+    solving anything: a function that returns ``True`` for every call passes ``assert f(x)`` tests, and
+    one that returns ``None``, ``0``, ``[]`` or ``''`` passes ``assert not f(x)``, ``assert f(0) == 0``
+    and ``assert f([]) == []`` (0.33 to 0.67 on MBPP-style problems).
 
     ``answer``: the test statements, or ``{"tests": [...], "setup": "..."}`` (MBPP's test_setup_code,
     run before the program in the sandbox and before the tests on this side). Status no_answer when
@@ -327,6 +344,7 @@ class CodeVerifier:
     ``details["components"]["correct"]`` is the score, so all tests passed is what counts as solved."""
 
     limits: CodeLimits = field(default_factory=CodeLimits)
+    partial_credit: bool = False
 
     def __call__(self, completion: str, *, answer: Any, **info: Any) -> VerifyResult:
         tests, setup = (answer.get("tests", ()), answer.get("setup", "")) if isinstance(answer, Mapping) else (answer, "")
@@ -336,7 +354,8 @@ class CodeVerifier:
         if code is None:
             return VerifyResult(0.0, NO_ANSWER, {"components": {"correct": 0.0}, "reason": "no fenced code block"})
         run = run_code(code, list(tests), setup=setup, limits=self.limits)
-        return VerifyResult(run.score, run.status, {**run.details(), "components": {"correct": run.score}})
+        score = run.score if self.partial_credit else float(run.solved)
+        return VerifyResult(score, run.status, {**run.details(), "components": {"correct": score}})
 
 
 code_verifier = CodeVerifier()

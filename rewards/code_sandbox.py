@@ -9,7 +9,8 @@ One run = one fresh ``python -I -S -c <rewards/code_runner.py>`` inside ``bwrap`
   interface but a down loopback), IPC, UTS and cgroup namespaces; ``--die-with-parent`` and
   ``--new-session``: when the run ends, its pid namespace and every process in it end too;
 - rlimits set by the runner (CPU, address space, file size, processes, no core) and, where this
-  machine lets us create a pids cgroup, a cap on the processes and threads of the whole run;
+  machine lets us make cgroups (``rewards.run_cgroup``), caps on the processes and threads and on the
+  memory of the whole run, which it enters before anything of it forks;
 - a wall-clock deadline, after which the run's process group (and cgroup) is SIGKILLed.
 
 Without ``bwrap`` on PATH, runs fall back to ``unshare``'s user, pid and network namespaces (no
@@ -20,7 +21,6 @@ files), and without those to rlimits only; either fallback warns once, naming th
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import os
 import select
@@ -31,11 +31,12 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+
+from .run_cgroup import ENTRY_FAILED, RunCgroup
 
 RUNNER_SOURCE = (Path(__file__).with_name("code_runner.py")).read_text(encoding="utf-8")
 MAX_REPORT_BYTES = 1 << 20
@@ -62,7 +63,8 @@ RISK = {
 class SandboxRun:
     """What one sandboxed process reported: its JSON lines, how many answers it wrote before it was
     sent the calls (forged ones), whether the deadline killed it, its exit status, the first
-    ``output_chars`` of its stdout/stderr, and the isolation it ran under."""
+    ``output_chars`` of its stdout/stderr, the isolation it ran under, and whether the kernel killed
+    a process of it at the run's memory cap."""
 
     lines: list[dict]
     unasked: int
@@ -70,6 +72,7 @@ class SandboxRun:
     returncode: int
     output: str
     isolation: str
+    over_memory: bool = False
 
 
 def _probe(command: list[str]) -> bool:
@@ -142,107 +145,6 @@ def _bwrap_prefix(disk_mb: int) -> tuple[str, ...]:
     return tuple(command)
 
 
-class PidsCgroup:
-    """A pids cgroup per run, where this machine lets us make one (cgroup v1's pids hierarchy, or a
-    v2 cgroup whose subtree has the pids controller): caps the run's processes and threads, all of
-    them, whatever uid they run as, and lists them for the final kill."""
-
-    _counter = itertools.count()
-    _lock = threading.Lock()
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    @staticmethod
-    @functools.cache
-    def root() -> str | None:
-        """The folder to make run cgroups in, or None (probed once)."""
-        for candidate in _cgroup_candidates():
-            probe = os.path.join(candidate, f"rlvr-probe-{os.getpid()}")
-            try:
-                os.mkdir(probe)
-            except OSError:
-                continue
-            try:
-                Path(probe, "pids.max").write_text("1")
-                return candidate
-            except OSError:
-                continue
-            finally:
-                _remove_cgroup(probe)
-        return None
-
-    @classmethod
-    def create(cls, max_pids: int) -> PidsCgroup | None:
-        root = cls.root()
-        if root is None:
-            return None
-        with cls._lock:
-            name = f"rlvr-sandbox-{os.getpid()}-{next(cls._counter)}"
-        path = os.path.join(root, name)
-        try:
-            os.mkdir(path)
-            Path(path, "pids.max").write_text(str(max_pids))
-        except OSError:
-            _remove_cgroup(path)
-            return None
-        return cls(path)
-
-    def add(self, pid: int) -> bool:
-        try:
-            Path(self.path, "cgroup.procs").write_text(str(pid))
-            return True
-        except OSError:
-            return False
-
-    def kill_all_and_remove(self) -> None:
-        for _ in range(100):
-            try:
-                pids = [int(p) for p in Path(self.path, "cgroup.procs").read_text().split()]
-            except (OSError, ValueError):
-                pids = []
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            if _remove_cgroup(self.path):
-                return
-            time.sleep(0.01)
-
-
-def _cgroup_candidates() -> list[str]:
-    """Where a pids cgroup could be made: the v1 pids hierarchy at our own cgroup, or our v2 cgroup."""
-    try:
-        mounts = [line.split() for line in Path("/proc/self/mounts").read_text().splitlines()]
-        own = [line.split(":", 2) for line in Path("/proc/self/cgroup").read_text().splitlines()]
-    except OSError:
-        return []
-    candidates = []
-    for _, point, kind, options, *_ in mounts:
-        for _, controllers, path in own:
-            if kind == "cgroup" and "pids" in options.split(",") and "pids" in controllers.split(","):
-                candidates.append(os.path.join(point, path.lstrip("/")))
-            elif kind == "cgroup2" and controllers == "":
-                base = os.path.join(point, path.lstrip("/"))
-                try:
-                    if "pids" in Path(base, "cgroup.subtree_control").read_text().split():
-                        candidates.append(base)
-                except OSError:
-                    pass
-    return candidates
-
-
-def _remove_cgroup(path: str) -> bool:
-    try:
-        os.rmdir(path)
-        return True
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-
-
 def remove_tree(path: str) -> str:
     """Delete ``path`` whatever the program left there (a 3,000-deep tree, unreadable folders); never
     raises. Returns what could not be removed, "" when all went."""
@@ -256,21 +158,22 @@ def remove_tree(path: str) -> str:
     return f"could not remove {path}" if os.path.lexists(path) else ""
 
 
-def run_sandboxed(spec: dict, calls: list, *, timeout_s: float, disk_mb: int, processes: int, output_chars: int,
-                  isolate: bool) -> SandboxRun:
+def run_sandboxed(spec: dict, calls: list, *, timeout_s: float, disk_mb: int, processes: int, memory_bytes: int,
+                  output_chars: int, isolate: bool) -> SandboxRun:
     """Run the runner on ``spec`` (the report fd is added here), send it ``calls`` once the program has
     run, and collect its report lines until "done", the channel's end or ``timeout_s``. Never raises
-    on what the program does; OSError only when the sandbox itself cannot start."""
+    on what the program does; OSError only when the sandbox itself cannot start. ``processes`` and
+    ``memory_bytes`` cap the whole run where cgroups can be made (its tmpfs included in the memory)."""
     isolation = available_isolation() if isolate else RLIMITS_ONLY
     root = tempfile.mkdtemp(prefix="rlvr-code-")
     try:
-        return _run_in(root, spec, calls, isolation, timeout_s, disk_mb, processes, output_chars)
+        return _run_in(root, spec, calls, isolation, timeout_s, disk_mb, processes, memory_bytes, output_chars)
     finally:
         remove_tree(root)
 
 
 def _run_in(root: str, spec: dict, calls: list, isolation: str, timeout_s: float, disk_mb: int, processes: int,
-            output_chars: int) -> SandboxRun:
+            memory_bytes: int, output_chars: int) -> SandboxRun:
     if isolation == BUBBLEWRAP:
         prefix, cwd = _bwrap_prefix(disk_mb), root
     else:
@@ -278,28 +181,25 @@ def _run_in(root: str, spec: dict, calls: list, isolation: str, timeout_s: float
         cwd = os.path.join(root, "work")  # the program's cwd; its output file lies outside it
         os.mkdir(cwd)
     spec = {**spec, "limits": {**spec["limits"], "own_init": isolation == NAMESPACES_ONLY}}
-    cgroup = PidsCgroup.create(processes + CGROUP_EXTRA_PIDS)
+    cgroup = RunCgroup.create(processes + CGROUP_EXTRA_PIDS, memory_bytes)
     output_path = os.path.join(root, "output")
     read_fd, write_fd = os.pipe()
     spec["report_fd"] = write_fd
     try:
         with open(output_path, "wb") as output:
             process = subprocess.Popen(
-                [*prefix, os.path.realpath(sys.executable), "-I", "-S", "-c", RUNNER_SOURCE],
+                cgroup.entering([*prefix, os.path.realpath(sys.executable), "-I", "-S", "-c", RUNNER_SOURCE]),
                 stdin=subprocess.PIPE, stdout=output, stderr=subprocess.STDOUT, cwd=cwd,
                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"},
                 pass_fds=(write_fd,), start_new_session=True,
             )
     except OSError:
         os.close(read_fd)
-        if cgroup is not None:
-            cgroup.kill_all_and_remove()
+        cgroup.kill_all_and_remove()
         raise
     finally:
         os.close(write_fd)
     try:
-        if cgroup is not None:  # before the spec: the runner waits for it, so nothing of the program runs yet
-            cgroup.add(process.pid)
         lines, unasked, timed_out = _collect(process, read_fd, json.dumps(spec), json.dumps(calls), timeout_s)
         if not timed_out:  # the channel closed: let the run end by itself, so its exit status is its own
             try:
@@ -309,11 +209,13 @@ def _run_in(root: str, spec: dict, calls: list, isolation: str, timeout_s: float
     finally:
         os.close(read_fd)
         _kill_group(process)
-        if cgroup is not None:
-            cgroup.kill_all_and_remove()
+        over_memory = cgroup.over_memory()
+        cgroup.kill_all_and_remove()
+    if not lines and process.returncode == ENTRY_FAILED and cgroup.controllers:
+        raise OSError(f"the run could not enter its cgroups ({', '.join(sorted(cgroup.controllers))})")
     with open(output_path, "rb") as output:
         text = output.read(output_chars * 4).decode("utf-8", errors="replace")[:output_chars]
-    return SandboxRun(lines, unasked, timed_out, process.returncode, text, isolation)
+    return SandboxRun(lines, unasked, timed_out, process.returncode, text, isolation, over_memory)
 
 
 def _collect(process: subprocess.Popen, read_fd: int, spec: str, calls: str,

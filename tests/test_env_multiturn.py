@@ -74,7 +74,7 @@ def test_code_episode_runs_the_python_tool_in_the_sandbox():
     assert (reward, terminated, info["success"]) == (1.0, True, True)
     env.reset(options={"problem_index": 0})
     _, reward, _, _, info = env.step("```python\ndef digit_sum(n):\n    return 10\n```")
-    assert reward == pytest.approx(1 / 3) and info["verifier_status"] == "ok" and not info["success"]
+    assert (reward, info["verifier_status"], info["success"]) == (0.0, "ok", False)  # 1 of 3 tests: all or nothing
 
 
 TOOL_TEMPLATE = (

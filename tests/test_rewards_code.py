@@ -21,10 +21,14 @@ SOLUTION = "def add(a, b):\n    return a + b\n"
 FAST = CodeLimits(timeout_s=3.0, cpu_s=2)
 
 
-def test_score_is_the_fraction_of_tests_passed():
+def test_the_run_counts_tests_and_the_verifier_pays_all_or_nothing_unless_asked():
     run = run_code(SOLUTION + "print('working')", TESTS)
-    assert (run.status, run.passed, run.total, run.score) == ("ok", 2, 3, pytest.approx(2 / 3))
+    assert (run.status, run.passed, run.total, run.score, run.solved) == ("ok", 2, 3, pytest.approx(2 / 3), False)
     assert run.output == "working\n" and run.test_errors == ("test 2: AssertionError (add(2, 2) returned 4)",)
+    completion = f"```python\n{SOLUTION}```"
+    assert code_verifier(completion, answer=TESTS).score == 0.0
+    assert CodeVerifier(partial_credit=True)(completion, answer=TESTS).score == pytest.approx(2 / 3)
+    assert code_verifier(completion, answer=TESTS[:2]).score == 1.0
 
 
 def test_verifier_extracts_the_last_code_block():
@@ -218,7 +222,7 @@ def test_the_sandbox_sees_no_project_no_packages_and_no_network():
 def test_from_threads_asyncio_and_worker_processes():
     completions = [f"```python\n{SOLUTION}```", "```python\nwhile True: pass\n```", "nothing"] * 2
     expected = [("ok", 2 / 3), ("timeout", 0.0), ("no_answer", 0.0)] * 2
-    verifier = CodeVerifier(FAST)
+    verifier = CodeVerifier(FAST, partial_credit=True)
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(lambda c: verifier(c, answer=TESTS), completions))
     assert [(r.status, pytest.approx(r.score)) for r in results] == expected

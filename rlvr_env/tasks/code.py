@@ -2,8 +2,9 @@
 
 Rows are MBPP's public format: ``{"task_id", "text", "code", "test_list", "test_setup_code"}``; the
 default file, ``code_problems.jsonl`` beside this module, holds a few problems written for this
-project in that format (MBPP's own file works as ``data_path=``). Reward: the fraction of the tests
-the last fenced code block passes, run by :mod:`rewards.code`.
+project in that format (MBPP's own file works as ``data_path=``). Reward: 1.0 when the last fenced
+code block passes every test, else 0, run by :mod:`rewards.code` (``partial_credit=True``: the
+fraction passed, which a constant function can farm; see rewards.code.CodeVerifier).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ SAMPLE_PATH = Path(__file__).with_name("code_problems.jsonl")
 @dataclass
 class CodeConfig(MultiTurnConfig):
     """``data_path``: an MBPP-format .jsonl or .parquet (default: $RLVR_CODE_PATH, else the bundled sample).
-    ``limits``: the sandbox's limits for scoring (rewards.code.CodeLimits fields, or one)."""
+    ``limits``: the sandbox's limits for scoring (rewards.code.CodeLimits fields, or one).
+    ``partial_credit``: pay the fraction of tests passed instead of all or nothing (exploitable: a
+    function returning a constant passes some tests; off by default, as in DeepCoder and verl)."""
 
     data_path: str | None = None
     prompt_template: str = (
@@ -34,6 +37,7 @@ class CodeConfig(MultiTurnConfig):
         "You can run code with the python tool. Give your final solution in one ```python code block."
     )
     limits: CodeLimits = field(default_factory=CodeLimits)
+    partial_credit: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -45,6 +49,8 @@ class CodeConfig(MultiTurnConfig):
         validate_prompt_template(self.prompt_template, "text", optional=("tests",))
         if not isinstance(self.limits, CodeLimits):
             raise ValueError(f"limits must be a CodeLimits or a mapping of its fields, got {self.limits!r}")
+        if not isinstance(self.partial_credit, bool):
+            raise ValueError(f"partial_credit must be true or false, got {self.partial_credit!r}")
 
 
 class CodeTask(DatasetTask, MultiTurnTask):
@@ -70,7 +76,7 @@ class CodeTask(DatasetTask, MultiTurnTask):
 
     @property
     def verifier(self):
-        return CodeVerifier(self.config.limits)
+        return CodeVerifier(self.config.limits, partial_credit=self.config.partial_credit)
 
     @property
     def tools(self) -> Toolbox:
