@@ -7,6 +7,9 @@ rollout kept the GPU busy 4% of its time. This engine instead
 
 - decodes into a KV cache and a mask preallocated for ``[rows, prompt + max_new_tokens]``: every row, finished or not,
   decodes each step (finished rows into padding), and "are all rows done" is asked once every ``check_every`` tokens;
+- builds its attention masks itself, as transformers would from a 2D mask: causal over each row's columns, and for
+  a model's sliding-window layers the window too (AttentionLayout: one mask, or a dict by layer type where sliding
+  and full layers mix, as in Gemma 2/3);
 - keeps the tokens, log-probs and each row's random draws on the device, sampled inside the step (inverse CDF on
   draws made before the loop, so no RNG runs in the step);
 - replays those ``check_every`` steps as one CUDA graph (captured once per (rows, width, sampling) bucket), or runs
@@ -25,7 +28,9 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import inspect
 import math
+import sys
 import types
 import warnings
 from collections.abc import Iterator
@@ -64,7 +69,7 @@ class FixedKVCache:
     """A KV cache of fixed shape: per layer keys and values [rows, kv_heads, width, head_dim], allocated at the first
     write and written in place from ``column`` on (one column for every row: prompts are left-padded to one width).
     Duck-types the one method transformers' attention layers call on a cache (``update``); the model never sizes
-    its mask from it because the engine passes a ready 4D mask."""
+    its mask from it because the engine passes ready 4D masks (attention_layout: one, or one per layer type)."""
 
     def __init__(self, rows: int, width: int, device: torch.device) -> None:
         self.rows, self.width = rows, width
@@ -93,6 +98,71 @@ def additive_mask(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed, torch.finfo(dtype).min)
 
 
+@dataclass(frozen=True)
+class AttentionLayout:
+    """Which masks a decoder's layers attend under, as transformers builds them from a 2D mask: ``window`` the
+    sliding window of its sliding-window layers (None: none), under which a query at cache column q sees the keys
+    at columns q - window < k <= q (masking_utils.sliding_window_overlay: a key ``window`` columns back is out);
+    ``keyed``: layers of both kinds (Gemma 2/3, Qwen2 from max_window_layers on), so the engine passes a dict of
+    masks keyed by layer type ("full_attention", "sliding_attention"), which those models route to each layer as
+    generate's own precomputed masks are; else one 4D mask serves every layer."""
+
+    window: int | None = None
+    keyed: bool = False
+
+    def within(self, width: int) -> AttentionLayout:
+        """This layout over ``width`` cache columns: a window that spans them all masks nothing more."""
+        return self if self.window is not None and self.window < width else AttentionLayout()
+
+    def masks(self, full: torch.Tensor, out_of_window: torch.Tensor) -> torch.Tensor | dict[str, torch.Tensor]:
+        """``full`` the additive [B, 1, Q, K] causal mask, ``out_of_window`` Bool broadcasting to it (keys a window
+        back or more) -> what the decoder takes as ``attention_mask``."""
+        if self.window is None:
+            return full
+        sliding = full.masked_fill(out_of_window, torch.finfo(full.dtype).min)
+        return {"full_attention": full, "sliding_attention": sliding} if self.keyed else sliding
+
+
+def attention_layout(decoder) -> AttentionLayout:
+    """The masks ``decoder``'s layers need (AttentionLayout). Refused with one line (ValueError) where this engine's
+    masks would not be the model's own: chunked or non-causal attention, or layer types other than full and sliding.
+    A config's ``sliding_window`` counts where the model's code reads it (Mistral, Phi-3, Qwen2, Gemma 2...); set on
+    a family whose layers never use one (Llama), it changes nothing here, as in transformers."""
+    config = decoder.config.get_text_config()
+    name = type(decoder).__name__
+    if getattr(config, "attention_chunk_size", None) or not getattr(config, "is_causal", True) or getattr(
+            config, "use_bidirectional_attention", False):
+        raise ValueError(f"StaticRollout builds causal and sliding-window masks only, and {name} attends otherwise "
+                         "(chunked or bidirectional attention): use rollout.backend = 'hf'")
+    window = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None)
+    if layer_types is not None:
+        kinds = set(layer_types[: config.num_hidden_layers])
+        if not kinds <= {"full_attention", "sliding_attention"}:
+            raise ValueError(f"StaticRollout builds full and sliding-window masks only, and {name} has layers of types "
+                             f"{sorted(kinds)}: use rollout.backend = 'hf'")
+        if "sliding_attention" not in kinds:
+            return AttentionLayout()
+        if not window:
+            raise ValueError(f"{name} has sliding_attention layers but no config.sliding_window: use rollout.backend "
+                             "= 'hf'")
+        return AttentionLayout(window=int(window), keyed=len(kinds) > 1)
+    modeling = {type(module).__module__ for module in decoder.modules()}  # a wrapper's, its layers' own
+    if window and any(_reads_sliding_window(name) for name in modeling if not name.startswith("torch.")):
+        return AttentionLayout(window=int(window))
+    return AttentionLayout()
+
+
+@functools.cache
+def _reads_sliding_window(module_name: str) -> bool:
+    """Whether the modeling code of a model (its module's source) mentions ``sliding_window``; where the source
+    cannot be read, assume it does (the config's window is then honoured)."""
+    try:
+        return "sliding_window" in inspect.getsource(sys.modules[module_name])
+    except (KeyError, OSError, TypeError):
+        return True
+
+
 @dataclass
 class DecodeState:
     """Every tensor a decode step reads and writes, at fixed addresses (a captured graph replays on them)."""
@@ -111,6 +181,8 @@ class DecodeState:
     params: SamplingParams
     vocab: int
     pad_id: int
+    layout: AttentionLayout = AttentionLayout()  # the decoder's sliding window over the cache's columns, if any
+    key_columns: torch.Tensor | None = None  # Long[W] 0..W-1: the cache columns, for the sliding window
     graph: object = None  # torch.cuda.CUDAGraph of check_every steps, or a compiled function, or None (eager)
 
 
@@ -321,9 +393,13 @@ class StaticRollout:
         dtype = next(decoder.parameters()).dtype
         if torch.is_autocast_enabled(device.type):
             dtype = torch.get_autocast_dtype(device.type)
+        layout = attention_layout(decoder).within(width)
+        out_of_window = None
+        if layout.window is not None:  # key k lies a window or more before query q
+            out_of_window = torch.ones(width, width, dtype=torch.bool, device=device).tril(-layout.window)
         logits = decoder(
             input_ids=prompt_ids,
-            attention_mask=additive_mask(allowed, dtype),
+            attention_mask=layout.masks(additive_mask(allowed, dtype), out_of_window),
             position_ids=position_ids_from_mask(prompt_mask),
             past_key_values=cache,
             use_cache=True,
@@ -356,6 +432,8 @@ class StaticRollout:
             budget=torch.zeros(rows, dtype=torch.long, device=device),
             uniforms=torch.full((rows, span), 0.5, dtype=torch.float64, device=device),
             is_stop=is_stop, params=params, vocab=request.vocab, pad_id=request.pad_id,
+            layout=attention_layout(decoder).within(cache.width),
+            key_columns=torch.arange(cache.width, device=device),
         )
         state.graph = self._build_graph(decoder, state, device)
         self._states = {k: v for k, v in list(self._states.items())[-3:]}  # a few buckets: each holds a KV cache
@@ -447,8 +525,12 @@ def decode_step(decoder, state: DecodeState) -> None:
     """One token for every row, in place on ``state`` and with its shapes alone: no host sync, no allocation that
     depends on the data (a CUDA graph replays it)."""
     state.mask.index_fill_(3, state.cache.column, 0.0)  # the column this step's input token is written to
+    out_of_window = None
+    if state.layout.window is not None:  # the keys a window or more before this step's column
+        out_of_window = state.key_columns <= state.cache.column - state.layout.window
     logits = decoder(
-        input_ids=state.last_token, attention_mask=state.mask, position_ids=state.position,
+        input_ids=state.last_token, attention_mask=state.layout.masks(state.mask, out_of_window),
+        position_ids=state.position,
         past_key_values=state.cache, use_cache=True,
     ).logits[:, -1, : state.vocab]
     uniforms = None if state.params.greedy else state.uniforms.index_select(1, state.step).squeeze(1)
