@@ -147,6 +147,19 @@ def register(subparsers) -> None:
     )
     evaluate.set_defaults(func=_eval)
 
+    export = subparsers.add_parser(
+        "export", allow_abbrev=False,
+        help="write a run's model as a transformers directory (--merge: a LoRA adapter merged into its base)",
+        description="Write the model of a run directory, a checkpoint or a model directory to OUT. A LoRA run's "
+                    "checkpoints hold the adapter in PEFT's format; --merge writes its base model with W + scale * B @ A "
+                    "merged in, a plain transformers directory any tool loads.",
+    )
+    export.add_argument("source", help="run directory (its latest checkpoint), checkpoint-N, or a model directory")
+    export.add_argument("out", help="directory to write (must not exist)")
+    export.add_argument("--merge", action="store_true",
+                        help="merge a LoRA adapter into its base model (without it, the model directory is copied as is)")
+    export.set_defaults(func=_export)
+
 
 def _load(config_cls: type, args, extra: dict[str, Any], **options):
     """config_cls from args.config < args.overrides < the set values of ``extra``; ``options`` go to load_config."""
@@ -244,3 +257,28 @@ def _eval(args) -> int:
     print(json.dumps({"env": config.env.id, "model": config.model.path, "model_dir": model_dir, "problems": problems,
                       "prompt": "zero-shot" if args.zero_shot else "config", "accuracy": accuracy}))
     return 0
+
+
+def _export(args) -> int:
+    import shutil
+    from pathlib import Path
+
+    from algos.model.loading import load_policy, resolve_model_path
+
+    _quiet_libraries()
+    out = Path(args.out)
+    try:
+        if out.exists():
+            raise ValueError(f"export: {out} already exists; name a new directory")
+        source = resolve_model_path(args.source)
+        if args.merge:
+            model, tokenizer = load_policy(source, device="cpu")  # a PEFT adapter directory loads merged
+            model.save_pretrained(out, safe_serialization=True)
+            tokenizer.save_pretrained(out)
+        else:
+            shutil.copytree(source, out)
+    except (*USER_ERRORS, KeyboardInterrupt) as err:
+        return _report(err)
+    print(json.dumps({"source": str(source), "out": str(out), "merged": args.merge}))
+    return 0
+

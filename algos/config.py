@@ -370,6 +370,28 @@ class WarmStartConfig:
 
 
 @dataclass
+class LoraConfig:
+    """LoRA adapters through PEFT (algos/model/lora.py, docs/models_and_rollouts.md), with PEFT's own names: only the
+    adapters train, the KL and DPO references are the base model with the adapter disabled (no second copy), and
+    checkpoints hold the adapter in PEFT's format (`rlvr export --merge` writes the merged model)."""
+    bare_keys: ClassVar[bool] = False  # lora.r, never --r
+
+    r: int = 0  # rank (PEFT's r); 0 = off: full fine-tuning
+    alpha: float = 32.0  # PEFT's lora_alpha: the update B @ A is scaled by alpha / r (2 at r = 16, as in TRL's examples)
+    dropout: float = 0.0  # PEFT's lora_dropout; 0 keeps the rollout's and the trainer's log-probs alike
+    # PEFT's target_modules: "all-linear" (PEFT's default spelling: every Linear but the LM head), or module names
+    # or suffixes, e.g. [q_proj, k_proj, v_proj, o_proj]
+    target_modules: list[str] | str = "all-linear"
+    modules_to_save: list[str] = field(default_factory=list)  # PEFT's: modules trained in full beside the adapters
+
+    def validate(self) -> None:
+        require(self.r >= 0, "lora.r", f"must be >= 0 (0 = no LoRA), got {self.r}")
+        require(self.alpha > 0, "lora.alpha", f"must be > 0, got {self.alpha}")
+        require(0 <= self.dropout < 1, "lora.dropout", f"must be in [0, 1), got {self.dropout}")
+        require(bool(self.target_modules), "lora.target_modules", "must name at least one module, or 'all-linear'")
+
+
+@dataclass
 class EvalConfig:
     """The sections every algorithm's config shares; all that `rlvr eval` reads."""
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -384,12 +406,13 @@ class EvalConfig:
 
 @dataclass
 class TrainConfig(EvalConfig):
-    """The sections every training algorithm shares: the evaluation ones plus `optim`, `loss`, `alarms` and
-    `warm_start`."""
+    """The sections every training algorithm shares: the evaluation ones plus `optim`, `loss`, `alarms`,
+    `warm_start` and `lora`."""
     optim: OptimConfig = field(default_factory=OptimConfig)
     loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
     alarms: AlarmConfig = field(default_factory=AlarmConfig)
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
     def validate(self) -> None:
         validate_sections(self)

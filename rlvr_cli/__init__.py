@@ -43,6 +43,7 @@ REGISTRARS = {
     "envs": _register_envs,
     "train": _register_algos,
     "eval": _register_algos,
+    "export": _register_algos,
 }
 
 # subcommand -> its one-line help as its package registers it, kept here so that `rlvr --help` imports no
@@ -53,6 +54,7 @@ COMMAND_HELP = {
     "envs": "list registered environments and their task kwargs",
     "train": "train a policy with GRPO, DAPO, RLOO, CISPO, GMPO, PPO or REINFORCE++",
     "eval": "greedy accuracy of a model on held-out problems of an env",
+    "export": "write a run's model as a transformers directory (--merge: a LoRA adapter merged into its base)",
 }
 
 # What a shell reports for a program killed by SIGPIPE (128 + 13), as `yes | head -1` does for `yes`.

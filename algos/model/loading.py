@@ -102,10 +102,15 @@ def default_model_path() -> Path:
     return target
 
 
+def _is_model_dir(path: Path) -> bool:
+    """A transformers model directory, or a PEFT adapter directory (a LoRA run's checkpoint model/)."""
+    return (path / "config.json").is_file() or (path / "adapter_config.json").is_file()
+
+
 def resolve_model_path(path_or_alias: str | os.PathLike) -> Path:
     """``"default"`` -> the converted embedded model; a training checkpoint ``checkpoint-N`` -> its
     ``model/``; a run directory -> its latest checkpoint's ``model/``; anything else must be a local
-    transformers directory."""
+    transformers directory (or a PEFT adapter directory, which load_policy merges into its base)."""
     if str(path_or_alias) == DEFAULT_MODEL_ALIAS:
         return default_model_path()
     path = Path(path_or_alias).expanduser()
@@ -114,12 +119,11 @@ def resolve_model_path(path_or_alias: str | os.PathLike) -> Path:
             f"model path {str(path)!r} does not exist; pass {DEFAULT_MODEL_ALIAS!r} for the embedded "
             "SmolLM2-135M-Instruct or a local transformers model directory (nothing is downloaded)"
         )
-    if path.is_dir() and not (path / "config.json").is_file():
-
+    if path.is_dir() and not _is_model_dir(path):
         checkpoint = path if CHECKPOINT_RE.match(path.name) else latest_checkpoint(path)
-        if checkpoint is not None and (checkpoint / "model" / "config.json").is_file():
+        if checkpoint is not None and _is_model_dir(checkpoint / "model"):
             return checkpoint / "model"
-    if not (path.is_dir() and (path / "config.json").is_file()):
+    if not (path.is_dir() and _is_model_dir(path)):
         raise ValueError(
             f"model path {str(path)!r} is not a transformers model directory: no config.json in it{_nearby_models(path)}"
         )
@@ -178,25 +182,25 @@ def load_policy(path_or_alias: str | os.PathLike = DEFAULT_MODEL_ALIAS, dtype=No
 
     ``dtype``: a torch dtype, its name, or None/"auto" for the checkpoint's own dtype
     (bf16 for the default model). ``device``: None picks CUDA when available, else CPU.
-    The tokenizer always has a pad token and pads on the left, as batched generation needs.
+    The tokenizer always has a pad token and pads on the left, as batched generation needs. A PEFT adapter
+    directory (a LoRA run's checkpoint) loads as its base model with the adapter merged in.
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    from algos.model.lora import base_model_path, is_adapter_dir, load_merged
     from algos.system.runtime import resolve_device  # torch, only when a model loads
 
     path = resolve_model_path(path_or_alias)
+    if is_adapter_dir(path):
+        base, _ = load_policy(base_model_path(path), dtype=dtype, device=device)
+        return load_merged(base, path), _padded_left(AutoTokenizer.from_pretrained(path), path)
     config = AutoConfig.from_pretrained(path)
     if config.is_encoder_decoder:
         raise ValueError(
             f"model in {str(path)!r} is an encoder-decoder ({config.model_type}); "
             "training and evaluation need a decoder-only causal LM"
         )
-    tokenizer = AutoTokenizer.from_pretrained(path)
-    if tokenizer.pad_token is None:
-        if tokenizer.eos_token is None:
-            raise ValueError(f"tokenizer in {str(path)!r} has neither a pad nor an eos token")
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
+    tokenizer = _padded_left(AutoTokenizer.from_pretrained(path), path)
     model, info = AutoModelForCausalLM.from_pretrained(
         path, config=config, dtype=_resolve_dtype(dtype), output_loading_info=True
     )
@@ -219,6 +223,16 @@ def load_policy(path_or_alias: str | os.PathLike = DEFAULT_MODEL_ALIAS, dtype=No
         )
     model.to(device or resolve_device("auto"))
     return model, tokenizer
+
+
+def _padded_left(tokenizer, path: Path):
+    """``tokenizer`` with a pad token (its eos where it has none), padding on the left."""
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise ValueError(f"tokenizer in {str(path)!r} has neither a pad nor an eos token")
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
 
 
 def _untied_missing_keys(model, missing_keys) -> list[str]:

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from algos.model.loading import resolve_model_path
+from algos.model.lora import has_lora, merged_state_dict
 from algos.rollout.base import (
     Rollout,
     SamplingParams,
@@ -84,11 +85,13 @@ class VLLMRollout:
         self.llm.llm_engine.engine_core.shutdown()
 
     def sync_weights(self, model) -> None:
-        """Copy the training model's parameters into vllm's copy (names as in the HF checkpoint)."""
+        """Copy the training model's parameters into vllm's copy (names as in the HF checkpoint; a LoRA policy's
+        with its adapter merged in, so vllm decodes a plain model)."""
         from safetensors.torch import save
 
+        weights = merged_state_dict(model) if has_lora(model) else model.state_dict()
         # One safetensors blob: bytes cross vllm's RPC serializer intact (clone unties shared tensors).
-        blob = save({name: tensor.detach().to("cpu").clone() for name, tensor in model.state_dict().items()})
+        blob = save({name: tensor.detach().to("cpu").clone() for name, tensor in weights.items()})
         self.llm.collective_rpc("load_policy_weights", args=(blob,))
         self.llm.reset_prefix_cache()  # cached prompt KV came from the old weights
         self.weights_seen.record(model)

@@ -28,6 +28,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, get_state_dict, set_state_dict
 
 from algos.config import save_config
+from algos.model.lora import has_lora, save_adapter
 from algos.system.distributed import barrier, broadcast_from_main, current_world
 from algos.system.paths import numbered_checkpoints
 
@@ -131,7 +132,8 @@ def save_checkpoint(
 
 def export_model(model: torch.nn.Module, export: torch.nn.Module, directory: Path, tokenizer: Any = None) -> None:
     """Write ``export``, the transformers model inside ``model`` (a trainer's TrainingForward, wrapped or not), to
-    ``directory`` as a transformers directory (with ``tokenizer``), from rank 0. Every rank calls it."""
+    ``directory`` as a transformers directory (with ``tokenizer``), or, for a LoRA policy, its adapter in PEFT's
+    format (``rlvr export --merge`` merges it); from rank 0. Every rank calls it."""
     # Collective under FSDP2 (every rank sends its shards); the whole tensors arrive on rank 0's CPU.
     whole = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if not current_world().is_main:
@@ -143,7 +145,10 @@ def export_model(model: torch.nn.Module, export: torch.nn.Module, directory: Pat
     for name, parameter in export.named_parameters(remove_duplicate=False):
         if first_name.setdefault(id(parameter), name) != name:
             exported.pop(name, None)
-    export.save_pretrained(directory, state_dict=exported, safe_serialization=True)
+    if has_lora(export):  # the adapter alone, in PEFT's format: PeftModel.from_pretrained(base, directory)
+        save_adapter(export, directory, exported)
+    else:
+        export.save_pretrained(directory, state_dict=exported, safe_serialization=True)
     if tokenizer is not None:
         tokenizer.save_pretrained(directory)
 

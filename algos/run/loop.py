@@ -23,6 +23,7 @@ import torch
 from algos.config import require
 from algos.model.compiled import compile_decoder_layers, resolve_compile_layers
 from algos.model.loading import DEFAULT_MODEL_ALIAS, load_policy, resolve_model_path
+from algos.model.lora import apply_lora, has_lora
 from algos.model.policy import check_lm_head
 from algos.rollout import (
     ROLLOUT_ENGINES,
@@ -73,7 +74,9 @@ class RunSetup:
     device: torch.device
     model: torch.nn.Module
     tokenizer: Any
-    ref_model: torch.nn.Module | None  # a frozen copy of the initial weights (the KL anchor), when asked for
+    # The KL anchor, when asked for: a frozen copy of the initial weights, or under LoRA the policy itself, which the
+    # trainers run with its adapter disabled (algos.model.lora.adapter_disabled)
+    ref_model: torch.nn.Module | None
     env: Any  # rlvr_env.TokenVectorEnv
     backend: RolloutBackend
     eval_set: tuple[Any, list[int] | None]  # (task, problem indices): algos.run.evaluation.eval_task
@@ -175,6 +178,16 @@ def setup_run(
     seed_everything(config.run.seed, config.run.full_determinism)
     model, tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=device)
     check_lm_head(model, len(tokenizer))  # also refuses an LM head that is not a bias-free Linear
+    lora = getattr(config, "lora", None)
+    if lora is not None and lora.r > 0:
+        require(not (keep_reference and config.warm_start.steps), "lora.r",
+                "a LoRA run's KL reference is its base model (the adapter disabled), which a warm start would leave "
+                "behind: set warm_start.steps = 0, or the KL coefficient to 0, or lora.r = 0")
+        model = apply_lora(model, lora)
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        total = sum(p.numel() for p in model.parameters())
+        log.info(f"LoRA r={lora.r} alpha={lora.alpha:g} on {lora.target_modules}: {trainable:,} trainable parameters "
+                 f"of {total:,} ({trainable / total:.2%})")
     if config.model.gradient_checkpointing:
         if not model.supports_gradient_checkpointing:
             raise ValueError(f"config model.gradient_checkpointing: {type(model).__name__} does not support it")
@@ -198,10 +211,11 @@ def setup_run(
     checkpoint = run_on_main(open_on_main)
     # From the initial weights, before any checkpoint is loaded: the KL anchor does not follow training. A warm-started
     # run's is the warm-started policy: set after the warm start (warm_start.save_warm_started), read back on a resume.
-    ref_model = copy.deepcopy(model).eval().requires_grad_(False) if keep_reference else None
-    if ref_model is not None and machine["compiled_layers"]:
+    # Under LoRA the reference is the policy itself with its adapter disabled: no second copy of the weights.
+    ref_model = (model if has_lora(model) else copy.deepcopy(model).eval().requires_grad_(False)) if keep_reference else None
+    if ref_model is not None and ref_model is not model and machine["compiled_layers"]:
         compile_decoder_layers(ref_model)
-    if ref_model is not None and checkpoint is not None and config.warm_start.steps:
+    if ref_model is not None and ref_model is not model and checkpoint is not None and config.warm_start.steps:
         warm_start.load_warm_started(ref_model, Path(config.run.output_dir))
     env = make_env(config, tokenizer, num_envs=count // world.size * group_size, device=device, task=task, model=model)
     if world.is_main:

@@ -1,0 +1,161 @@
+"""LoRA through PEFT ([lora] section): only the adapters train, the KL reference is the base model with the adapter
+disabled (no second copy), checkpoints hold the adapter in PEFT's format, `rlvr export --merge` writes the merged
+model, a resume is bitwise, and bad input names its key."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from peft import PeftModel
+from safetensors.torch import load_file
+
+from algos.algorithms.grpo import GRPOConfig, GRPOTrainer, train
+from algos.config import load_config
+from algos.model.loading import load_policy
+from algos.model.lora import adapter_disabled, apply_lora, has_lora, merged_copy, merged_state_dict
+from algos.model.policy import completion_logprobs
+from algos.system.paths import latest_checkpoint
+from rlvr_env.testing import biased_addition_model, build_char_tokenizer, build_tiny_model
+
+TASK = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(tokenizer, hidden_size=32, num_layers=2, num_heads=2).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def sft_model_dir(tmp_path_factory):
+    """A tiny model that samples right sums now and then, so GRPO has a signal to train the adapter on."""
+    return biased_addition_model(tmp_path_factory.mktemp("sft") / "model", steps=150)
+
+
+def lora_overrides(model_dir, output_dir, **extra):
+    base = {
+        "model.path": str(model_dir), "model.autocast": "null", "env.kwargs": TASK, "env.max_new_tokens": "4",
+        "env.use_chat_template": "false", "env.eval_size": "8", "optim.lr": "1e-2", "run.output_dir": str(output_dir),
+        "run.progress": "false", "run.tensorboard": "false", "run.plots": "false", "rollout.prompts_per_step": "4",
+        "rollout.group_size": "4", "loss.micro_batch_size": "8", "grpo.beta": "0.04", "lora.r": "4", "lora.alpha": "8",
+        "run.steps": "2", "run.save_every": "1", "run.keep_last": "4",
+    }
+    return {**base, **extra}
+
+
+def lora_model(tiny_model_dir, **lora):
+    """The tiny model with LoRA (r 4 on every linear layer) and its B matrices set non-zero (a trained adapter)."""
+    model, tokenizer = load_policy(tiny_model_dir, dtype=torch.float32, device="cpu")
+    config = load_config(GRPOConfig, overrides={"lora.r": "4", **{f"lora.{k}": v for k, v in lora.items()}}).lora
+    model = apply_lora(model, config)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.5)
+    return model, tokenizer
+
+
+def test_only_the_adapters_train_and_the_reference_is_the_base_model(tiny_model_dir):
+    base, _ = load_policy(tiny_model_dir, dtype=torch.float32, device="cpu")
+    model, tokenizer = lora_model(tiny_model_dir)
+    trainable = [name for name, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in name for name in trainable)
+    ids = torch.tensor([tokenizer.encode("3+4=7")] * 2)
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        adapted = completion_logprobs(model, ids, mask, 4)[0]
+        with adapter_disabled(model):
+            reference = completion_logprobs(model, ids, mask, 4)[0]
+        plain = completion_logprobs(base, ids, mask, 4)[0]
+    assert torch.equal(reference, plain)  # the adapter disabled is the base model, bit for bit
+    assert not torch.allclose(adapted, plain)  # and the adapter does change the policy
+    with adapter_disabled(base):  # a model without LoRA is itself
+        assert torch.equal(completion_logprobs(base, ids, mask, 4)[0], plain)
+
+
+def test_the_merged_weights_are_pefts_merge_and_decode_as_the_adapted_policy(tiny_model_dir):
+    model, tokenizer = lora_model(tiny_model_dir)
+    merged = merged_copy(model)
+    assert not has_lora(merged) and has_lora(model)
+    assert not any("lora_" in name for name, _ in merged.named_parameters())
+    ours = merged_state_dict(model)
+    assert ours.keys() == merged.state_dict().keys()
+    assert all(torch.equal(ours[name], tensor) for name, tensor in merged.state_dict().items())
+    ids = torch.tensor([tokenizer.encode("3+4=7")])
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids).logits, model(ids).logits, atol=1e-4, rtol=1e-4)  # W + BA vs W x + B(A x)
+    assert any("lora_" in name for name, _ in model.named_parameters())  # the policy keeps its adapter
+
+
+def test_bad_lora_settings_name_the_key(tiny_model_dir, tmp_path):
+    with pytest.raises(ValueError, match=r"config lora.r: must be >= 0 \(0 = no LoRA\), got -1"):
+        load_config(GRPOConfig, overrides={"lora.r": "-1"}).validate()
+    with pytest.raises(ValueError, match=r"config lora.dropout: must be in \[0, 1\), got 1.0"):
+        load_config(GRPOConfig, overrides={"lora.dropout": "1"}).validate()
+    model, _ = load_policy(tiny_model_dir, dtype=torch.float32, device="cpu")
+    config = load_config(GRPOConfig, overrides={"lora.r": "4", "lora.target_modules": "[qkv_proj]"}).lora
+    with pytest.raises(ValueError, match=r"config lora.target_modules: \['qkv_proj'\] matches no module of "
+                                         r"LlamaForCausalLM; its linear modules are down_proj, gate_proj, k_proj, "
+                                         r"o_proj, q_proj, up_proj, v_proj"):
+        apply_lora(model, config)
+    warm = lora_overrides(tiny_model_dir, tmp_path / "warm", **{"warm_start.steps": "2"})
+    with pytest.raises(ValueError, match=r"config lora.r: a LoRA run's KL reference is its base model"):
+        GRPOTrainer(load_config(GRPOConfig, overrides=warm))
+    assert not (tmp_path / "warm").exists()  # refused before the run directory is made
+
+
+def test_a_lora_run_trains_the_adapter_saves_it_in_pefts_format_and_exports_it_merged(sft_model_dir, tmp_path):
+    summary = train(load_config(GRPOConfig, overrides=lora_overrides(sft_model_dir, tmp_path / "run")))
+    saved = latest_checkpoint(tmp_path / "run") / "model"
+    assert (saved / "adapter_config.json").is_file() and not (saved / "model.safetensors").exists()
+    adapter = load_file(saved / "adapter_model.safetensors")
+    assert adapter and all("lora_" in name for name in adapter)
+    assert any(tensor.abs().sum() > 0 for name, tensor in adapter.items() if "lora_B" in name)  # it trained
+    assert json.loads((saved / "adapter_config.json").read_text())["r"] == 4
+
+    base, tokenizer = load_policy(sft_model_dir, dtype=torch.float32, device="cpu")
+    untouched = copy.deepcopy(base)
+    peft_loaded = PeftModel.from_pretrained(base, saved)  # a user's own PEFT code loads it
+    ours, _ = load_policy(tmp_path / "run", dtype=torch.float32, device="cpu")  # a run directory loads merged
+    ids = torch.tensor([tokenizer.encode("3+4=")])
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids).logits, peft_loaded(ids).logits, atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(ours(ids).logits, untouched(ids).logits)
+
+    out = tmp_path / "merged"
+    export = subprocess.run([sys.executable, "-m", "rlvr_cli", "export", "--merge", str(tmp_path / "run"), str(out)],
+                            capture_output=True, text=True, timeout=300)
+    assert export.returncode == 0, export.stderr[-2000:]
+    assert (out / "config.json").is_file() and not (out / "adapter_config.json").exists()
+    from transformers import AutoModelForCausalLM
+
+    plain = AutoModelForCausalLM.from_pretrained(out)
+    with torch.no_grad():
+        torch.testing.assert_close(plain(ids).logits, ours(ids).logits, atol=1e-5, rtol=1e-5)
+    again = subprocess.run([sys.executable, "-m", "rlvr_cli", "export", "--merge", str(tmp_path / "run"), str(out)],
+                           capture_output=True, text=True, timeout=300)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    assert summary["eval_accuracy_after"] >= 0
+
+
+def test_a_resumed_lora_run_ends_bitwise_where_the_whole_run_does(sft_model_dir, tmp_path):
+    config = lora_overrides(sft_model_dir, tmp_path / "run", **{"run.steps": "3"})
+    train(load_config(GRPOConfig, overrides=config))
+    adapter = tmp_path / "run" / "checkpoint-3" / "model" / "adapter_model.safetensors"
+    want = load_file(adapter)
+    for step in (2, 3):  # as if killed after checkpoint-1
+        shutil.rmtree(tmp_path / "run" / f"checkpoint-{step}")
+    train(load_config(GRPOConfig, overrides=config), resume=True)
+    got = load_file(adapter)
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    assert any(tensor.abs().sum() > 0 for name, tensor in want.items() if "lora_B" in name)
