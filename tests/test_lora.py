@@ -20,6 +20,7 @@ from algos.config import load_config
 from algos.model.loading import load_policy
 from algos.model.lora import adapter_disabled, apply_lora, has_lora, merged_copy, merged_state_dict
 from algos.model.policy import completion_logprobs
+from algos.run.metrics import SilentLogger
 from algos.system.paths import latest_checkpoint
 from rlvr_env.testing import biased_addition_model, build_char_tokenizer, build_tiny_model
 
@@ -159,3 +160,35 @@ def test_a_resumed_lora_run_ends_bitwise_where_the_whole_run_does(sft_model_dir,
     got = load_file(adapter)
     assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
     assert any(tensor.abs().sum() > 0 for name, tensor in want.items() if "lora_B" in name)
+
+
+@pytest.mark.parametrize("sampling", [{"greedy": True}, {}])
+def test_the_static_engine_samples_the_lora_policy_from_a_merged_copy_and_follows_its_steps(tiny_model_dir, sampling):
+    from test_static_rollout import reset_env
+
+    from algos.rollout import HFRollout, row_seeds
+    from algos.rollout.static import StaticRollout
+
+    model, tokenizer = lora_model(tiny_model_dir)
+    engine = StaticRollout(check_every=3)
+    for step in range(2):
+        seeds = row_seeds(step, range(12))
+        peft_sampled = HFRollout().generate(model, reset_env(tokenizer), seeds=seeds, **sampling)
+        merged_sampled = engine.generate(model, reset_env(tokenizer), seeds=seeds, **sampling)
+        assert torch.equal(merged_sampled.response_ids, peft_sampled.response_ids)
+        torch.testing.assert_close(merged_sampled.logprobs, peft_sampled.logprobs, atol=1e-4, rtol=0)
+        decoder = engine._decoder
+        assert not has_lora(decoder) and not any("lora_" in name for name, _ in decoder.named_parameters())
+        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.05)
+        ids = torch.tensor([tokenizer.encode("3+4=7")])
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()  # the adapter moves; the next round must sample the new weights
+    assert engine._decoder is decoder  # refreshed in place, not rebuilt
+
+
+def test_one_grpo_step_with_lora_on_the_static_engine(sft_model_dir, tmp_path):
+    overrides = lora_overrides(sft_model_dir, tmp_path / "run", **{"rollout.backend": "static", "run.steps": "1"})
+    trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides))
+    metrics = trainer.train_step(1, SilentLogger())
+    assert metrics["rollout_logp_abs_diff"] < 1e-4  # the merged copy samples what the adapted policy scores
+    assert trainer.rollout_correction == "tis"

@@ -14,8 +14,8 @@ rollout kept the GPU busy 4% of its time. This engine instead
   draws made before the loop, so no RNG runs in the step);
 - replays those ``check_every`` steps as one CUDA graph (captured once per (rows, width, sampling) bucket), or runs
   them under torch.compile(fullgraph=True, dynamic=False), or eagerly (``graph``);
-- samples from its own copy of the weights in the run's compute dtype (bf16 under bf16 autocast), refreshed in place
-  after each optimizer step (``sync_weights``): the graph's weights stay where it recorded them, and no decode step
+- samples from its own copy of the weights in the run's compute dtype (bf16 under bf16 autocast; a LoRA policy's with
+  its adapter merged in), refreshed in place after each optimizer step (``sync_weights``): the graph's weights stay where it recorded them, and no decode step
   re-casts the fp32 weights; the copy's RMSNorms run as one fused kernel each (fuse_rms_norms).
 
 The env takes the whole token matrix at the end (``env.finish_with``) and decides where each row ends, as with vllm.
@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from algos.core.padding import left_padded
+from algos.model.lora import has_lora, merged_copy, merged_state_dict
 from algos.model.policy import position_ids_from_mask
 from algos.rollout.base import (
     Rollout,
@@ -240,7 +241,10 @@ class StaticRollout:
         if not self.weights_seen.is_model(model):
             self._states.clear()  # graphs recorded another model's weights
             dtype = self.decode_dtype or next(model.parameters()).dtype
-            if dtype == next(model.parameters()).dtype:
+            if has_lora(model):  # a plain copy with the adapter merged in: no decode step runs LoRA kernels
+                self._decoder = merged_copy(model, dtype).eval().requires_grad_(False)
+                fuse_rms_norms(self._decoder)
+            elif dtype == next(model.parameters()).dtype:
                 self._decoder = model
             else:
                 self._decoder = copy.deepcopy(model).to(dtype).eval().requires_grad_(False)
@@ -249,8 +253,13 @@ class StaticRollout:
                 fuse_rms_norms(self._decoder)
         elif self._decoder is not model:
             with torch.no_grad():
-                for mine, theirs in zip(self._decoder.parameters(), model.parameters()):
-                    mine.copy_(theirs)
+                if has_lora(model):  # W + scale * B @ A, computed apart from the policy's own weights
+                    merged = merged_state_dict(model)
+                    for name, mine in self._decoder.named_parameters():
+                        mine.copy_(merged[name])
+                else:
+                    for mine, theirs in zip(self._decoder.parameters(), model.parameters()):
+                        mine.copy_(theirs)
         self.weights_seen.record(model)
 
     @contextlib.contextmanager
