@@ -192,3 +192,48 @@ def test_one_grpo_step_with_lora_on_the_static_engine(sft_model_dir, tmp_path):
     metrics = trainer.train_step(1, SilentLogger())
     assert metrics["rollout_logp_abs_diff"] < 1e-4  # the merged copy samples what the adapted policy scores
     assert trainer.rollout_correction == "tis"
+
+
+@pytest.mark.parametrize("value_model", ["head", "separate"])
+def test_ppo_with_lora_trains_the_adapter_and_its_critic(sft_model_dir, tmp_path, value_model):
+    """The "head" critic is a value head on the policy's adapted backbone (the head trains in full, the backbone
+    through the shared adapter); "separate" copies the adapted policy, so the critic has its own adapter."""
+    from test_ppo import small_overrides
+
+    from algos.algorithms import ppo
+
+    config = load_config(ppo.PPOConfig, overrides=small_overrides(
+        sft_model_dir, tmp_path / "run", **{"lora.r": "4", "lora.alpha": "8", "ppo.value_model": value_model,
+                                             "ppo.kl_coef": "0.05", "run.steps": "2"}))
+    trainer = ppo.PPOTrainer(config)
+    assert trainer.ref_model is trainer.policy  # the reference is the policy with its adapter disabled
+    frozen = {name: p.detach().clone() for name, p in trainer.policy.named_parameters() if not p.requires_grad}
+    trainable = [name for name, p in trainer.critic.named_parameters() if p.requires_grad]
+    assert trainable and (value_model == "head" or all("lora_" in name or name.startswith("head.")
+                                                       for name in trainable)), trainable
+    trainer.train()
+    assert all(torch.equal(p, frozen[name]) for name, p in trainer.policy.named_parameters() if name in frozen)
+    assert (latest_checkpoint(tmp_path / "run") / "model" / "adapter_config.json").is_file()
+
+
+@pytest.mark.parametrize("online", [False, True])
+def test_dpo_with_lora_trains_the_adapter_against_the_base_model(sft_model_dir, tmp_path, online):
+    from test_dpo import PAIRS, write_rows
+
+    from algos.algorithms.dpo import PRESETS, DPOConfig, DPOTrainer
+
+    pairs = write_rows(tmp_path / "prefs.jsonl", PAIRS)
+    settings = {"model.path": str(sft_model_dir), "model.autocast": "null", "dpo.pairs_per_step": "5",
+                "loss.micro_batch_size": "4", "optim.lr": "1e-2", "run.output_dir": str(tmp_path / "run"),
+                "run.progress": "false", "run.tensorboard": "false", "run.plots": "false", "run.steps": "2",
+                "env.use_chat_template": "false", "env.kwargs": TASK, "env.max_new_tokens": "4", "env.eval_size": "4",
+                "lora.r": "4", "lora.alpha": "8"}
+    settings.update({"dpo.dataset": "null", "rollout.prompts_per_step": "4", "rollout.group_size": "4"} if online
+                    else {"dpo.dataset": str(pairs)})
+    trainer = DPOTrainer(load_config(DPOConfig, preset=PRESETS["online"] if online else None, overrides=settings))
+    assert trainer.run.ref_model is trainer.model
+    frozen = {name: p.detach().clone() for name, p in trainer.model.named_parameters() if not p.requires_grad}
+    trainer.train()
+    assert all(torch.equal(p, frozen[name]) for name, p in trainer.model.named_parameters() if name in frozen)
+    adapter = load_file(latest_checkpoint(tmp_path / "run") / "model" / "adapter_model.safetensors")
+    assert any(tensor.abs().sum() > 0 for name, tensor in adapter.items() if "lora_B" in name)

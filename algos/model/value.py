@@ -8,6 +8,10 @@ Two layouts:
 - ``"separate"``: a copy of the policy's backbone plus the head, trained on its
   own (InstructGPT/verl layout). Twice the weights, no weights shared between
   the two losses (gradient clipping is still joint), and its own learning rate.
+  Under LoRA the copy's base stays frozen and the critic trains its own adapter.
+
+Under LoRA, ``"head"`` is a value head on the policy's adapted backbone: the head trains in full and the value
+loss reaches the backbone through the policy's adapter, as it reaches the full backbone without LoRA.
 
 Values are read at the positions whose hidden state predicts each completion
 token, so V[:, t] is the value of the state before completion token t.
@@ -88,7 +92,9 @@ def build_value_model(policy: nn.Module, kind: str = "head") -> ValueModel:
     backbone = policy_backbone(policy)
     hidden_size = policy.config.get_text_config().hidden_size
     if kind == "separate":
+        lora = any(".lora_" in name for name, _ in backbone.named_parameters())
         backbone = copy.deepcopy(backbone)
-        backbone.requires_grad_(True)
+        if not lora:  # a LoRA policy's copy keeps its base frozen: the critic trains its own copy of the adapter
+            backbone.requires_grad_(True)
     value_model = ValueModel(backbone, hidden_size, shares_policy_backbone=kind == "head")
     return value_model.to(next(policy.parameters()).device)

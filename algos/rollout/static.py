@@ -15,8 +15,9 @@ rollout kept the GPU busy 4% of its time. This engine instead
 - replays those ``check_every`` steps as one CUDA graph (captured once per (rows, width, sampling) bucket), or runs
   them under torch.compile(fullgraph=True, dynamic=False), or eagerly (``graph``);
 - samples from its own copy of the weights in the run's compute dtype (bf16 under bf16 autocast; a LoRA policy's with
-  its adapter merged in), refreshed in place after each optimizer step (``sync_weights``): the graph's weights stay where it recorded them, and no decode step
-  re-casts the fp32 weights; the copy's RMSNorms run as one fused kernel each (fuse_rms_norms).
+  its adapter merged in), refreshed in place after each optimizer step (``sync_weights``): the graph's weights stay
+  where it recorded them, and no decode step re-casts the fp32 weights; the copy's RMSNorms run as one fused kernel
+  each (fuse_rms_norms).
 
 The env takes the whole token matrix at the end (``env.finish_with``) and decides where each row ends, as with vllm.
 ``continue_rows`` continues token lists of any lengths the same way, which EpisodeDriver plays multi-turn episodes with.
