@@ -8,6 +8,12 @@ step (the first warms up allocators and kernels):
         full-vocabulary logits: what a GRPO step costs without any care
   ours  algos.algorithms.grpo.GRPOTrainer: rollout through TokenVectorEnv + scoring + update
   trl   TRL's GRPOTrainer (when trl is installed) on the same model, prompts and budget
+  ours_lora, trl_lora (--lora R): both with LoRA adapters of rank R (alpha 2R) on every linear layer, TRL through
+        its peft_config: update time and memory against the full fine-tuning rows of the same run
+
+--shape NAME times a model of a published configuration (SHAPES: Qwen2.5-0.5B/1.5B/7B, Llama-3.2-1B) with random
+weights and the embedded SmolLM2 tokenizer (its ids fit every shape's vocabulary): every row decodes the whole budget
+whatever the weights say (an EOS is a 1-in-100k draw), so random weights time the same work as real ones.
 
 All run in one precision (--precision; "auto" = what model.autocast "auto" picks on this
 machine) and the output names it, the machine and each contender's micro-batch: the ratios
@@ -16,7 +22,7 @@ step adds over the process after its imports ("working"). The floor is the step'
 FLOPs (2 x params per generated token, 6 x params per trained token, a group's prompt once)
 over the matmul rate measured here on the model's own shapes in that precision.
 
-    python bench/grpo_step.py [--model tiny|default|PATH] [--precision auto|fp32|bf16] [--prompts 8] ...
+    python bench/grpo_step.py [--model tiny|default|PATH | --shape qwen2.5-0.5b] [--lora 16] [--precision auto|fp32|bf16] ...
 """
 
 from __future__ import annotations
@@ -33,6 +39,24 @@ from pathlib import Path
 from algos.system.memory import rss_gb
 
 PRECISIONS = {"fp32": None, "bf16": "bfloat16"}  # --precision -> model.autocast
+# Published configurations (the models' config.json on their hubs), the fields that set the work and the memory.
+SHAPES = {
+    "qwen2.5-0.5b": ("Qwen2Config", dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+                                         num_attention_heads=14, num_key_value_heads=2, vocab_size=151936,
+                                         max_position_embeddings=32768, rope_theta=1e6, tie_word_embeddings=True)),
+    "qwen2.5-1.5b": ("Qwen2Config", dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
+                                         num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
+                                         max_position_embeddings=32768, rope_theta=1e6, tie_word_embeddings=True)),
+    "qwen2.5-7b": ("Qwen2Config", dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+                                       num_attention_heads=28, num_key_value_heads=4, vocab_size=152064,
+                                       max_position_embeddings=32768, rope_theta=1e6, tie_word_embeddings=False)),
+    "llama-3.2-1b": ("LlamaConfig", dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
+                                         num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+                                         max_position_embeddings=131072, rope_theta=5e5, tie_word_embeddings=True,
+                                         rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                                       "high_freq_factor": 4.0,
+                                                       "original_max_position_embeddings": 8192})),
+}
 
 
 def peak_memory(baseline_gb: float) -> dict:
@@ -65,6 +89,25 @@ def tiny_model_dir(root: Path) -> str:
     return str(root / "tiny")
 
 
+def shape_model_dir(root: Path, shape: str, dtype: str) -> str:
+    """A model of the published configuration ``shape`` with random weights (in ``dtype``), and SmolLM2's tokenizer."""
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from algos.model.loading import default_model_path
+
+    class_name, fields = SHAPES[shape]
+    tokenizer = AutoTokenizer.from_pretrained(default_model_path())
+    config = getattr(transformers, class_name)(**fields, pad_token_id=tokenizer.pad_token_id,
+                                               bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+    model.save_pretrained(root / shape)
+    tokenizer.save_pretrained(root / shape)
+    return str(root / shape)
+
+
 def grpo_config(args, output_dir: str):
     from algos.algorithms.grpo import GRPOConfig
     from algos.config import load_config
@@ -80,6 +123,7 @@ def grpo_config(args, output_dir: str):
             **({"loss.micro_batch_size": str(args.micro_batch)} if args.micro_batch else {}),
             **({"rollout.backend": args.rollout_backend} if args.rollout_backend else {}),
             **({"model.compile_layers": args.compile_layers} if args.compile_layers else {}),
+            **({"lora.r": str(args.lora_r), "lora.alpha": str(2 * args.lora_r)} if args.lora_r else {}),
         },
     )
 
@@ -188,9 +232,15 @@ def run_trl(args) -> dict:
         bf16=args.autocast == "bfloat16",  # Trainer's bf16 is autocast over fp32 weights, as ours
         gradient_checkpointing=args.gradient_checkpointing,
     )
+    peft_config = None
+    if args.lora_r:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=args.lora_r, lora_alpha=2 * args.lora_r, target_modules="all-linear",
+                                 task_type="CAUSAL_LM")
     trainer = TRLTrainer(
         model=model, reward_funcs=reward, args=config, train_dataset=dataset, processing_class=tokenizer,
-        callbacks=[timer],
+        callbacks=[timer], peft_config=peft_config,
     )
     trainer.train()
     return {"step_s": timer.times[-1], **peak_memory(baseline)}
@@ -238,7 +288,20 @@ def run_ours_eager(args) -> dict:
     return run_ours(args)
 
 
-CONTENDERS = {"raw": run_raw, "ours": run_ours, "ours_eager": run_ours_eager, "ours_hf": run_ours_hf, "trl": run_trl}
+def run_ours_lora(args) -> dict:
+    """Ours with LoRA of rank --lora on every linear layer."""
+    args.lora_r = args.lora
+    return run_ours(args)
+
+
+def run_trl_lora(args) -> dict:
+    """TRL with the same LoRA through its peft_config."""
+    args.lora_r = args.lora
+    return run_trl(args)
+
+
+CONTENDERS = {"raw": run_raw, "ours": run_ours, "ours_eager": run_ours_eager, "ours_hf": run_ours_hf, "trl": run_trl,
+              "ours_lora": run_ours_lora, "trl_lora": run_trl_lora}
 
 
 def main() -> None:
@@ -263,6 +326,10 @@ def main() -> None:
     parser.add_argument("--with-eager-layers", action="store_true",
                         help="also ours with model.compile_layers = 'off' (ours_eager): on a GPU, ours before compiling")
     parser.add_argument("--compile-layers", help=argparse.SUPPRESS)  # set by ours_eager
+    parser.add_argument("--shape", choices=sorted(SHAPES), help="a published configuration with random weights")
+    parser.add_argument("--lora", type=int, default=0, help="also ours_lora and trl_lora: LoRA of this rank (alpha 2x)")
+    parser.add_argument("--lora-r", type=int, default=0, help=argparse.SUPPRESS)  # set by the *_lora contenders
+    parser.add_argument("--skip-raw", action="store_true", help="leave out the raw contender (a large shape's memory)")
     args = parser.parse_args()
 
     if args.only:
@@ -273,7 +340,10 @@ def main() -> None:
     from algos.system.hardware import describe_machine
 
     root = Path(tempfile.mkdtemp())
-    model = tiny_model_dir(root) if args.model == "tiny" else args.model
+    if args.shape:
+        model = shape_model_dir(root, args.shape, args.dtype)
+    else:
+        model = tiny_model_dir(root) if args.model == "tiny" else args.model
     if model == "default":
         from algos.model.loading import default_model_path
 
@@ -282,9 +352,11 @@ def main() -> None:
     base = [sys.executable, __file__, "--model", model, "--dtype", args.dtype, "--prompts", str(args.prompts),
             "--group-size", str(args.group_size), "--new-tokens", str(args.new_tokens), "--autocast", str(autocast or ""),
             "--micro-batch", str(args.micro_batch), "--trl-micro-batch", str(args.trl_micro_batch),
+            "--lora", str(args.lora),
             *(["--gradient-checkpointing"] if args.gradient_checkpointing else [])]
     results = {}
-    skipped = {"trl": args.skip_trl, "ours_hf": not args.with_hf_rollout, "ours_eager": not args.with_eager_layers}
+    skipped = {"trl": args.skip_trl, "ours_hf": not args.with_hf_rollout, "ours_eager": not args.with_eager_layers,
+               "ours_lora": not args.lora, "trl_lora": args.skip_trl or not args.lora, "raw": args.skip_raw}
     for name in CONTENDERS:
         if skipped.get(name):
             continue
@@ -300,13 +372,14 @@ def main() -> None:
     print(f"precision: weights {args.dtype}, matmuls {autocast or 'float32'} ({why})")
     ours_micro = results.get("ours", {}).get("micro_batch", args.micro_batch or "default")
     print(f"one GRPO step: {args.prompts} prompts x {args.group_size} samples, {args.new_tokens} new tokens, model "
-          f"{args.model}, beta 0; rows per forward/backward: raw all {args.prompts * args.group_size}, ours {ours_micro}, "
+          f"{args.shape or args.model}{' (random weights)' if args.shape else ''}, beta 0; rows per forward/backward: "
+          f"raw all {args.prompts * args.group_size}, ours {ours_micro}, "
           f"trl {args.trl_micro_batch or f'all {args.prompts * args.group_size}'}; gradient checkpointing "
           f"{'on' if args.gradient_checkpointing else 'off'}")
     raw = results.get("raw")
     memory = "peak_gpu_gb" if all("peak_gpu_gb" in r for r in results.values()) else "peak_rss_gb"  # what ratios compare
     for name, r in results.items():
-        line = f"  {name:7s} step {r['step_s']:7.2f} s  peak RSS {r['peak_rss_gb']:6.2f} GB (working {r['working_gb']:5.2f})"
+        line = f"  {name:9s} step {r['step_s']:7.2f} s  peak RSS {r['peak_rss_gb']:6.2f} GB (working {r['working_gb']:5.2f})"
         if "peak_gpu_gb" in r:
             line += f"  peak GPU {r['peak_gpu_gb']:6.2f} GB"
         if "generate_s" in r:
@@ -320,11 +393,16 @@ def main() -> None:
               + ", ".join(f"{name} x{r['step_s'] / floor:.2f}" for name, r in results.items()))
     # The targets: on a CPU <= 0.4x TRL's time and <= 0.3x its memory; on a GPU <= 0.5x its time, <= its memory.
     time_target, memory_target = (0.5, 1.0) if device.type == "cuda" else (0.4, 0.3)
-    for name in ("ours", "ours_eager", "ours_hf"):
-        if name in results and "trl" in results:
-            ours, trl = results[name], results["trl"]
+    if "ours_lora" in results and "ours" in results:
+        lora, full = results["ours_lora"], results["ours"]
+        print(f"  ours_lora / ours: x{lora['train_s'] / full['train_s']:.2f} update time, x{lora[memory] / full[memory]:.2f} "
+              f"{memory} (target <= 0.6: {'met' if lora[memory] / full[memory] <= 0.6 else 'NOT met'}), "
+              f"x{lora['working_gb'] / full['working_gb']:.2f} working memory")
+    for name, baseline in (("ours", "trl"), ("ours_eager", "trl"), ("ours_hf", "trl"), ("ours_lora", "trl_lora")):
+        if name in results and baseline in results:
+            ours, trl = results[name], results[baseline]
             time_ratio, memory_ratio = ours["step_s"] / trl["step_s"], ours[memory] / trl[memory]
-            print(f"  {name} / trl: x{time_ratio:.2f} time (target <= {time_target}: "
+            print(f"  {name} / {baseline}: x{time_ratio:.2f} time (target <= {time_target}: "
                   f"{'met' if time_ratio <= time_target else 'NOT met'}), x{memory_ratio:.2f} {memory} (target <= "
                   f"{memory_target}: {'met' if memory_ratio <= memory_target else 'NOT met'}), "
                   f"x{ours['working_gb'] / trl['working_gb']:.2f} working memory")
