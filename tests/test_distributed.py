@@ -158,6 +158,23 @@ def test_two_ranks_train_the_weights_one_process_trains(algo, strategy, sft_mode
     assert max((export[k] - reference[k]).abs().max().item() for k in export) < TOLERANCE
 
 
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_two_ranks_train_the_lora_adapter_one_process_trains(strategy, sft_model, tmp_path):
+    """LoRA under DDP and FSDP2: only the adapters have gradients to reduce, and 2 ranks end where one process does,
+    the KL reference (the adapter disabled) included; rank 0 exports the adapter whole."""
+    lora = {"lora.r": "4", "lora.alpha": "8", "optim.lr": "1e-2", "grpo.beta": "0.04"}
+    one = run_worker("grpo", tmp_path / "one", sft_model, 1, **lora)
+    two = run_worker("grpo", tmp_path / "two", sft_model, 2, **{"distributed.strategy": strategy, **lora})
+    differences = [largest_difference(a["weights"], b["weights"]) for a, b in zip(one, two)]
+    print(f"grpo lora {strategy}: 1 vs 2 ranks, largest relative difference per step {differences}; moved {moved(one):.3g}")
+    assert [r["step"] for r in two] == [1, 2, 3] and max(differences) < TOLERANCE
+    assert moved(one) > max(1e-3, 100 * max(differences))
+    export, reference = (load_file(latest_checkpoint(tmp_path / run) / "model" / "adapter_model.safetensors")
+                         for run in ("two", "one"))
+    assert export.keys() == reference.keys() and all("lora_" in k for k in export)
+    assert max((export[k] - reference[k]).abs().max().item() for k in export) < TOLERANCE
+
+
 def test_a_non_finite_loss_on_one_rank_skips_the_step_on_every_rank(sft_model, tmp_path):
     records = run_worker("grpo", tmp_path, sft_model, 2, "--nan-on-rank", "1", "--nan-at-step", "2",
                          **{"grpo.num_iterations": "1"})

@@ -33,7 +33,6 @@ import torch
 from algos.config import TrainConfig, require
 from algos.core.preference import PREFERENCE_LOSSES, USES_MEAN_LOGPROBS, implicit_rewards, preference_margin
 from algos.learn import accumulate_and_step
-from algos.model.lora import adapter_disabled
 from algos.model.policy import completion_logprobs
 from algos.rollout import RolloutBackend
 from algos.rollout.metrics import policy_token_mask, rollout_metrics
@@ -266,8 +265,7 @@ class DPOTrainer:
         inputs = micro_batch_inputs(batch.input_ids, batch.attention_mask, batch.prompt_width, rows, self.env.pad_id)
         options = dict(chunk_size=self.config.loss.logprob_chunk_size, vocab_size=len(self.tokenizer))
         if reference:
-            with adapter_disabled(self.run.ref_model):  # a LoRA policy's reference: its base model
-                return completion_logprobs(self.run.ref_model, *inputs, **options)[0]
+            return self.run.reference(completion_logprobs, self.run.ref_model, *inputs, **options)[0]
         return self.forward(completion_logprobs, self.model, *inputs, **options)[0]
 
     @torch.no_grad()

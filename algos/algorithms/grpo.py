@@ -40,7 +40,6 @@ from algos.core.padding import right_pad_cat
 from algos.learn import MicroBatchSizer, accumulate_and_step
 from algos.learn.rollout_correction import correction_weights, mismatch_metrics, resolved_method
 from algos.learn.stats import UpdateStats
-from algos.model.lora import adapter_disabled
 from algos.model.policy import completion_logprobs
 from algos.rollout import ROLLOUT_ENGINES, RolloutBackend
 from algos.rollout.metrics import policy_token_mask, rollout_metrics
@@ -363,8 +362,7 @@ class GRPOTrainer:
         options = dict(temperature=self.config.rollout.temperature, chunk_size=self.config.loss.logprob_chunk_size,
                        vocab_size=len(self.tokenizer))
         if reference:
-            with adapter_disabled(self.ref_model):  # a LoRA policy's reference: its base model
-                return completion_logprobs(self.ref_model, *inputs, **options)
+            return self.run.reference(completion_logprobs, self.ref_model, *inputs, **options)
         return self.forward(completion_logprobs, self.model, *inputs, **options)
 
     def _micro_batch_rows(self, batch: Batch | None) -> int:

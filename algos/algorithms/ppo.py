@@ -52,7 +52,6 @@ from algos.core.logprobs import logprobs_from_hidden
 from algos.learn import MicroBatchSizer, accumulate_and_step
 from algos.learn.rollout_correction import correction_weights, mismatch_metrics, resolved_method
 from algos.learn.stats import UpdateStats
-from algos.model.lora import adapter_disabled
 from algos.model.policy import completion_logprobs, lm_head_of
 from algos.model.reward import RewardModel
 from algos.model.value import VALUE_MODEL_KINDS, build_value_model, last_hidden_states, policy_backbone
@@ -280,12 +279,14 @@ class PPOTrainer:
         completion_logprobs' shared-prompt KV cache), so equal weights give a KL of exactly 0. The two paths differ
         by float rounding (~5e-7): on a batch of equal rewards that was the only advantage signal, and whitening
         and AdamW's scale invariance made a full-size update of it. A LoRA policy's reference is its base model."""
-        with adapter_disabled(self.ref_model):
-            if self.critic is not None and self.critic.shares_policy_backbone:
-                hidden = last_hidden_states(policy_backbone(self.ref_model), ids, mask)[:, prompt_width - 1 : -1]
-                return self._logprobs_from_hidden(self.ref_model, hidden, ids[:, prompt_width:])[0]
-            return completion_logprobs(self.ref_model, ids, mask, prompt_width, self.config.rollout.temperature,
-                                       self.config.loss.logprob_chunk_size, len(self.tokenizer))[0]
+        return self.run.reference(self._reference_pass, ids, mask, prompt_width)
+
+    def _reference_pass(self, ids: torch.Tensor, mask: torch.Tensor, prompt_width: int) -> torch.Tensor:
+        if self.critic is not None and self.critic.shares_policy_backbone:
+            hidden = last_hidden_states(policy_backbone(self.ref_model), ids, mask)[:, prompt_width - 1 : -1]
+            return self._logprobs_from_hidden(self.ref_model, hidden, ids[:, prompt_width:])[0]
+        return completion_logprobs(self.ref_model, ids, mask, prompt_width, self.config.rollout.temperature,
+                                   self.config.loss.logprob_chunk_size, len(self.tokenizer))[0]
 
     def _logprobs_from_hidden(self, model, hidden: torch.Tensor, completion_ids: torch.Tensor):
         """[n, T, H] hidden states that predict [n, T] completion ids -> ([n, T] log-probs, [n, T] entropy) through

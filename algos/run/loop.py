@@ -23,7 +23,7 @@ import torch
 from algos.config import require
 from algos.model.compiled import compile_decoder_layers, resolve_compile_layers
 from algos.model.loading import DEFAULT_MODEL_ALIAS, load_policy, resolve_model_path
-from algos.model.lora import apply_lora, has_lora
+from algos.model.lora import adapter_disabled, apply_lora, has_lora
 from algos.model.policy import check_lm_head
 from algos.rollout import (
     ROLLOUT_ENGINES,
@@ -97,6 +97,15 @@ class RunSetup:
         self.forward = wrap(self.modules, self.world, self.config.distributed.strategy, self.device, fsdp_dtype,
                             some_frozen)
         return self.forward
+
+    def reference(self, function: Callable, *args: Any, **kwargs: Any) -> Any:
+        """``function(*args, **kwargs)`` run on the KL reference: the frozen copy as it is, or a LoRA policy (the
+        reference is then the policy itself) with its adapter disabled, through the wrapped forward, so that FSDP2
+        gathers the policy's shards for it."""
+        with adapter_disabled(self.ref_model):
+            if self.ref_model is self.model:
+                return self.forward(function, *args, **kwargs)
+            return function(*args, **kwargs)
 
     def round_prompts(self, seed: int, prompts: int, group_size: int) -> tuple[list[int], list[int]]:
         """(this rank's problem indices, its rows' sampling seeds) of a generation round of ``prompts`` prompts x
