@@ -224,3 +224,26 @@ def test_a_directory_near_a_model_gets_a_suggestion(tmp_path, tiny_model_dir):
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match=r"no config\.json in it$"):
         models.resolve_model_path(tmp_path / "empty")
+
+
+def test_a_model_with_attention_soft_capping_loads_with_the_attention_that_applies_it(tmp_path):
+    """Gemma 2 caps its attention logits in transformers' eager attention only (SDPA drops the cap)."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    tokenizer = build_char_tokenizer()
+    config = Gemma2Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=2, num_key_value_heads=1, head_dim=16, attn_logit_softcapping=50.0)
+    Gemma2ForCausalLM(config).save_pretrained(tmp_path / "gemma2")
+    tokenizer.save_pretrained(tmp_path / "gemma2")
+    model, _ = models.load_policy(tmp_path / "gemma2", device="cpu")
+    assert model.config._attn_implementation == "eager"
+    model, _ = models.load_policy(build_saved_llama(tmp_path / "llama"), device="cpu")
+    assert model.config._attn_implementation == "sdpa"
+
+
+def build_saved_llama(path: Path) -> Path:
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(tokenizer, hidden_size=16, num_layers=1, num_heads=2).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+

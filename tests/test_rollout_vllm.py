@@ -63,6 +63,28 @@ def test_weights_are_synced_from_the_training_model(tiny):
     backend.sync_weights(model)  # and back, for the other tests
 
 
+def test_a_lora_policy_is_synced_with_its_adapter_merged(tiny):
+    """vllm decodes a plain model: a LoRA policy's weights reach it merged (W + scale * B @ A), and it samples what
+    the PEFT model samples."""
+    import copy
+
+    from algos.config import LoraConfig
+    from algos.model.lora import apply_lora
+
+    model, tokenizer, backend = tiny
+    policy = apply_lora(copy.deepcopy(model), LoraConfig(r=4, alpha=8))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, parameter in policy.named_parameters():
+            if "lora_B" in name:
+                parameter.normal_(std=0.5)  # a trained adapter: the policy differs from its base
+    rollout = backend.generate(policy, fresh_env(tokenizer), greedy=True)
+    expected = HFRollout().generate(policy, fresh_env(tokenizer), greedy=True)
+    base = HFRollout().generate(model, fresh_env(tokenizer), greedy=True)
+    assert greedy_ids(rollout) == greedy_ids(expected) != greedy_ids(base)
+    backend.sync_weights(model)  # and back, for the other tests
+
+
 def test_weights_are_copied_only_when_they_changed(tiny, monkeypatch):
     """A step's dynamic-sampling rounds and an eval between updates copied the whole model into vllm again."""
     model, tokenizer, backend = tiny

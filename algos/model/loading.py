@@ -8,6 +8,7 @@ safetensors directory under the cache folder; later loads read that directory.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 import shutil
 import tempfile
@@ -201,8 +202,15 @@ def load_policy(path_or_alias: str | os.PathLike = DEFAULT_MODEL_ALIAS, dtype=No
             "training and evaluation need a decoder-only causal LM"
         )
     tokenizer = _padded_left(AutoTokenizer.from_pretrained(path), path)
+    # Attention-logit soft-capping (Gemma 2) is applied by transformers' eager attention only: SDPA and flash drop it,
+    # so the rollout and the trainer would agree with each other but not with the model (or vllm, which caps).
+    capped = getattr(config.get_text_config(), "attn_logit_softcapping", None)
+    attention = {"attn_implementation": "eager"} if capped else {}
+    if capped:
+        logging.getLogger("rlvr").info(f"{config.model_type}: eager attention, the one that applies its attention "
+                                       f"soft-capping ({capped:g})")
     model, info = AutoModelForCausalLM.from_pretrained(
-        path, config=config, dtype=_resolve_dtype(dtype), output_loading_info=True
+        path, config=config, dtype=_resolve_dtype(dtype), output_loading_info=True, **attention
     )
     # transformers fills weights absent from the checkpoint with random values and only logs it
     # (a BertModel directory gets a random cls.* head, a headless LlamaModel a random lm_head).
