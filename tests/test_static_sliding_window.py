@@ -136,6 +136,24 @@ def test_attention_it_cannot_mask_is_refused_in_one_line(tokenizer):
             StaticRollout(graph="eager").generate(model, reset_env(tokenizer), seeds=row_seeds(0, range(12)))
 
 
+def test_auto_gives_way_to_hf_for_a_model_the_static_engine_refuses(tokenizer, caplog):
+    """On a GPU "auto" picks the static engine; a model it cannot mask exactly samples with "hf", said in one line."""
+    import types
+
+    from algos.rollout import engine_for_model
+
+    chunked = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2)
+    chunked.config.attention_chunk_size = 4
+    config = types.SimpleNamespace(rollout=types.SimpleNamespace(backend="static"))
+    with caplog.at_level("WARNING", logger="rlvr"):
+        assert engine_for_model(config, chunked.config) == "hf" == config.rollout.backend
+    assert caplog.messages == ["rollout.backend 'auto' -> 'hf' instead of 'static': StaticRollout builds causal and "
+                               "sliding-window masks only, and llama attends otherwise (chunked or "
+                               "bidirectional attention)"]
+    config.rollout.backend = "static"
+    assert engine_for_model(config, sliding_model(tokenizer, "gemma2").config) == "static"  # a window it masks
+
+
 def test_a_window_of_the_whole_row_changes_nothing(tokenizer):
     """A window wider than prompt and completion together: the engine passes one causal mask, as before."""
     model = sliding_model(tokenizer, "gemma2", window=4096)

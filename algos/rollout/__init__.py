@@ -6,7 +6,7 @@ static.py     StaticRollout: fixed-shape decode replayed as CUDA graphs ("static
 vllm.py       VLLMRollout ("vllm")
 scripted.py   ScriptedRollout: completions written in advance (tests, recorded data)
 multiturn.py  whole multi-turn episodes: MultiTurnHFRollout (one KV cache), EpisodeDriver (any engine's continue_rows)
-engines.py    the registry, make_rollout_backend, resolve_rollout_backend ("auto")
+engines.py    the registry, make_rollout_backend, resolve_rollout_backend ("auto"), engine_for_model (its fallback)
 environment.py build_task and make_env: the task and the TokenVectorEnv a run samples in
 metrics.py    the per-step rollout metrics
 
@@ -14,7 +14,13 @@ Importing this package registers every built-in engine.
 """
 
 from algos.rollout.base import Rollout, RolloutBackend, SamplingParams, row_seeds, sample_tokens, weights_version
-from algos.rollout.engines import ROLLOUT_ENGINES, RolloutEngine, make_rollout_backend, resolve_rollout_backend
+from algos.rollout.engines import (
+    ROLLOUT_ENGINES,
+    RolloutEngine,
+    engine_for_model,
+    make_rollout_backend,
+    resolve_rollout_backend,
+)
 from algos.rollout.environment import build_task, is_multiturn_task, make_env
 from algos.rollout.hf import HFRollout
 from algos.rollout.metrics import policy_token_mask, rollout_metrics
@@ -27,6 +33,6 @@ __all__ = [
     "ROLLOUT_ENGINES", "EpisodeDriver", "HFRollout", "MultiTurnHFRollout", "MultiTurnRollout", "Rollout",
     "RolloutBackend", "RolloutEngine", "SamplingParams", "ScriptedRollout", "StaticRollout", "VLLMRollout",
     "VLLMWeightLoader", "build_task", "episode_metrics", "is_multiturn_task", "make_env", "make_rollout_backend",
-    "policy_token_mask", "resolve_rollout_backend", "rollout_metrics", "row_seeds", "sample_tokens",
+    "policy_token_mask", "engine_for_model", "resolve_rollout_backend", "rollout_metrics", "row_seeds", "sample_tokens",
     "weights_version",
 ]

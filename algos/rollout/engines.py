@@ -5,6 +5,7 @@ one a config names, resolve_rollout_backend picks one for "auto"."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,8 @@ from algos.core.registry import Registry
 from algos.rollout.environment import is_multiturn_task
 from algos.system.runtime import resolve_device
 
+log = logging.getLogger("rlvr")
+
 
 @dataclass(frozen=True)
 class RolloutEngine:
@@ -24,12 +27,14 @@ class RolloutEngine:
     top_k) says; ``multiturn``: the task's rollouts are whole episodes (only where ``plays_multiturn``).
     ``own_weights``: it samples from its own copy of the policy, refreshed from the trainer's, whose log-probs can
     differ from the trainer's (grpo.rollout_correction "auto" then corrects them). ``requires``: a module it
-    imports, checked before a run loads its model, with ``install`` saying how to get it."""
+    imports, checked before a run loads its model, with ``install`` saying how to get it. ``refuses``: a model's
+    transformers config -> why the engine cannot sample that model exactly, or None (every model)."""
     build: Callable[[Any, dict[str, Any], bool], Any]
     plays_multiturn: bool = False
     own_weights: bool = False
     requires: str | None = None
     install: str = ""
+    refuses: Callable[[Any], str | None] | None = None
 
     def check_available(self, name: str) -> None:
         """ValueError naming rollout.backend when what the engine imports is not installed."""
@@ -48,6 +53,17 @@ def resolve_rollout_backend(config, device: torch.device) -> str:
     returns the name."""
     if config.rollout.backend == "auto":
         config.rollout.backend = "static" if device.type == "cuda" else "hf"
+    return config.rollout.backend
+
+
+def engine_for_model(config, model_config) -> str:
+    """rollout.backend once the model is known, for a run whose "auto" picked ``config.rollout.backend``: an engine
+    that refuses this model (its ``refuses``) gives way to "hf", with one warning saying why; set in place."""
+    engine = ROLLOUT_ENGINES[config.rollout.backend]
+    why = engine.refuses(model_config) if engine.refuses is not None else None
+    if why is not None:
+        log.warning(f"rollout.backend 'auto' -> 'hf' instead of {config.rollout.backend!r}: {why}")
+        config.rollout.backend = "hf"
     return config.rollout.backend
 
 

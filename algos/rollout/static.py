@@ -132,17 +132,13 @@ def attention_layout(decoder) -> AttentionLayout:
     a family whose layers never use one (Llama), it changes nothing here, as in transformers."""
     config = decoder.config.get_text_config()
     name = type(decoder).__name__
-    if getattr(config, "attention_chunk_size", None) or not getattr(config, "is_causal", True) or getattr(
-            config, "use_bidirectional_attention", False):
-        raise ValueError(f"StaticRollout builds causal and sliding-window masks only, and {name} attends otherwise "
-                         "(chunked or bidirectional attention): use rollout.backend = 'hf'")
+    refusal = static_refusal(decoder.config, name)
+    if refusal is not None:
+        raise ValueError(f"{refusal}: use rollout.backend = 'hf'")
     window = getattr(config, "sliding_window", None)
     layer_types = getattr(config, "layer_types", None)
     if layer_types is not None:
         kinds = set(layer_types[: config.num_hidden_layers])
-        if not kinds <= {"full_attention", "sliding_attention"}:
-            raise ValueError(f"StaticRollout builds full and sliding-window masks only, and {name} has layers of types "
-                             f"{sorted(kinds)}: use rollout.backend = 'hf'")
         if "sliding_attention" not in kinds:
             return AttentionLayout()
         if not window:
@@ -153,6 +149,22 @@ def attention_layout(decoder) -> AttentionLayout:
     if window and any(_reads_sliding_window(name) for name in modeling if not name.startswith("torch.")):
         return AttentionLayout(window=int(window))
     return AttentionLayout()
+
+
+def static_refusal(model_config, name: str | None = None) -> str | None:
+    """Why StaticRollout cannot sample a model of this (transformers) config, or None: its masks are causal, full
+    or sliding-window, and chunked or bidirectional attention, or other layer types, would not be the model's own."""
+    config = model_config.get_text_config()
+    name = name or (getattr(model_config, "architectures", None) or [config.model_type])[0]
+    if getattr(config, "attention_chunk_size", None) or not getattr(config, "is_causal", True) or getattr(
+            config, "use_bidirectional_attention", False):
+        return (f"StaticRollout builds causal and sliding-window masks only, and {name} attends otherwise (chunked or "
+                "bidirectional attention)")
+    layer_types = getattr(config, "layer_types", None)
+    kinds = set(layer_types[: config.num_hidden_layers]) if layer_types is not None else set()
+    if not kinds <= {"full_attention", "sliding_attention"}:
+        return f"StaticRollout builds full and sliding-window masks only, and {name} has layers of types {sorted(kinds)}"
+    return None
 
 
 @functools.cache
@@ -566,4 +578,5 @@ def build_static_rollout(config, sampling: dict[str, Any], multiturn: bool):
 
 
 # own_weights: under bf16 autocast it samples from a bf16 copy, whose log-probs are not the trainer's to the bit
-ROLLOUT_ENGINES.register("static", RolloutEngine(build_static_rollout, plays_multiturn=True, own_weights=True))
+ROLLOUT_ENGINES.register("static", RolloutEngine(build_static_rollout, plays_multiturn=True, own_weights=True,
+                                                 refuses=static_refusal))

@@ -29,6 +29,7 @@ from algos.rollout import (
     ROLLOUT_ENGINES,
     RolloutBackend,
     build_task,
+    engine_for_model,
     make_env,
     make_rollout_backend,
     resolve_rollout_backend,
@@ -181,12 +182,15 @@ def setup_run(
     if check_task is not None:
         check_task(task)
     device = resolve_device(device_for(world, config.model.device))
+    picked_engine = config.rollout.backend == "auto"
     engine = resolve_rollout_backend(config, device)  # recorded even where ``backend`` replaces the engine
     if backend is None:
         ROLLOUT_ENGINES[engine].check_available(engine)
     seed_everything(config.run.seed, config.run.full_determinism)
     model, tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=device)
     check_lm_head(model, len(tokenizer))  # also refuses an LM head that is not a bias-free Linear
+    if picked_engine:  # "auto" gives way to "hf" for a model its pick cannot sample exactly
+        engine_for_model(config, model.config)
     lora = getattr(config, "lora", None)
     if lora is not None and lora.r > 0:
         require(not (keep_reference and config.warm_start.steps), "lora.r",
