@@ -1,11 +1,12 @@
 """Rollout engines: what fills a reset TokenVectorEnv with sampled tokens, registered by name in ROLLOUT_ENGINES.
 
 base.py       the Rollout returned, SamplingParams, the RolloutBackend protocol, token sampling
-hf.py         HFRollout: transformers + KV cache (rollout.backend = "hf")
+hf.py         HFRollout: transformers + KV cache (rollout.backend = "hf", registered in multiturn.py)
 static.py     StaticRollout: fixed-shape decode replayed as CUDA graphs ("static", the GPU default)
 vllm.py       VLLMRollout ("vllm")
 scripted.py   ScriptedRollout: completions written in advance (tests, recorded data)
-multiturn.py  whole multi-turn episodes: MultiTurnHFRollout (one KV cache), EpisodeDriver (any engine's continue_rows)
+multiturn.py  whole multi-turn episodes: MultiTurnHFRollout (one KV cache), EpisodeDriver (any engine's continue_rows);
+              the "hf" engine's registration (single-turn HFRollout, multi-turn MultiTurnHFRollout)
 engines.py    the registry, make_rollout_backend, resolve_rollout_backend ("auto"), engine_for_model (its fallback)
 environment.py build_task and make_env: the task and the TokenVectorEnv a run samples in
 metrics.py    the per-step rollout metrics

@@ -1,6 +1,7 @@
 """The rollout engines a run can name in rollout.backend, registered by name (ROLLOUT_ENGINES): each engine's own
-module registers it (hf.py, static.py, vllm.py), and this package imports them all. make_rollout_backend builds the
-one a config names, resolve_rollout_backend picks one for "auto"."""
+module registers it (static.py, vllm.py; "hf" in multiturn.py, whose multi-turn rollout extends hf.py's), and this
+package imports them all. make_rollout_backend builds the one a config names, resolve_rollout_backend picks one for
+"auto"."""
 
 from __future__ import annotations
 

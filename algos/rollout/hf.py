@@ -1,16 +1,14 @@
 """HFRollout: a transformers causal LM with its KV cache, each prompt prefilled once for its group, then one token
-per env step for the rows still generating, on the model's device."""
+per env step for the rows still generating, on the model's device. Its engine, rollout.backend = "hf", is registered in
+multiturn.py, which adds the multi-turn episodes (MultiTurnHFRollout, an HFRollout)."""
 
 from __future__ import annotations
-
-from typing import Any
 
 import torch
 
 from algos.model.attention import decoding_attention
 from algos.model.policy import position_ids_from_mask
 from algos.rollout.base import Rollout, SamplingParams, _as_rollout, checked_call, row_uniforms, sample_tokens
-from algos.rollout.engines import ROLLOUT_ENGINES, RolloutEngine
 from algos.system.runtime import release_free_memory, weights_cast_once
 from rlvr_env.token_vector_env import TokenVectorEnv
 
@@ -111,14 +109,3 @@ class HFRollout:
             next_position = next_position + 1
         return _as_rollout(env.results(), logprobs[:, :steps])
 
-
-def build_hf_rollout(config, sampling: dict[str, Any], multiturn: bool):
-    """rollout.backend = "hf": transformers + KV cache in the trainer's process; multi-turn: whole episodes."""
-    if multiturn:
-        from algos.rollout.multiturn import MultiTurnHFRollout  # it extends HFRollout
-
-        return MultiTurnHFRollout(**sampling, max_episode_tokens=config.rollout.max_episode_tokens)
-    return HFRollout(**sampling)
-
-
-ROLLOUT_ENGINES.register("hf", RolloutEngine(build_hf_rollout, plays_multiturn=True))

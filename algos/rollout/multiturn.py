@@ -20,6 +20,7 @@ squeezed out when they outnumber its real columns, and finished rows leave it as
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,6 +29,7 @@ from algos.core.padding import left_padded, right_padded
 from algos.model.loading import context_length
 from algos.model.policy import position_ids_from_mask
 from algos.rollout.base import Rollout, check_env_ready, check_seeds, sample_tokens
+from algos.rollout.engines import ROLLOUT_ENGINES, RolloutEngine
 from algos.rollout.hf import HFRollout
 from algos.system.distributed import sum_over_ranks
 from rewards.result import NO_ANSWER
@@ -321,3 +323,14 @@ def episode_metrics(result) -> dict[str, float]:
     rows = max(1.0, rows)
     return {"turns_mean": turns / rows, "tool_calls_mean": calls / rows, "tool_errors_mean": errors / rows,
             "policy_len_mean": policy / rows}
+
+
+def build_hf_rollout(config, sampling: dict[str, Any], multiturn: bool):
+    """rollout.backend = "hf": transformers + KV cache in the trainer's process; multi-turn: whole episodes."""
+    if multiturn:
+        return MultiTurnHFRollout(**sampling, max_episode_tokens=config.rollout.max_episode_tokens)
+    return HFRollout(**sampling)
+
+
+# "hf" is registered here, not in hf.py: its multi-turn rollout extends HFRollout, so hf.py imports nothing of this module
+ROLLOUT_ENGINES.register("hf", RolloutEngine(build_hf_rollout, plays_multiturn=True))

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,6 +32,7 @@ from algos.model.policy import completion_logprobs
 from algos.rollout.multiturn import observation_text
 from algos.run.checkpoint import export_model
 from algos.run.directory import WARM_START_DIR
+from algos.run.setup import RunSetup
 from algos.system.distributed import (
     barrier,
     micro_batch_inputs,
@@ -44,11 +45,8 @@ from rlvr_env.multiturn_env import MultiTurnTask, render_conversation, with_tool
 from rlvr_env.prompting import encode_prompts, render_prompt, uses_chat_template
 from rlvr_env.token_vector_env import draw_problem_indices
 
-if TYPE_CHECKING:
-    from algos.run.loop import RunSetup
-
 IGNORE_INDEX = -100  # a label no loss counts (torch's cross_entropy ignore_index, transformers' labels)
-# Beside run.seed, the stream the warm start draws its problems from: no training round's seed (run.loop.round_seed)
+# Beside run.seed, the stream the warm start draws its problems from: no training round's seed (run.setup.round_seed)
 # and no evaluation's (env.eval_seed) is a sequence of three numbers.
 DEMONSTRATION_STREAM = 0x5F7
 
