@@ -672,6 +672,7 @@ def to_dict(config: Any) -> dict[str, Any]:
 
 # Keys that moved: old dotted key -> its new one. Config files, CLI flags and an old checkpoint's config.yaml
 # (--resume) still say the old one for a release; each is read as the new key, with a FutureWarning.
+# Kept until the first release, 0.2.0: run directories written before the renames must still resume.
 RENAMED_KEYS = {
     "grpo.prompts_per_step": "rollout.prompts_per_step",
     "ppo.prompts_per_step": "rollout.prompts_per_step",

@@ -376,18 +376,6 @@ def test_skyrl_gym_env_scores_rows_read_as_skyrl_reads_them(skyrl_gym_with_rlvr_
                        (True, [], 0.1, True, {"correct": 0.0, "format": 1.0, "solved": 0.0})]  # format credit
 
 
-def test_the_deprecated_rewards_skyrl_env_warns_and_reexports(monkeypatch):
-    pytest.importorskip("skyrl_gym")
-    import rlvr_env.skyrl_env
-
-    monkeypatch.delitem(sys.modules, "rewards.skyrl_env", raising=False)  # it warns on its first import only
-    with pytest.warns(DeprecationWarning, match=r"rlvr_env\.skyrl_env"):
-        shim = importlib.import_module("rewards.skyrl_env")
-    assert (shim.RlvrTaskEnv, shim.skyrl_dataset_rows) == (rlvr_env.skyrl_env.RlvrTaskEnv,
-                                                           rlvr_env.skyrl_env.skyrl_dataset_rows)
-    assert shim.__all__ == ["RlvrTaskEnv", "skyrl_dataset_rows"]
-
-
 @pytest.mark.parametrize("extras", [{}, {"reward_spec": {"method": "rule"}}, {"reward_spec": {"ground_truth": " "}}])
 def test_skyrl_gym_env_refuses_a_row_without_ground_truth(skyrl_gym_with_rlvr_env, extras):
     with pytest.raises(ValueError, match=r"RlvrTaskEnv\('Arithmetic'\): the row's reward_spec.ground_truth is"):

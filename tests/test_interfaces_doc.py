@@ -168,8 +168,6 @@ def refs() -> list[Ref]:
     return found
 
 
-# the doc names the deprecated re-export on purpose (its one release), so importing it warns
-@pytest.mark.filterwarnings("ignore:rewards.skyrl_env is deprecated:DeprecationWarning")
 def test_every_reference_resolves(refs):
     unresolved = []
     for ref in refs:

@@ -1,19 +1,15 @@
 """The package layering (pyproject.toml [tool.importlinter]): rlvr_cli > algos > rlvr_env > rewards, and inside algos
 cli > algorithms > run > learn | rollout > model > system > config > core. lint-imports reads the import graph
-statically, so this takes about a second. Below the algorithms no code reads an algorithm's config section; the
-modules' old flat paths import, for one release, as the modules they moved to."""
+statically, so this takes about a second. Below the algorithms no code reads an algorithm's config section."""
 
 from __future__ import annotations
 
 import ast
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
-
-import algos
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
@@ -56,42 +52,3 @@ def test_nothing_below_the_algorithms_reads_an_algorithms_section():
     assert len(modules) > 30
     reads = {str(path.relative_to(REPO_ROOT)): found for path in modules if (found := section_reads(path.read_text()))}
     assert reads == {}
-
-
-def test_old_module_paths_import_as_the_moved_modules_with_one_warning():
-    """Run in a fresh interpreter: this one has imported the modules already."""
-    script = textwrap.dedent("""
-        import importlib, sys, warnings
-        import algos
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            for old, new in algos.MOVED_MODULES.items():
-                module = importlib.import_module(old)
-                assert importlib.import_module(old) is module  # the second import is the cached module: no warning
-                targets = [importlib.import_module(name) for name in new]
-                if len(targets) == 1:
-                    assert module is targets[0], old
-                else:
-                    for target in targets:
-                        public = [name for name in vars(target) if not name.startswith("_")]
-                        assert all(getattr(module, name) is getattr(target, name) for name in public), (old, target)
-        messages = [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
-        assert len(messages) == len(algos.MOVED_MODULES), messages
-        for message, (old, new) in zip(messages, algos.MOVED_MODULES.items()):
-            assert message.startswith(f"{old} moved to {' and '.join(new)}"), message
-        from algos.grpo import GRPOTrainer
-        from algos.algorithms.grpo import GRPOTrainer as moved
-        assert GRPOTrainer is moved
-        print("ok", len(messages))
-    """)
-    run = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr
-    assert run.stdout.split() == ["ok", str(len(algos.MOVED_MODULES))]
-
-
-def test_every_moved_module_exists_and_no_old_file_is_left():
-    for old, targets in algos.MOVED_MODULES.items():
-        assert not (REPO_ROOT / (old.replace(".", "/") + ".py")).exists(), f"{old} is both moved and still there"
-        for target in targets:
-            path = REPO_ROOT / target.replace(".", "/")
-            assert path.with_suffix(".py").is_file() or (path / "__init__.py").is_file(), target
