@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from .jsonl import JsonLinesError, read_json_lines
 from .mathcheck import BACKENDS
 
 # A day is already far past any check; the bound keeps a typo (1e12) from reading as "wait forever".
@@ -132,34 +133,21 @@ def _answer_problem(answer: object) -> str | None:
     return f"must be a string or a number, got {_json_kind(answer)}"
 
 
+# rlvr score's own words for two of a bad line's problems (rewards/jsonl.py's are rlvr_env's data files')
+_SCORE_WORDING = {"encoding": "not valid UTF-8", "json": "not valid JSON"}
+
+
 def _read_rows(path: Path, completion_key: str, answer_key: str) -> list[dict]:
     if not path.is_file():
         raise BadInput(f"no such file {path}")
     rows = []
     try:
-        handle = path.open("rb")  # bytes, so a line that is not UTF-8 can be named
+        records = read_json_lines(path)
     except OSError as exc:
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
-    with handle:
-        for number, raw in enumerate(handle, 1):
+    try:
+        for number, row in records:
             where = f"{path}:{number}"
-            try:
-                line = raw.decode("utf-8-sig")  # a byte-order mark (Windows editors write one) is no error
-            except UnicodeDecodeError as exc:  # exc.object: the line's bytes after a BOM
-                bad_byte = f"byte 0x{exc.object[exc.start]:02x} at column {exc.start + 1}"
-                raise BadInput(f"{where}: not valid UTF-8 ({bad_byte})") from None
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise BadInput(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
-            except ValueError as exc:  # an integer of more than 4300 digits, past int()'s limit
-                raise BadInput(f"{where}: cannot read the JSON ({exc})") from None
-            except RecursionError:
-                raise BadInput(f"{where}: JSON nested too deeply") from None
-            if not isinstance(row, dict):
-                raise BadInput(f"{where}: expected a JSON object")
             for key in (completion_key, answer_key):
                 if key not in row:
                     raise BadInput(f"{where}: missing field {key!r}")
@@ -168,6 +156,9 @@ def _read_rows(path: Path, completion_key: str, answer_key: str) -> list[dict]:
                 if problem:
                     raise BadInput(f"{where}: field {key!r} {problem}")
             rows.append(row)
+    except JsonLinesError as exc:
+        problem = f"{_SCORE_WORDING[exc.kind]} ({exc.detail})" if exc.kind in _SCORE_WORDING else exc.problem
+        raise BadInput(f"{exc.where}: {problem}") from None
     if not rows:
         raise BadInput(f"{path}: no rows (the file is empty or blank): nothing to score")
     return rows

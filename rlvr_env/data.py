@@ -6,11 +6,11 @@ an environment variable, and every error names the path, the line and the field.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
+from rewards.jsonl import JsonLinesError, read_json_lines
 from rlvr_env.task import Problem, build_config
 
 
@@ -31,28 +31,14 @@ def resolve_path(path: str | os.PathLike | None, env_var: str, task_name: str) -
 
 
 def read_records(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """``(line number, record)`` pairs: 1-based lines for JSON Lines, 1-based rows for parquet."""
+    """``(line number, record)`` pairs: 1-based lines for JSON Lines (rewards.jsonl.read_json_lines: utf-8-sig, each
+    bad line named), 1-based rows for parquet."""
     if path.suffix.lower() == ".parquet":
         return _read_parquet(path)
-    records = []
-    with path.open("rb") as handle:  # decoded line by line, so a bad byte is reported with its line
-        for line_number, raw_line in enumerate(handle, start=1):
-            try:
-                line = raw_line.decode("utf-8")
-            except UnicodeDecodeError as error:
-                bad_byte = raw_line[error.start]
-                raise DataFileError(
-                    f"{path}:{line_number}: not UTF-8 (byte {bad_byte:#04x} at column {error.start + 1})"
-                ) from None
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataFileError(f"{path}:{line_number}: invalid JSON ({error.msg})") from None
-            if not isinstance(record, dict):
-                raise DataFileError(f"{path}:{line_number}: expected a JSON object, got {type(record).__name__}")
-            records.append((line_number, record))
+    try:
+        records = list(read_json_lines(path))
+    except JsonLinesError as error:
+        raise DataFileError(str(error)) from None
     if not records:
         raise DataFileError(f"{path}: no records")
     return records

@@ -141,3 +141,13 @@ def test_failed_reconfigure_leaves_the_env_usable(tmp_path):
     assert task.config.levels == () and task.size == 3
     prompt, _ = env.reset(options={"task": {"levels": [2]}})
     assert task.config.levels == (2,) and task.size == 1 and "level 2" in prompt
+
+
+def test_a_data_file_is_read_as_rlvr_score_reads_one(tmp_path):
+    """One reader (rewards.jsonl): a byte-order mark is no error, an integer past int()'s limit is named by line."""
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(GSM8K_ROW).encode() + b"\n")
+    assert rlvr_env.make_task("GSM8K", data_path=str(path)).problem(0, 0).answer == "4"
+    path.write_bytes(json.dumps(GSM8K_ROW).encode() + b'\n{"question": "q", "answer": 1' + b"0" * 5000 + b"}\n")
+    with pytest.raises(DataFileError, match=r"bom\.jsonl:2: cannot read the JSON \(Exceeds the limit"):
+        rlvr_env.make_task("GSM8K", data_path=str(path))
