@@ -3,6 +3,7 @@
 Equivalence and extraction come from :mod:`rewards`; this module only adds the
 task-side policy: a lenient last-number fallback (small base models rarely
 write ``\\boxed{}``) and a small, separately reported credit for using it.
+AnswerTask gives the tasks whose answer is one number (Arithmetic, GSM8K) their verifier and their chat turns.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import Any
 import rewards
 from rewards.extract import final_boxed
 from rewards.result import NO_ANSWER, OK, VerifyResult
+from rlvr_env.prompting import chat_turns, shown_few_shot
+from rlvr_env.task import Problem, Task
 
 # A signed integer/decimal, allowing thousands separators ("1,234.5").
 _NUMBER = re.compile(r"-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?")
@@ -102,3 +105,20 @@ def validate_answer_weights(correct_weight: float, format_weight: float) -> None
         raise ValueError(f"correct_weight must be > 0, got {correct_weight}")
     if format_weight < 0:
         raise ValueError(f"format_weight must be >= 0, got {format_weight}")
+
+
+class AnswerTask(Task):
+    """A task whose answer is one number (Arithmetic, GSM8K): graded by answer_reward from its config's
+    ``correct_weight``, ``format_weight``, ``fallback_last_number``, ``literal_answer`` and ``boxed_only``; its
+    prompts show each ``few_shot`` example with the chance ``few_shot_keep`` (shown_few_shot)."""
+
+    @property
+    def verifier(self):
+        cfg = self.config
+        return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number, cfg.literal_answer,
+                             cfg.boxed_only)
+
+    def messages(self, problem: Problem) -> list[dict[str, str]]:
+        """The system prompt, the few-shot pairs this problem shows (``few_shot_keep``), then the problem."""
+        cfg = self.config
+        return chat_turns(cfg.system_prompt, shown_few_shot(cfg.few_shot, cfg.few_shot_keep, problem), problem.prompt)

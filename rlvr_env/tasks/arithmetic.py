@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from rlvr_env.answers import answer_reward, validate_answer_weights
-from rlvr_env.prompting import chat_turns, shown_few_shot, validate_few_shot_keep
-from rlvr_env.task import Problem, Task, TaskConfig, validate_flags, validate_prompt_template
+from rlvr_env.answers import AnswerTask, validate_answer_weights
+from rlvr_env.prompting import validate_few_shot_keep
+from rlvr_env.task import Problem, TaskConfig, validate_flags, validate_prompt_template
 
 OPERATORS = "+-*/"
 
@@ -177,7 +177,7 @@ def worked_solution(expression: str) -> tuple[str, int]:
     return ". ".join(sentences), value
 
 
-class ArithmeticTask(Task):
+class ArithmeticTask(AnswerTask):
     config_cls = ArithmeticConfig
 
     def problem(self, index: int, seed: int) -> Problem:
@@ -222,17 +222,6 @@ class ArithmeticTask(Task):
             answer=str(int(value)),
             metadata={"index": index, "expression": expression, "digits": digits, "terms": terms},
         )
-
-    @property
-    def verifier(self):
-        cfg = self.config
-        return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number, cfg.literal_answer,
-                             cfg.boxed_only)
-
-    def messages(self, problem: Problem) -> list[dict[str, str]]:
-        """The system prompt, the few-shot pairs this problem shows (``few_shot_keep``), then the problem."""
-        cfg = self.config
-        return chat_turns(cfg.system_prompt, shown_few_shot(cfg.few_shot, cfg.few_shot_keep, problem), problem.prompt)
 
     def gold_completion(self, problem: Problem) -> str:
         expression, answer = problem.metadata["expression"], problem.answer

@@ -8,10 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlvr_env.answers import answer_reward, validate_answer_weights
+from rlvr_env.answers import AnswerTask, validate_answer_weights
 from rlvr_env.data import DataFileError, DatasetTask, require_str
-from rlvr_env.prompting import chat_turns, shown_few_shot, validate_few_shot_keep
-from rlvr_env.task import Problem, Task, TaskConfig, validate_flags, validate_prompt_template
+from rlvr_env.prompting import validate_few_shot_keep
+from rlvr_env.task import Problem, TaskConfig, validate_flags, validate_prompt_template
 
 ENV_VAR = "RLVR_GSM8K_PATH"
 
@@ -50,7 +50,7 @@ def final_answer(solution: str) -> str | None:
     return answer or None
 
 
-class GSM8KTask(DatasetTask, Task):
+class GSM8KTask(DatasetTask, AnswerTask):
     config_cls = GSM8KConfig
     env_var = ENV_VAR
 
@@ -64,17 +64,6 @@ class GSM8KTask(DatasetTask, Task):
             prompt = config.prompt_template.format(question=question)
             problems.append(Problem(prompt, answer, {"index": len(problems), "line": line}))
         return problems
-
-    @property
-    def verifier(self):
-        cfg = self.config
-        return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number, cfg.literal_answer,
-                             cfg.boxed_only)
-
-    def messages(self, problem: Problem) -> list[dict[str, str]]:
-        """The system prompt, the few-shot pairs this problem shows (``few_shot_keep``), then the question."""
-        cfg = self.config
-        return chat_turns(cfg.system_prompt, shown_few_shot(cfg.few_shot, cfg.few_shot_keep, problem), problem.prompt)
 
     def gold_completion(self, problem: Problem) -> str:
         return f"The answer is \\boxed{{{problem.answer}}}."
