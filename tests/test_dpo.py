@@ -239,6 +239,19 @@ def test_each_offline_step_applies_the_gradient_of_the_dpo_objective(tiny, tmp_p
     assert logged[0]["rewards/margins"] == 0.0 and logged[-1]["rewards/margins"] > 0  # from the reference, then apart
 
 
+def test_each_step_line_shows_the_loss_and_the_implicit_rewards(tiny, tmp_path, capsys):
+    """Without a live bar (run.progress false) a step's line leads with DPO's headline: the loss, rewards/margins and
+    rewards/accuracies, as logged; GRPO's keys (reward, acc, ...) follow only when logged."""
+    DPOTrainer(load_config(DPOConfig, overrides=overrides(tiny, tmp_path, **{"run.steps": "2"}))).train()
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith(("step 1/", "step 2/"))]
+    logged = [row for row in read_metrics(tmp_path) if "rewards/margins" in row]
+    assert len(lines) == len(logged) == 2
+    for line, row in zip(lines, logged):
+        assert line.startswith(f"step {row['step']}/2 | loss {row['loss']:.3g} | margin {row['rewards/margins']:.3g} | "
+                               f"pref_acc {row['rewards/accuracies']:.3g} | "), line
+        assert line.endswith(f" | s {row['step_time_s']:.3g}"), line
+
+
 def test_a_killed_offline_run_resumes_to_the_same_weights(tiny, tmp_path):
     DPOTrainer(load_config(DPOConfig, overrides=overrides(tiny, tmp_path / "full", **{"run.steps": "4"}))).train()
     DPOTrainer(load_config(DPOConfig, overrides=overrides(tiny, tmp_path / "cut", **{"run.steps": "2"}))).train()

@@ -182,6 +182,9 @@ def interleaved(chosen: list, rejected: list) -> list:
 
 
 class DPOTrainer:
+    # what each step's line (and the live bar) shows first: the loss and the implicit rewards' margin and accuracy
+    headline_metrics = {"loss": "loss", "rewards/margins": "margin", "rewards/accuracies": "pref_acc"}
+
     def __init__(self, config: DPOConfig, *, resume: bool = False, backend: RolloutBackend | None = None) -> None:
         """``backend``: the rollout backend of online DPO and of evaluation (default: the one config.rollout names)."""
         d = config.dpo

@@ -156,13 +156,15 @@ def record_resolved_names(config: Any) -> None:
 
 
 class Agent(Protocol):
-    """What run_training needs from an algorithm's trainer (GRPOTrainer, PPOTrainer)."""
+    """What run_training needs from an algorithm's trainer (GRPOTrainer, PPOTrainer, DPOTrainer)."""
     run: RunSetup
     backend: RolloutBackend  # the one it trains with (run.backend unless replaced), which evaluation uses too
     start_step: int
 
     def train_step(self, step: int, logger: MetricsLogger) -> dict[str, float]: ...  # collect + update; the step's metrics
     def save(self, step: int) -> Path: ...
+    # Optional: ``headline_metrics`` (metric key -> short name), what the step line and the bar show first when the
+    # shared keys (algos.run.metrics.LINE_KEYS: reward, accuracy, ...) are not the algorithm's headline (DPO's)
 
 
 def warm_start_policy(run: RunSetup, logger: MetricsLogger) -> None:
@@ -232,7 +234,7 @@ def run_training(agent: Agent) -> dict[str, Any]:
     held_out_accuracy = held_out_evaluation(run, agent.backend)
     logger_type = MetricsLogger if run.world.is_main else SilentLogger
     logger = logger_type(run.output_dir, cfg.steps, start_step=agent.start_step, tensorboard=cfg.tensorboard,
-                         progress=cfg.progress)
+                         progress=cfg.progress, headline=getattr(agent, "headline_metrics", None))
     summary: dict[str, Any] = {"output_dir": str(run.output_dir)}
     monitor = HealthMonitor(run.config.alarms)
     step = agent.start_step

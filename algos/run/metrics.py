@@ -22,6 +22,8 @@ PROGRESS_KEYS = {"reward_mean": "reward", "accuracy": "acc", "entropy": "ent", "
 # as TRL and verl print theirs: these keys, those the step logged, in this order.
 LINE_KEYS = {"reward_mean": "reward", "accuracy": "acc", "kl": "kl", "entropy": "entropy", "completion_len_mean": "len",
              "truncation_rate": "trunc", "eval_accuracy": "eval", "warm_start/loss": "sft_loss", "step_time_s": "s"}
+# An algorithm whose own headline metrics are none of these (DPO's loss and implicit rewards) names them in its trainer's
+# ``headline_metrics`` (key -> short name): run_training's logger shows them first, in the line and in the bar.
 # From this many points a curve is drawn faint with its moving mean on top.
 SMOOTH_FROM = 50
 # Curves drawn at the end (an interrupted run's too), in this order, when the run logged them.
@@ -59,10 +61,11 @@ def read_metrics(output_dir: str | Path) -> list[dict[str, Any]]:
     return records
 
 
-def step_line(step: int, total_steps: int, record: dict[str, Any]) -> str:
-    """``step 3/10 | reward 0.25 | acc 0.125 | ... | s 1.52``: the LINE_KEYS the record has, 3 significant digits."""
+def step_line(step: int, total_steps: int, record: dict[str, Any], keys: dict[str, str] = LINE_KEYS) -> str:
+    """``step 3/10 | reward 0.25 | acc 0.125 | ... | s 1.52``: the ``keys`` (LINE_KEYS) the record has, 3 significant
+    digits."""
     parts = [f"step {step}/{total_steps}"]
-    for key, short in LINE_KEYS.items():
+    for key, short in keys.items():
         value = record.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             parts.append(f"{short} {value:.3g}")
@@ -71,7 +74,8 @@ def step_line(step: int, total_steps: int, record: dict[str, Any]) -> str:
 
 class MetricsLogger:
     """Logs one dict of scalars per step. Resuming at `start_step` drops records after it,
-    so a killed-and-resumed run leaves the same metrics.jsonl as an uninterrupted one."""
+    so a killed-and-resumed run leaves the same metrics.jsonl as an uninterrupted one. ``headline``: the algorithm's
+    own metrics (key -> short name), shown before PROGRESS_KEYS in the bar and before LINE_KEYS in the step line."""
 
     def __init__(
         self,
@@ -81,8 +85,11 @@ class MetricsLogger:
         start_step: int = 0,
         tensorboard: bool = True,
         progress: bool = True,
+        headline: dict[str, str] | None = None,
     ) -> None:
         self.output_dir = Path(output_dir)
+        self._line_keys = {**(headline or {}), **LINE_KEYS}
+        self._progress_keys = {**(headline or {}), **PROGRESS_KEYS}
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.output_dir / METRICS_FILE
         kept = [r for r in read_metrics(self.output_dir) if r.get("step", 0) <= start_step] if start_step else []
@@ -117,9 +124,9 @@ class MetricsLogger:
                 if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
                     self._tb.add_scalar(key, value, step if tensorboard_step is None else tensorboard_step)
         if self._bar.disable:
-            print(step_line(step, self._total_steps, record), file=sys.stderr, flush=True)
+            print(step_line(step, self._total_steps, record, self._line_keys), file=sys.stderr, flush=True)
             return
-        shown = {short: record[key] for key, short in PROGRESS_KEYS.items() if record.get(key) is not None}
+        shown = {short: record[key] for key, short in self._progress_keys.items() if record.get(key) is not None}
         self._bar.set_postfix({k: f"{v:.3g}" for k, v in shown.items()}, refresh=False)
         self._bar.update(max(0, step - self._bar.n))
 
