@@ -117,7 +117,7 @@ def register(subparsers) -> None:
         subparsers,
         "train",
         _train_keys,
-        help="train a policy with GRPO, DAPO, RLOO, CISPO, GMPO, PPO or REINFORCE++",
+        help="train a policy with GRPO, DAPO, RLOO, CISPO, GMPO, PPO, REINFORCE++, DPO or online DPO",
         description="Train a policy. Any config field can be set with --section.key value (or --key value).",
     )
     train.add_argument("--algo", required=True, choices=sorted(ALGORITHMS))

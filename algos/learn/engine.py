@@ -1,7 +1,7 @@
 """One optimizer step over a gradient accumulation, the same for every algorithm.
 
 An algorithm's update decides what a micro-batch's loss is (GRPO's clipped surrogate plus KL, PPO's
-policy and value losses, the warm start's cross-entropy); everything around it is here, once:
+policy and value losses, DPO's preference loss, the warm start's cross-entropy); everything around it is here, once:
 
 - every rank runs as many forwards and backwards (a rank with fewer rows runs zero-weight passes,
   ``rows is None``), which DDP's and FSDP2's collectives need;
