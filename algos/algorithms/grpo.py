@@ -65,7 +65,8 @@ class GRPOSection:
     beta: float = 0.04  # KL-to-reference coefficient in the loss (DeepSeekMath); 0 = no reference model kept
     kl_estimator: str = "k3"  # KL_ESTIMATORS: k3 (DeepSeekMath, verl's low_var_kl) or k2 (its gradient is the KL's)
     kl_clamp: float = 10.0  # per-token KL clamped to +-kl_clamp (verl's 10)
-    # ADVANTAGE_ESTIMATORS: "grpo" (group std, DeepSeekMath), "batch-std" (group mean, batch std), "dr-grpo" (mean only)
+    # ADVANTAGE_ESTIMATORS: "grpo" (group std, DeepSeekMath), "batch-std" (group mean, batch std), "dr-grpo" (mean
+    # only), "rloo" (each row against the mean of the others)
     adv_estimator: str = "grpo"
     adv_eps: float = 1e-6
     # DeepSeekMath process supervision, added to the outcome advantage with this weight: token t also gets the sum
@@ -101,7 +102,7 @@ class GRPOSection:
         require(self.dynamic_sampling_metric in ("acc", "score"), "grpo.dynamic_sampling_metric",
                 f"must be 'acc' or 'score', got {self.dynamic_sampling_metric!r}")
         require(self.overlong_penalty_factor >= 0, "grpo.overlong_penalty_factor", "must be >= 0")
-        # run.loop.round_seed gives each step 101 prompt seeds; more rounds would repeat the next step's prompts
+        # run.setup.round_seed gives each step 101 prompt seeds; more rounds would repeat the next step's prompts
         require(1 <= self.max_sampling_rounds <= 101, "grpo.max_sampling_rounds", "must be in 1..101")
         require(self.overlong_cache >= 1, "grpo.overlong_cache", "must be >= 1")
 
