@@ -54,16 +54,18 @@ def probe_shape(model: torch.nn.Module | None) -> tuple[int, int, int]:
 
 @functools.cache
 def cpu_matmul_ms(dtype: str, rows: int, inner: int, cols: int) -> float:
-    """Fastest of a few CPU (rows x inner) @ (inner x cols) matmuls in ``dtype``, in milliseconds, at torch's thread
-    count: other processes only ever slow a rep down (a busy machine once measured a native bf16 matmul 8 ms by
-    the median), so the minimum is what the hardware does."""
+    """Fastest of up to 50 CPU (rows x inner) @ (inner x cols) matmuls in ``dtype`` within half a second, in
+    milliseconds, at torch's thread count: other processes only ever slow a rep down (a busy machine once measured a
+    native bf16 matmul 8 ms by the median, and with two other 2-thread jobs on 2 cores, 15.95 ms as the fastest of 5
+    against 0.28 ms quiet: a rep whose threads were not all scheduled waits for them), so the minimum of many reps
+    is what the hardware does."""
     own = torch.Generator().manual_seed(0)  # the run's seeded global RNG must not move (a resume replays it)
     a = torch.randn(rows, inner, generator=own).to(getattr(torch, dtype))
     b = torch.randn(inner, cols, generator=own).to(getattr(torch, dtype))
     a @ b  # the first call picks and JIT-compiles oneDNN's kernel
     times = []
     deadline = time.perf_counter() + 0.5  # an emulated bf16 matmul can take ~0.1 s: bound the probe, not the reps
-    while len(times) < 5 and (len(times) < 2 or time.perf_counter() < deadline):
+    while len(times) < 50 and (len(times) < 2 or time.perf_counter() < deadline):
         started = time.perf_counter()
         a @ b
         times.append((time.perf_counter() - started) * 1e3)
