@@ -54,7 +54,7 @@ PREFERENCE_STREAM = 0xD90
 class DPOSection:
     beta: float = 0.1  # the implicit reward's scale (TRL DPOConfig.beta 0.1; Rafailov et al. use 0.1-0.5)
     loss_type: str = "sigmoid"  # PREFERENCE_LOSSES: "sigmoid" (DPO), "ipo", "hinge" (TRL DPOConfig.loss_type)
-    label_smoothing: float = 0.0  # conservative DPO's eps, sigmoid only (TRL DPOConfig.label_smoothing)
+    label_smoothing: float = 0.0  # conservative DPO's eps, sigmoid only (no TRL 1.16 counterpart: its sigmoid ignores it)
     # Offline: a JSONL of {"prompt", "chosen", "rejected"} (TRL's preference format); null with dpo.online
     dataset: str | None = None
     pairs_per_step: int = 16  # offline pairs per optimizer step, over all ranks (TRL: 8 per device x accumulation)

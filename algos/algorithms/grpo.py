@@ -141,8 +141,8 @@ DAPO_PRESET: dict[str, Any] = {
 # RLOO (Ahmadian et al. 2024, arXiv 2402.14740; verl's and OpenRLHF's rloo): each sample's baseline is the mean of
 # the other G - 1 of its prompt, no std scaling; no KL term, a token-mean loss (verl's default loss_agg_mode).
 RLOO_PRESET: dict[str, Any] = {"grpo": {"adv_estimator": "rloo", "beta": 0.0}, "loss": {"aggregation": "token-mean"}}
-# CISPO (MiniMax-M1, arXiv 2506.13585): the importance weight clipped above only (eps_low 1; eps_high 5, the ScaleRL
-# paper's and TRL's recommended epsilon_high for loss_type="cispo") and detached, on a
+# CISPO (MiniMax-M1, arXiv 2506.13585): the importance weight clipped above only (eps_low 1; eps_high 5, a cap of
+# 1 + 5 = 6 on the weight: TRL's epsilon_high = 6, which caps at epsilon_high itself) and detached, on a
 # REINFORCE token loss, token-mean, no KL; two updates per batch, so the weight leaves 1.
 CISPO_PRESET: dict[str, Any] = {
     "loss": {"surrogate": "cispo", "eps_low": 1.0, "eps_high": 5.0, "aggregation": "token-mean"},

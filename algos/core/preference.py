@@ -4,7 +4,7 @@ Each takes the pairs' sequence log-probs under the policy and the frozen referen
 per-pair loss [N]. With h = (log pi(y_w) - log ref(y_w)) - (log pi(y_l) - log ref(y_l)):
 
 - "sigmoid" (DPO, Rafailov et al. 2023): -log sigmoid(beta h); with label smoothing eps (the conservative DPO of
-  Mitchell 2023, TRL's label_smoothing): -(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h).
+  Mitchell 2023; TRL 1.16's sigmoid loss ignores its label_smoothing): -(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h).
 - "ipo" (Azar et al. 2023): (h - 1 / (2 beta))^2, on log-probs averaged over each completion's tokens (the
   paper's and TRL's form; the others sum them): ``uses_mean_logprobs``.
 - "hinge" (SLiC, Zhao et al. 2023): relu(1 - beta h).
