@@ -26,7 +26,7 @@ def test_unknown_override_is_rejected_by_name(capsys):
     ("lrr", "(did you mean optim.lr or warm_start.lr?"),
     ("seeed", "(did you mean run.seed?"),
     ("nonsense", "(a key is section.field; sections: model, env, rollout, run, distributed, optim, loss, alarms, "
-                 "warm_start, grpo)"),
+                 "warm_start, lora, grpo)"),
 ])
 def test_unknown_bare_key_names_the_keys_it_may_mean(key, hint, capsys):
     """`--grpo.gruop_size` listed the known keys; `--lrr` listed nothing."""
