@@ -64,6 +64,15 @@ def build_tiny_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_
     return LlamaForCausalLM(config)
 
 
+def saved_tiny_model(path, **sizes):
+    """``build_tiny_model`` (``sizes``: its hidden_size, num_layers, num_heads, seed) saved with the char tokenizer to
+    ``path``, a model directory any loader takes; returns ``path``."""
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(tokenizer, **sizes).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
 # The learning tests' task: 1-digit sums, the prompt alone ("3+4="), no format credit.
 ADDITION_KWARGS = {"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}
 

@@ -22,18 +22,14 @@ from algos.model.lora import adapter_disabled, apply_lora, has_lora, merged_copy
 from algos.model.policy import completion_logprobs
 from algos.run.metrics import SilentLogger
 from algos.system.paths import latest_checkpoint
-from rlvr_env.testing import biased_addition_model, build_char_tokenizer, build_tiny_model
+from rlvr_env.testing import biased_addition_model, saved_tiny_model
 
 TASK = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
 
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    tokenizer = build_char_tokenizer()
-    build_tiny_model(tokenizer, hidden_size=32, num_layers=2, num_heads=2).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return saved_tiny_model(tmp_path_factory.mktemp("tiny") / "model", hidden_size=32, num_layers=2, num_heads=2)
 
 
 @pytest.fixture(scope="module")

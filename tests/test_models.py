@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from algos.model import loading as models
-from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+from rlvr_env.testing import build_char_tokenizer, build_tiny_model, saved_tiny_model
 
 
 @pytest.fixture
@@ -237,13 +237,6 @@ def test_a_model_with_attention_soft_capping_loads_with_the_attention_that_appli
     tokenizer.save_pretrained(tmp_path / "gemma2")
     model, _ = models.load_policy(tmp_path / "gemma2", device="cpu")
     assert model.config._attn_implementation == "eager"
-    model, _ = models.load_policy(build_saved_llama(tmp_path / "llama"), device="cpu")
-    assert model.config._attn_implementation == "sdpa"
-
-
-def build_saved_llama(path: Path) -> Path:
-    tokenizer = build_char_tokenizer()
-    build_tiny_model(tokenizer, hidden_size=16, num_layers=1, num_heads=2).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    llama = saved_tiny_model(tmp_path / "llama", hidden_size=16, num_layers=1, num_heads=2)
+    assert models.load_policy(llama, device="cpu")[0].config._attn_implementation == "sdpa"
 
