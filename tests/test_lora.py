@@ -105,6 +105,9 @@ def test_bad_lora_settings_name_the_key(tiny_model_dir, tmp_path):
                                          r"LlamaForCausalLM; its linear modules are down_proj, gate_proj, k_proj, "
                                          r"o_proj, q_proj, up_proj, v_proj"):
         apply_lora(model, config)
+    saved = load_config(GRPOConfig, overrides={"lora.r": "4", "lora.modules_to_save": "[score]"}).lora
+    with pytest.raises(ValueError, match=r"config lora.modules_to_save: 'score' is no module of LlamaForCausalLM"):
+        apply_lora(model, saved)
     warm = lora_overrides(tiny_model_dir, tmp_path / "warm", **{"warm_start.steps": "2"})
     with pytest.raises(ValueError, match=r"config lora.r: a LoRA run's KL reference is its base model"):
         GRPOTrainer(load_config(GRPOConfig, overrides=warm))

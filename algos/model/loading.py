@@ -8,6 +8,7 @@ safetensors directory under the cache folder; later loads read that directory.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -103,9 +104,25 @@ def default_model_path() -> Path:
     return target
 
 
+ADAPTER_CONFIG = "adapter_config.json"  # what makes a directory a PEFT adapter (a LoRA run's checkpoint model/)
+
+
+def _is_adapter_dir(path: Path) -> bool:
+    return (path / ADAPTER_CONFIG).is_file()
+
+
 def _is_model_dir(path: Path) -> bool:
-    """A transformers model directory, or a PEFT adapter directory (a LoRA run's checkpoint model/)."""
-    return (path / "config.json").is_file() or (path / "adapter_config.json").is_file()
+    """A transformers model directory, or a PEFT adapter directory."""
+    return (path / "config.json").is_file() or _is_adapter_dir(path)
+
+
+def _adapter_base(adapter_dir: Path) -> str:
+    """The base model directory a saved adapter was trained on (PEFT's base_model_name_or_path)."""
+    base = json.loads((adapter_dir / ADAPTER_CONFIG).read_text()).get("base_model_name_or_path")
+    if not base:
+        raise ValueError(f"{adapter_dir / ADAPTER_CONFIG} names no base_model_name_or_path: the adapter's base model "
+                         "is unknown")
+    return base
 
 
 def resolve_model_path(path_or_alias: str | os.PathLike) -> Path:
@@ -188,12 +205,12 @@ def load_policy(path_or_alias: str | os.PathLike = DEFAULT_MODEL_ALIAS, dtype=No
     """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from algos.model.lora import base_model_path, is_adapter_dir, load_merged
+    from algos.model.lora import load_merged
     from algos.system.runtime import resolve_device  # torch, only when a model loads
 
     path = resolve_model_path(path_or_alias)
-    if is_adapter_dir(path):
-        base, _ = load_policy(base_model_path(path), dtype=dtype, device=device)
+    if _is_adapter_dir(path):
+        base, _ = load_policy(_adapter_base(path), dtype=dtype, device=device)
         return load_merged(base, path), _padded_left(AutoTokenizer.from_pretrained(path), path)
     config = AutoConfig.from_pretrained(path)
     if config.is_encoder_decoder:

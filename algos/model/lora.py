@@ -47,6 +47,10 @@ def apply_lora(model: torch.nn.Module, lora: Any) -> torch.nn.Module:
     (and ``modules_to_save``). Returns ``model``. A ``target_modules`` that matches nothing is refused, naming the
     model's linear modules."""
     peft = _peft()
+    names = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    missing = [name for name in lora.modules_to_save if name not in names]
+    if missing:
+        raise ValueError(f"config lora.modules_to_save: {missing[0]!r} is no module of {type(model).__name__}")
     target = lora.target_modules
     peft_config = peft.LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=target,
                                   modules_to_save=list(lora.modules_to_save) or None, task_type="CAUSAL_LM")
@@ -57,9 +61,6 @@ def apply_lora(model: torch.nn.Module, lora: Any) -> torch.nn.Module:
             raise
         raise ValueError(f"config lora.target_modules: {target!r} matches no module of {type(model).__name__}; its "
                          f"linear modules are {', '.join(linear_module_names(model))} (or 'all-linear')") from None
-    missing = [name for name in lora.modules_to_save if not any(n.rsplit(".", 1)[-1] == name for n, _ in model.named_modules())]
-    if missing:
-        raise ValueError(f"config lora.modules_to_save: {missing[0]!r} is no module of {type(model).__name__}")
     policy = peft_model.base_model.model
     assert policy is model  # PEFT injects in place: the transformers model is the policy
     object.__setattr__(policy, _PEFT_MODEL, peft_model)  # not a submodule: its weights are the policy's
@@ -123,25 +124,6 @@ def save_adapter(model: torch.nn.Module, directory, state_dict: dict[str, torch.
     peft_model = peft_model_of(model)
     prefixed = {f"base_model.model.{name}": tensor for name, tensor in state_dict.items()}
     peft_model.save_pretrained(directory, state_dict=prefixed, safe_serialization=True)
-
-
-def is_adapter_dir(path) -> bool:
-    from pathlib import Path
-
-    return (Path(path) / "adapter_config.json").is_file()
-
-
-def base_model_path(adapter_dir) -> str:
-    """The base model directory a saved adapter was trained on (PEFT's base_model_name_or_path)."""
-    import json
-    from pathlib import Path
-
-    config = json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
-    base = config.get("base_model_name_or_path")
-    if not base:
-        raise ValueError(f"{adapter_dir}/adapter_config.json names no base_model_name_or_path: the adapter's base "
-                         "model is unknown")
-    return base
 
 
 def load_merged(base: torch.nn.Module, adapter_dir) -> torch.nn.Module:
