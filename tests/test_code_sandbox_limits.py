@@ -27,24 +27,31 @@ needs_cgroups = pytest.mark.skipif({PIDS, MEMORY} - set(cgroup_roots()),
 
 LIMITS = CodeLimits(timeout_s=8.0, cpu_s=4, processes=16)
 
-# Starts up to 60 `sleep 5` processes through fork_exec, which no audit hook sees; returns how many started.
-FORK_EXEC_SIXTY = """
+# A process started through _posixsubprocess.fork_exec, which no audit hook sees: start(argv) -> its pid.
+FORK_EXEC = """
 import _posixsubprocess, os
 
+def start(argv):
+    errpipe_read, errpipe_write = os.pipe()
+    try:
+        return _posixsubprocess.fork_exec(argv, argv[:1], True, (errpipe_write,), None, None, -1, -1, -1, -1, -1, -1,
+                                          errpipe_read, errpipe_write, False, False, -1, None, None, None, -1, None,
+                                          False)
+    finally:
+        os.close(errpipe_read)
+        os.close(errpipe_write)
+"""
+
+# Starts up to 60 `sleep 5` processes; returns how many started.
+FORK_EXEC_SIXTY = FORK_EXEC + """
 def spawn():
     started = 0
     for _ in range(60):
-        errpipe_read, errpipe_write = os.pipe()
         try:
-            _posixsubprocess.fork_exec([b"/bin/sleep", b"5"], [b"/bin/sleep"], True, (errpipe_write,), None, None,
-                                       -1, -1, -1, -1, -1, -1, errpipe_read, errpipe_write, False, False, -1,
-                                       None, None, None, -1, None, False)
+            start([b"/bin/sleep", b"5"])
             started += 1
         except OSError:
             pass
-        finally:
-            os.close(errpipe_read)
-            os.close(errpipe_write)
     return started
 """
 
@@ -64,19 +71,13 @@ def spawn():
 """
 
 # Eight children, 200 MB each, touched (not calloc'd zero pages), all alive at once.
-EIGHT_TIMES_200_MB = """
-import _posixsubprocess, os, sys
+EIGHT_TIMES_200_MB = FORK_EXEC + """
+import sys
 
 CHILD = "import time; block = b'x' * (200 << 20); time.sleep(3)"
 
 def hog():
-    children = []
-    for _ in range(8):
-        errpipe_read, errpipe_write = os.pipe()
-        children.append(_posixsubprocess.fork_exec(
-            [sys.executable.encode(), b"-S", b"-c", CHILD.encode()], [sys.executable.encode()], True,
-            (errpipe_write,), None, None, -1, -1, -1, -1, -1, -1, errpipe_read, errpipe_write, False, False, -1,
-            None, None, None, -1, None, False))
+    children = [start([sys.executable.encode(), b"-S", b"-c", CHILD.encode()]) for _ in range(8)]
     return sorted(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children)
 """
 
