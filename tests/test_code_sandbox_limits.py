@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -134,6 +136,55 @@ def test_a_run_enters_its_cgroups_before_it_forks_and_they_are_removed_after():
     assert not any(os.path.exists(path) for path in folders)
 
 
+@needs_cgroups
+def test_what_is_left_running_in_a_run_s_cgroups_is_killed_and_the_cgroups_removed():
+    cgroup = RunCgroup.create(max_pids=5, memory_bytes=64 << 20)
+    folders = sorted({path for path, _ in cgroup.folders.values()})
+    left = subprocess.Popen(cgroup.entering(["sleep", "30"]), start_new_session=True)
+    try:
+        procs = [Path(path, "cgroup.procs") for path in folders]
+        deadline = time.monotonic() + 10
+        while not all(str(left.pid) in f.read_text().split() for f in procs):  # it has joined every cgroup
+            assert time.monotonic() < deadline and left.poll() is None
+            time.sleep(0.01)
+        cgroup.kill_all_and_remove()
+        assert left.wait(timeout=5) == -9
+    finally:
+        left.kill()
+    assert not any(os.path.exists(path) for path in folders)
+
+
+def test_a_root_counts_for_the_limits_its_probe_cgroup_takes(tmp_path, monkeypatch):
+    """cgroup_roots probes each candidate with a cgroup of its own; a root where none can be made gives nothing."""
+    writable, missing = tmp_path / "v2", tmp_path / "gone"
+    writable.mkdir()
+    candidates = [CgroupRoot(str(missing), 1, frozenset({PIDS})), CgroupRoot(str(writable), 2, frozenset({PIDS, MEMORY}))]
+    monkeypatch.setattr(run_cgroup, "cgroup_candidates", lambda mounts, own: candidates)
+    run_cgroup.cgroup_roots.cache_clear()
+    try:
+        assert run_cgroup.cgroup_roots() == {PIDS: candidates[1], MEMORY: candidates[1]}
+    finally:
+        run_cgroup.cgroup_roots.cache_clear()
+    (probe,) = writable.glob("rlvr-probe-*")  # a folder of plain files stays behind: the kernel's would go
+    assert {f.name: f.read_text() for f in probe.iterdir()} == {"pids.max": "1", "memory.max": str(64 << 20)}
+
+
+@pytest.mark.parametrize("version, files, killed", [
+    (1, {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n"}, True),
+    (1, {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\noom_kill 0\n", "memory.failcnt": "9"}, False),
+    (1, {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\n", "memory.failcnt": "3\n"}, True),  # before 4.13
+    (1, {"memory.oom_control": "oom_kill_disable 0\nunder_oom 0\n", "memory.failcnt": "0\n"}, False),
+    (2, {"memory.events": "low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\n"}, True),
+    (2, {"memory.events": "low 0\nhigh 0\nmax 4\noom 0\noom_kill 0\n"}, False),
+    (2, {}, False),  # the folder is gone
+])
+def test_the_memory_cap_s_kills_are_read_from_each_shape_s_counters(tmp_path, version, files, killed):
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    assert RunCgroup({MEMORY: (str(tmp_path), version)}).over_memory() is killed
+    assert RunCgroup({PIDS: (str(tmp_path), version)}).over_memory() is False  # no memory cgroup, no memory cap
+
+
 MOUNTS_V1 = """cgroup /sys/fs/cgroup/pids cgroup rw,nosuid,relatime,pids 0 0
 cgroup /sys/fs/cgroup/memory cgroup rw,nosuid,relatime,memory 0 0
 cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,relatime,cpu,cpuacct 0 0
@@ -160,6 +211,7 @@ def test_cgroup_v2_shape_gives_the_controllers_its_subtree_enables(tmp_path):
 
 @pytest.mark.parametrize("version, written", [
     (1, {"memory.limit_in_bytes": "1048576", "memory.memsw.limit_in_bytes": "1048576", "pids.max": "7"}),
+    (1, {"memory.limit_in_bytes": "1048576", "memory.swappiness": "0", "pids.max": "7"}),  # no swap accounting
     (2, {"memory.max": "1048576", "memory.swap.max": "0", "memory.oom.group": "1", "pids.max": "7"}),
 ])
 def test_each_shape_gets_its_limits_with_swap_off(tmp_path, monkeypatch, version, written):

@@ -76,6 +76,7 @@ MODULES: dict[str, list[str]] = {
     "algos/model/attention.py": ["tests/test_grpo_machinery.py", "tests/test_rollout.py"],
     "algos/model/compiled.py": ["tests/test_grpo_machinery.py", "tests/test_hardware.py"],
     "algos/model/policy.py": ["tests/test_grpo_machinery.py", "tests/test_core_logprobs.py", *CORE_USERS],
+    "algos/model/lora.py": ["tests/test_lora.py"],
     "algos/algorithms/grpo.py": ["tests/test_grpo_loop.py", "tests/test_grpo_machinery.py", "tests/test_ppo.py",
                                  "tests/test_config.py", "tests/test_memory.py", *GRPO_REFERENCE, *RESUME],
     "algos/algorithms/ppo.py": ["tests/test_ppo.py", "tests/test_config.py", *PPO_REFERENCE, *RESUME],
@@ -92,6 +93,7 @@ MODULES: dict[str, list[str]] = {
     "algos/learn/rollout_correction.py": ["tests/test_learn_rollout_correction.py", "tests/test_core_rollout_correction.py",
                                           "tests/test_grpo_loop.py", "tests/test_ppo.py"],
     "algos/run/checkpoint.py": ["tests/test_checkpoint.py", "tests/test_grpo_machinery.py", *CORE_USERS, *RESUME],
+    "rewards/run_cgroup.py": ["tests/test_code_sandbox_limits.py"],
     "rewards/shaping.py": ["tests/test_rewards_shaping.py", "tests/test_grpo_loop.py", *GRPO_REFERENCE],
 }
 
