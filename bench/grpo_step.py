@@ -330,6 +330,8 @@ def main() -> None:
     parser.add_argument("--lora", type=int, default=0, help="also ours_lora and trl_lora: LoRA of this rank (alpha 2x)")
     parser.add_argument("--lora-r", type=int, default=0, help=argparse.SUPPRESS)  # set by the *_lora contenders
     parser.add_argument("--skip-raw", action="store_true", help="leave out the raw contender (a large shape's memory)")
+    parser.add_argument("--skip-full", action="store_true",
+                        help="with --lora: leave out full fine-tuning (ours, trl), for a shape whose AdamW state won't fit")
     args = parser.parse_args()
 
     if args.only:
@@ -355,7 +357,10 @@ def main() -> None:
             "--lora", str(args.lora),
             *(["--gradient-checkpointing"] if args.gradient_checkpointing else [])]
     results = {}
-    skipped = {"trl": args.skip_trl, "ours_hf": not args.with_hf_rollout, "ours_eager": not args.with_eager_layers,
+    if args.skip_full and not args.lora:
+        parser.error("--skip-full leaves nothing to time without --lora R")
+    skipped = {"ours": args.skip_full, "trl": args.skip_trl or args.skip_full, "ours_hf": not args.with_hf_rollout,
+               "ours_eager": not args.with_eager_layers,
                "ours_lora": not args.lora, "trl_lora": args.skip_trl or not args.lora, "raw": args.skip_raw}
     for name in CONTENDERS:
         if skipped.get(name):
@@ -365,6 +370,7 @@ def main() -> None:
             print(f"{name}: failed\n{proc.stderr[-1500:]}", file=sys.stderr)
             continue
         results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
+        print(f"{name}: {json.dumps(results[name])}", file=sys.stderr, flush=True)  # kept if a later contender hangs
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     machine = describe_machine(device)
     print(f"machine: {machine.get('gpu') or machine['cpu']}, CPU capability {machine['cpu_capability']}, bf16 units "

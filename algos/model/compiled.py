@@ -48,9 +48,13 @@ def compile_decoder_layers(model: torch.nn.Module, **options: Any) -> int:
 def _falling_back(model: torch.nn.Module, layer: torch.nn.Module, compiled_call):
     owner = weakref.ref(model)  # a value of _COMPILED must not keep its key alive
 
-    def call(*args, **kwargs):
+    def call(hidden_states, *args, **kwargs):
+        if torch.is_grad_enabled() and not hidden_states.requires_grad:
+            # The first layer's input under a frozen embedding (LoRA): without this, Dynamo guards on requires_grad
+            # and compiles that layer apart from the others (two graphs, twice the compile time)
+            hidden_states = hidden_states.detach().requires_grad_()
         try:
-            return compiled_call(*args, **kwargs)
+            return compiled_call(hidden_states, *args, **kwargs)
         except (torch._dynamo.exc.BackendCompilerFailed, torch._dynamo.exc.Unsupported) as error:
             cause = getattr(error, "inner_exception", None) or error  # the backend's own error, else Dynamo's
             reason = (str(cause).strip().splitlines() or [""])[0]
@@ -58,7 +62,7 @@ def _falling_back(model: torch.nn.Module, layer: torch.nn.Module, compiled_call)
                           f"eager from now on ({type(cause).__name__}: {reason})", stacklevel=1)
             for each, _ in _COMPILED.pop(owner()):  # registered: the layers call this only while it is
                 each._compiled_call_impl = None
-            return layer._call_impl(*args, **kwargs)
+            return layer._call_impl(hidden_states, *args, **kwargs)
 
     return call
 
