@@ -63,6 +63,11 @@ class ModelConfig:
     # one-process run on CUDA without gradient checkpointing, "off" elsewhere: a CPU's update is matmul-bound, and the
     # shared prompt saves it work (a 2-core AMX Xeon, bf16: 22.4 s compiled, 18.4 s eager); config.yaml records it.
     compile_layers: str = "auto"
+    # Under a half-precision autocast over fp32 weights, move each trainable matrix weight that lies on that
+    # precision's grid (a bf16 checkpoint's all do) by a fixed random amount inside half a grid step
+    # (algos/model/dither.py): no forward changes, but the bf16 forwards then see updates smaller than a grid step
+    # on average instead of not at all (the demo in bf16: docs/agents.md "bf16 and the demo's gain").
+    dither_weights: bool = True
 
     def validate(self) -> None:
         require(self.compile_layers in ("auto", "on", "off"), "model.compile_layers",

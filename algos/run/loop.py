@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from algos.config import require
 from algos.model.compiled import compile_decoder_layers, resolve_compile_layers
+from algos.model.dither import dither_to_grid
 from algos.model.loading import DEFAULT_MODEL_ALIAS, load_policy, resolve_model_path
 from algos.model.lora import apply_lora, has_lora
 from algos.model.policy import check_lm_head
@@ -111,6 +112,12 @@ def setup_run(
     record_resolved_names(config)
     machine = resolve_precision(config, device, model)  # "auto" -> what this machine computes fast
     config.model.autocast = broadcast_from_main(config.model.autocast)  # every rank computes as rank 0 measured
+    if config.model.dither_weights and config.model.autocast is not None:
+        moved, total = dither_to_grid(model, DTYPES[config.model.autocast], seed=config.run.seed)
+        machine["dithered_weights"] = moved
+        if moved:
+            log.info(f"weights: {moved:,} of {total:,} trainable matrix weights lay on {config.model.autocast}'s grid, "
+                     f"moved inside half a grid step so that its forwards see small updates (model.dither_weights)")
     config.model.compile_layers = resolve_compile_layers(config.model.compile_layers, device, world_size=world.size,
                                                          gradient_checkpointing=config.model.gradient_checkpointing)
     machine["compiled_layers"] = config.model.compile_layers == "on"
