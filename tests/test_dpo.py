@@ -239,6 +239,23 @@ def test_each_offline_step_applies_the_gradient_of_the_dpo_objective(tiny, tmp_p
     assert logged[0]["rewards/margins"] == 0.0 and logged[-1]["rewards/margins"] > 0  # from the reference, then apart
 
 
+def test_a_memory_budget_sizes_the_micro_batches_in_whole_pairs_and_the_step_is_the_same(tiny, tmp_path):
+    """loss.micro_batch_memory_gb, by the rule every algorithm uses (algos/learn/micro_batches.py, probed on the
+    policy's log-probs): nothing fits, one pair a pass; room, loss.micro_batch_size's rows in whole pairs."""
+    def train_with(name, **extra):
+        trainer = DPOTrainer(load_config(DPOConfig, overrides=overrides(tiny, tmp_path / name, **{
+            "run.steps": "2", "loss.micro_batch_size": "7", **extra})))
+        trainer.train()
+        rows = [row["micro_batch_rows"] for row in read_metrics(tmp_path / name) if "micro_batch_rows" in row]
+        return rows, {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+
+    tight, tight_weights = train_with("tight", **{"loss.micro_batch_memory_gb": "1e-9"})
+    roomy, roomy_weights = train_with("roomy", **{"loss.micro_batch_memory_gb": "100"})
+    assert tight == [2.0, 2.0] and roomy == [6.0, 6.0]
+    for name, weight in roomy_weights.items():  # exact accumulation: the same step in passes of one pair
+        torch.testing.assert_close(tight_weights[name], weight, atol=1e-6, rtol=1e-5)
+
+
 def test_each_step_line_shows_the_loss_and_the_implicit_rewards(tiny, tmp_path, capsys):
     """Without a live bar (run.progress false) a step's line leads with DPO's headline: the loss, rewards/margins and
     rewards/accuracies, as logged; GRPO's keys (reward, acc, ...) follow only when logged."""

@@ -33,6 +33,7 @@ import torch
 from algos.config import TrainConfig, require
 from algos.core.preference import PREFERENCE_LOSSES, USES_MEAN_LOGPROBS, implicit_rewards, preference_margin
 from algos.learn import accumulate_and_step
+from algos.learn.micro_batches import MicroBatchSizer
 from algos.model.policy import completion_logprobs
 from algos.rollout import RolloutBackend
 from algos.rollout.metrics import policy_token_mask, rollout_metrics
@@ -40,7 +41,7 @@ from algos.run import warm_start as sft
 from algos.run.loop import run_training, setup_run
 from algos.run.metrics import MetricsLogger
 from algos.system.distributed import micro_batch_inputs, padded_micro_batches, sum_over_ranks
-from algos.system.memory import fixed_micro_batch_rows
+from algos.system.memory import activation_cost, fixed_micro_batch_rows
 from algos.system.runtime import advance_schedule, build_optimizer, build_scheduler
 from rlvr_env.data import read_records
 from rlvr_env.prompting import render_prompt, uses_chat_template
@@ -200,6 +201,7 @@ class DPOTrainer:
         self.optimizer = build_optimizer(self.run.modules, config.optim)
         self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
         self.start_step, _ = self.run.restore(self.optimizer, self.scheduler)
+        self.micro_batch_sizer = MicroBatchSizer(config.loss, self.run.device, self.forward)
         self._rows: dict[int, tuple[sft.Row, sft.Row]] = {}  # offline: a dataset row's tokenized pair
         self._reference: dict[int, tuple[float, float]] = {}  # offline: its reference log-probs, computed once
 
@@ -258,9 +260,25 @@ class DPOTrainer:
 
     # ------------------------------------------------------------ update
 
-    def _micro_slices(self, num_rows: int) -> list[slice | None]:
-        """Micro-batches of whole pairs: loss.micro_batch_size rows, rounded down to an even number (at least 2)."""
-        size = max(2, fixed_micro_batch_rows(self.config.loss.micro_batch_size) // 2 * 2)
+    def _micro_batch_rows(self, batch: sft.DemonstrationBatch | None) -> int:
+        """Rows per micro-batch of this update (algos/learn/micro_batches.py, the rule of every algorithm), probed on
+        the policy's log-probs, rounded down to whole pairs (at least one). Every rank calls it."""
+        if batch is None:
+            rows = self.micro_batch_sizer.rows(None, (0, 0), measure=lambda: None)
+        else:
+            def policy_logprobs(rows: torch.Tensor):
+                return completion_logprobs(self.model, batch.input_ids[rows], batch.attention_mask[rows],
+                                           batch.prompt_width, chunk_size=self.config.loss.logprob_chunk_size,
+                                           vocab_size=len(self.tokenizer))
+
+            widths = (batch.prompt_width, batch.input_ids.shape[1])
+            rows = self.micro_batch_sizer.rows(batch.input_ids.shape[0], widths, measure=lambda: activation_cost(
+                policy_logprobs, batch.input_ids[:, : batch.prompt_width], self.model.parameters(),
+                batch.attention_mask.sum(-1)))
+        return max(2, rows // 2 * 2)
+
+    def _micro_slices(self, num_rows: int, size: int) -> list[slice | None]:
+        """Micro-batches of whole pairs, ``size`` rows (even), padded with None to the most any rank has."""
         return padded_micro_batches([slice(i, min(i + size, num_rows)) for i in range(0, num_rows, size)])
 
     def _token_logprobs(self, batch: sft.DemonstrationBatch | None, rows: slice | None, reference: bool = False):
@@ -273,7 +291,8 @@ class DPOTrainer:
 
     @torch.no_grad()
     def _sequence_logprobs(self, batch: sft.DemonstrationBatch, reference: bool) -> torch.Tensor:
-        """[n] sequence log-probs of every row of ``batch``, a micro-batch at a time (this rank's alone)."""
+        """[n] sequence log-probs of every row of ``batch``, loss.micro_batch_size rows at a time (this rank's alone;
+        a fixed count, so a resumed run's reference values are computed as the whole run's were)."""
         mean = self.config.dpo.loss_type in USES_MEAN_LOGPROBS
         size = max(2, fixed_micro_batch_rows(self.config.loss.micro_batch_size) // 2 * 2)
         parts = [sequence_logprobs(self._token_logprobs(batch, rows, reference), batch.label_mask[rows], mean)
@@ -286,6 +305,7 @@ class DPOTrainer:
         calls it."""
         d = self.config.dpo
         num_rows = batch.input_ids.shape[0] if batch is not None else 0
+        size = self._micro_batch_rows(batch)
         if batch is not None and reference is None:
             reference = self._sequence_logprobs(batch, reference=True)
         total_pairs = sum_over_ranks(num_rows // 2)[0]
@@ -293,7 +313,7 @@ class DPOTrainer:
             return {"skipped_update": 1.0, "lr": advance_schedule(self.scheduler)[0]}
         sums: dict[str, float] = {}
         loss = partial(self._micro_batch_loss, batch, reference, total_pairs, sums)
-        step = accumulate_and_step(self._micro_slices(num_rows), loss, forward=self.forward,
+        step = accumulate_and_step(self._micro_slices(num_rows, size), loss, forward=self.forward,
                                    device_type=self.run.device.type, modules=self.run.modules, optimizer=self.optimizer,
                                    scaler=self.scaler, max_grad_norm=self.config.optim.max_grad_norm,
                                    world_size=self.run.world.size)
@@ -301,7 +321,7 @@ class DPOTrainer:
         means = dict(zip(names, (total / total_pairs for total in sum_over_ranks(*(sums.get(n, 0.0) for n in names)))))
         means["rewards/margins"] = means["rewards/chosen"] - means["rewards/rejected"]
         return {"loss": step.loss, "grad_norm": step.grad_norm, "skipped_update": float(not step.applied),
-                "dpo/beta": d.beta, **means, "lr": advance_schedule(self.scheduler)[0]}
+                "dpo/beta": d.beta, **means, "micro_batch_rows": float(size), "lr": advance_schedule(self.scheduler)[0]}
 
     def _micro_batch_loss(self, batch, reference: torch.Tensor, total_pairs: float, sums: dict[str, float],
                           rows: slice | None) -> torch.Tensor:
