@@ -8,7 +8,7 @@ import pytest
 from algos.algorithms.grpo import GRPOConfig, train
 from algos.config import AlarmConfig, load_config
 from algos.run.alarms import HealthMonitor
-from algos.run.metrics import read_metrics
+from algos.run.reporting import read_metrics
 from algos.system.paths import latest_checkpoint
 
 

@@ -229,7 +229,7 @@ def test_one_grpo_step_on_the_static_engine(name, lora, saved_families, tokenize
     from algos.algorithms.grpo import GRPOConfig, GRPOTrainer
     from algos.config import load_config
     from algos.model.lora import has_lora, linear_module_names
-    from algos.run.metrics import SilentLogger
+    from algos.run.reporting import SilentLogger
 
     adapter = {"lora.r": "4", "lora.alpha": "8"} if lora else {}
     trainer = GRPOTrainer(load_config(GRPOConfig, overrides=grpo_overrides(saved_families[name], tmp_path, **adapter)))

@@ -28,7 +28,7 @@ from algos.algorithms.dpo import (
 from algos.config import load_config
 from algos.core.preference import PREFERENCE_LOSSES, implicit_rewards, preference_margin
 from algos.rollout import ScriptedRollout
-from algos.run.metrics import read_metrics
+from algos.run.reporting import read_metrics
 from algos.run.warm_start import IGNORE_INDEX
 from algos.system.paths import latest_checkpoint
 from rlvr_env.testing import ADDITION_KWARGS, biased_addition_model, build_char_tokenizer, build_tiny_model

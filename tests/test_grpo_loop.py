@@ -18,7 +18,7 @@ from algos.algorithms.grpo import DAPO_PRESET, GRPOConfig, GRPOTrainer, train
 from algos.config import load_config
 from algos.core import POLICY_LOSSES
 from algos.core.advantages import group_advantages, process_advantages
-from algos.run.metrics import read_metrics
+from algos.run.reporting import read_metrics
 from algos.system.paths import latest_checkpoint, list_checkpoints
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 

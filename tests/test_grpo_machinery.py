@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from algos.run.checkpoint import load_checkpoint, save_checkpoint
-from algos.run.metrics import MetricsLogger, read_metrics
+from algos.run.reporting import MetricsLogger, read_metrics
 from algos.system.paths import latest_checkpoint, list_checkpoints
 from rlvr_env.testing import available_devices, build_char_tokenizer, build_tiny_model
 
@@ -673,7 +673,7 @@ def test_without_a_live_bar_each_step_is_one_line_on_stderr(tmp_path, capsys):
 
 
 def test_curves_are_smoothed_past_50_points_and_the_moving_mean_is_exact(tmp_path):
-    from algos.run.metrics import moving_mean, plot_metrics
+    from algos.run.reporting import moving_mean, plot_metrics
 
     assert moving_mean((1.0, 3.0, 5.0, 7.0), 2) == [1.0, 2.0, 4.0, 6.0]
     assert moving_mean((2.0,), 5) == [2.0]

@@ -20,7 +20,7 @@ from algos.config import load_config
 from algos.model.loading import load_policy
 from algos.model.lora import adapter_disabled, apply_lora, has_lora, merged_copy, merged_state_dict
 from algos.model.policy import completion_logprobs
-from algos.run.metrics import SilentLogger
+from algos.run.reporting import SilentLogger
 from algos.system.paths import latest_checkpoint
 from rlvr_env.testing import biased_addition_model, saved_tiny_model
 

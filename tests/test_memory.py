@@ -16,7 +16,7 @@ from algos.algorithms.ppo import PPOConfig
 from algos.config import load_config
 from algos.learn import micro_batches
 from algos.model.policy import completion_logprobs
-from algos.run.metrics import read_metrics
+from algos.run.reporting import read_metrics
 from algos.system.memory import ActivationCost, activation_cost, fixed_micro_batch_rows, free_accelerator_bytes, saved_bytes
 from algos.system.paths import latest_checkpoint
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model

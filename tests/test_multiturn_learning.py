@@ -21,7 +21,7 @@ from algos.algorithms import grpo
 from algos.algorithms.grpo import GRPOConfig
 from algos.config import load_config
 from algos.model.loading import load_policy
-from algos.run.metrics import read_metrics
+from algos.run.reporting import read_metrics
 from rlvr_env import make_task
 from rlvr_env.multiturn_env import render_conversation
 

@@ -12,7 +12,7 @@ from algos.algorithms import ppo
 from algos.config import load_config
 from algos.learn.stats import UpdateStats
 from algos.model.policy import completion_logprobs
-from algos.run.metrics import read_metrics
+from algos.run.reporting import read_metrics
 from algos.system.memory import activation_cost
 from rlvr_cli import main as rlvr_main
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model

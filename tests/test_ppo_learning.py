@@ -9,7 +9,7 @@ from test_grpo_learning import TASK_KWARGS, supervised_tiny_model  # same task, 
 
 from algos.algorithms import ppo
 from algos.config import load_config
-from algos.run.metrics import read_metrics
+from algos.run.reporting import read_metrics
 
 MARGIN = 0.2  # as the GRPO/DAPO learning test
 

@@ -14,7 +14,7 @@ from algos.algorithms.grpo import GRPOConfig
 from algos.config import load_config
 from algos.run.directory import check_resumable
 from algos.run.evaluation import asks_the_same, eval_task, evaluate_saved_model, transfer_eval_config, zero_shot
-from algos.run.metrics import read_metrics
+from algos.run.reporting import read_metrics
 from rlvr_cli import main
 from rlvr_env import make_task
 from rlvr_env.curriculum import StepSchedule

@@ -30,7 +30,7 @@ from reference_helpers import (
 from algos.algorithms.grpo import PRESETS, GRPOConfig, GRPOTrainer
 from algos.config import load_config
 from algos.rollout import ScriptedRollout
-from algos.run.metrics import MetricsLogger
+from algos.run.reporting import MetricsLogger
 
 TASK = '{"num_numbers": 3, "step_reward": 0.1, "prompt_template": "{numbers}>{target}:"}'
 MAX_NEW_TOKENS = 24

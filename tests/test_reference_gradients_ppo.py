@@ -27,7 +27,7 @@ from test_reference_gradients import BASE, script
 from algos.algorithms.ppo import PRESETS, PPOConfig, PPOTrainer
 from algos.config import load_config
 from algos.rollout import ScriptedRollout
-from algos.run.metrics import MetricsLogger
+from algos.run.reporting import MetricsLogger
 
 PPO_BASE = {key: value for key, value in BASE.items() if not key.startswith("grpo.")}
 PPO_BASE.update({

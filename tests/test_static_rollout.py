@@ -233,7 +233,7 @@ def test_grpo_trains_with_the_static_engine(tmp_path):
 
     from algos.algorithms.grpo import GRPOConfig, GRPOTrainer, train
     from algos.config import load_config
-    from algos.run.metrics import read_metrics
+    from algos.run.reporting import read_metrics
     from rlvr_env.testing import ADDITION_KWARGS
 
     tokenizer = build_char_tokenizer()

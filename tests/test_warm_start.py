@@ -21,7 +21,7 @@ from algos.rollout.multiturn import Episode
 from algos.run import warm_start as sft
 from algos.run.directory import WARM_START_DIR
 from algos.run.evaluation import greedy_rollouts, procedural_eval_indices
-from algos.run.metrics import read_metrics
+from algos.run.reporting import read_metrics
 from algos.run.warm_start import IGNORE_INDEX, demonstration_row
 from algos.system.paths import latest_checkpoint
 from algos.system.runtime import grad_scaler

@@ -13,7 +13,7 @@ from test_grpo_learning import learning_config  # the learning tests' run, on an
 
 from algos.algorithms import grpo
 from algos.run.evaluation import evaluate_saved_model, transfer_eval_config
-from algos.run.metrics import read_metrics
+from algos.run.reporting import read_metrics
 from rlvr_env import make_task
 from rlvr_env.prompting import render_prompt
 from rlvr_env.testing import ADDITION_KWARGS, build_char_tokenizer, build_tiny_model, supervise_and_save

@@ -37,9 +37,9 @@ from algos.learn.micro_batches import MicroBatchSizer
 from algos.model.policy import completion_logprobs
 from algos.rollout import RolloutBackend
 from algos.rollout.metrics import policy_token_mask, rollout_metrics
-from algos.run import warm_start as sft
+from algos.run import warm_start
 from algos.run.loop import run_training, setup_run
-from algos.run.metrics import MetricsLogger
+from algos.run.reporting import MetricsLogger
 from algos.system.distributed import micro_batch_inputs, padded_micro_batches, sum_over_ranks
 from algos.system.memory import activation_cost, fixed_micro_batch_rows
 from algos.system.runtime import advance_schedule, build_optimizer, build_scheduler
@@ -202,40 +202,40 @@ class DPOTrainer:
         self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
         self.start_step, _ = self.run.restore(self.optimizer, self.scheduler)
         self.micro_batch_sizer = MicroBatchSizer(config.loss, self.run.device, self.forward)
-        self._rows: dict[int, tuple[sft.Row, sft.Row]] = {}  # offline: a dataset row's tokenized pair
+        self._rows: dict[int, tuple[warm_start.Row, warm_start.Row]] = {}  # offline: a dataset row's tokenized pair
         self._reference: dict[int, tuple[float, float]] = {}  # offline: its reference log-probs, computed once
 
     # ------------------------------------------------------------ pairs
 
-    def _pair_rows(self, index: int) -> tuple[sft.Row, sft.Row]:
-        """Dataset row ``index`` as two rows laid out as a rollout's (sft.conversation_row): prompt, then completion."""
+    def _pair_rows(self, index: int) -> tuple[warm_start.Row, warm_start.Row]:
+        """Dataset row ``index`` as two rows laid out as a rollout's (warm_start.conversation_row): prompt, then completion."""
         if index not in self._rows:
             prompt, chosen, rejected = self.pairs[index]
             env_cfg = self.config.env
             render = partial(render_prompt, tokenizer=self.tokenizer, use_chat_template=env_cfg.use_chat_template)
             chat = uses_chat_template(self.tokenizer, env_cfg.use_chat_template)
-            self._rows[index] = tuple(sft.conversation_row(prompt, reply, render, self.tokenizer, chat)
+            self._rows[index] = tuple(warm_start.conversation_row(prompt, reply, render, self.tokenizer, chat)
                                       for reply in (chosen, rejected))
         return self._rows[index]
 
-    def offline_batch(self, step: int) -> tuple[sft.DemonstrationBatch, torch.Tensor, list[int]]:
+    def offline_batch(self, step: int) -> tuple[warm_start.DemonstrationBatch, torch.Tensor, list[int]]:
         """(this rank's pairs of ``step``, interleaved chosen/rejected, their [2n] reference log-probs, their rows)."""
         d = self.config.dpo
         mine = self.run.world.span(d.pairs_per_step)
         indices = offline_pair_indices(self.config.run.seed, step, len(self.pairs), d.pairs_per_step)[mine.start : mine.stop]
-        batch = sft.collate(interleaved(*zip(*(self._pair_rows(i) for i in indices))), self.env.pad_id, self.run.device)
+        batch = warm_start.collate(interleaved(*zip(*(self._pair_rows(i) for i in indices))), self.env.pad_id, self.run.device)
         missing = [i for i in dict.fromkeys(indices) if i not in self._reference]
         if missing:
             position = {i: indices.index(i) for i in missing}
             rows = [row for i in missing for row in (2 * position[i], 2 * position[i] + 1)]
-            sub = sft.DemonstrationBatch(batch.input_ids[rows], batch.attention_mask[rows], batch.prompt_width,
+            sub = warm_start.DemonstrationBatch(batch.input_ids[rows], batch.attention_mask[rows], batch.prompt_width,
                                          batch.label_mask[rows])
             values = self._sequence_logprobs(sub, reference=True).tolist()
             self._reference.update({i: (values[2 * k], values[2 * k + 1]) for k, i in enumerate(missing)})
         reference = torch.tensor([v for i in indices for v in self._reference[i]], device=self.run.device)
         return batch, reference, indices
 
-    def online_batch(self, step: int) -> tuple[sft.DemonstrationBatch | None, dict[str, float]]:
+    def online_batch(self, step: int) -> tuple[warm_start.DemonstrationBatch | None, dict[str, float]]:
         """Sample, score and pair this rank's prompts of ``step`` -> (the pairs, interleaved; None: no prompt gave
         one, the rollout's metrics)."""
         d, r = self.config.dpo, self.config.rollout
@@ -250,7 +250,7 @@ class DPOTrainer:
         if not pairs:
             return None, metrics
         order = torch.tensor(interleaved(*zip(*pairs)), device=scores.device)
-        batch = sft.DemonstrationBatch(
+        batch = warm_start.DemonstrationBatch(
             input_ids=torch.cat([result.prompt_ids, result.response_ids], 1)[order],
             attention_mask=torch.cat([result.prompt_mask, result.response_mask], 1)[order],
             prompt_width=result.prompt_ids.shape[1],
@@ -260,7 +260,7 @@ class DPOTrainer:
 
     # ------------------------------------------------------------ update
 
-    def _micro_batch_rows(self, batch: sft.DemonstrationBatch | None) -> int:
+    def _micro_batch_rows(self, batch: warm_start.DemonstrationBatch | None) -> int:
         """Rows per micro-batch of this update (algos/learn/micro_batches.py, the rule of every algorithm), probed on
         the policy's log-probs, rounded down to whole pairs (at least one). Every rank calls it."""
         if batch is None:
@@ -281,7 +281,7 @@ class DPOTrainer:
         """Micro-batches of whole pairs, ``size`` rows (even), padded with None to the most any rank has."""
         return padded_micro_batches([slice(i, min(i + size, num_rows)) for i in range(0, num_rows, size)])
 
-    def _token_logprobs(self, batch: sft.DemonstrationBatch | None, rows: slice | None, reference: bool = False):
+    def _token_logprobs(self, batch: warm_start.DemonstrationBatch | None, rows: slice | None, reference: bool = False):
         """[n, T] log-probs of a micro-batch's rows under the policy (through the wrapped module) or the reference."""
         inputs = micro_batch_inputs(batch.input_ids, batch.attention_mask, batch.prompt_width, rows, self.env.pad_id)
         options = dict(chunk_size=self.config.loss.logprob_chunk_size, vocab_size=len(self.tokenizer))
@@ -290,7 +290,7 @@ class DPOTrainer:
         return self.forward(completion_logprobs, self.model, *inputs, **options)[0]
 
     @torch.no_grad()
-    def _sequence_logprobs(self, batch: sft.DemonstrationBatch, reference: bool) -> torch.Tensor:
+    def _sequence_logprobs(self, batch: warm_start.DemonstrationBatch, reference: bool) -> torch.Tensor:
         """[n] sequence log-probs of every row of ``batch``, loss.micro_batch_size rows at a time (this rank's alone;
         a fixed count, so a resumed run's reference values are computed as the whole run's were)."""
         mean = self.config.dpo.loss_type in USES_MEAN_LOGPROBS
@@ -299,7 +299,7 @@ class DPOTrainer:
                  for rows in (slice(i, i + size) for i in range(0, batch.input_ids.shape[0], size))]
         return torch.cat(parts)
 
-    def update(self, batch: sft.DemonstrationBatch | None, reference: torch.Tensor | None) -> dict[str, float]:
+    def update(self, batch: warm_start.DemonstrationBatch | None, reference: torch.Tensor | None) -> dict[str, float]:
         """One optimizer step of the mean preference loss over every rank's pairs (``batch``: this rank's, chosen and
         rejected interleaved; None: none), with their [2n] reference log-probs (None: computed here). Every rank
         calls it."""

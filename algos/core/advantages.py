@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from algos.core.registry import Registry
+from algos.core.variants import Registry
 
 ADVANTAGE_ESTIMATORS = Registry("advantage estimator")  # (scores [B], group_size, eps) -> [B] advantages
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from algos.core.registry import Registry
+from algos.core.variants import Registry
 
 LOSS_AGGREGATIONS = Registry("loss aggregation")
 

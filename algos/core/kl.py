@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from algos.core.registry import Registry
+from algos.core.variants import Registry
 
 KL_ESTIMATORS = Registry("KL estimator")
 LOG_RATIO_BOUND = 20.0  # |log pi_ref/pi| inside exp(): e^20 ~ 5e8 is finite in fp32

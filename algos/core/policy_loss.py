@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from algos.core.aggregation import masked_mean
-from algos.core.registry import Registry
+from algos.core.variants import Registry
 
 POLICY_LOSSES = Registry("policy loss")  # (logp, old_logp, advantages, mask, eps_low, eps_high, dual_clip) -> PolicyLossOutput
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from algos.core.registry import Registry
+from algos.core.variants import Registry
 
 PREFERENCE_LOSSES = Registry("dpo.loss_type")
 USES_MEAN_LOGPROBS = frozenset({"ipo"})  # loss types whose log-probs are per-token means, not sums

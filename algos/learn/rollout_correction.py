@@ -2,14 +2,14 @@
 
 A rollout engine with its own copy of the weights (vLLM) samples from a policy slightly off the trainer's: its
 per-token log-probs differ. loss.rollout_correction weighs each token's policy loss by pi_old / pi_rollout (the
-registered methods of algos/core/rollout_correction.py) and, whatever the method, the mismatch is measured."""
+registered methods of algos/core/importance_weights.py) and, whatever the method, the mismatch is measured."""
 
 from __future__ import annotations
 
 import torch
 
 from algos.core import ROLLOUT_CORRECTIONS
-from algos.core.rollout_correction import mismatch_sums
+from algos.core.importance_weights import mismatch_sums
 from algos.system.distributed import sum_over_ranks
 
 MISMATCH_KEYS = ("rollout_logp_abs_diff", "rollout_kl", "rollout_is_weight", "rollout_is_truncated", "rollout_is_masked")

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from algos.core.registry import Registry
+from algos.core.variants import Registry
 from algos.rollout.environment import is_multiturn_task
 from algos.system.runtime import resolve_device
 

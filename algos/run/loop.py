@@ -42,7 +42,7 @@ from algos.run.evaluation import (
     transfer_eval_config,
     warn_if_eval_reads_training_data,
 )
-from algos.run.metrics import MetricsLogger, SilentLogger
+from algos.run.reporting import MetricsLogger, SilentLogger
 from algos.run.setup import RunSetup
 from algos.system.distributed import (
     broadcast_from_main,
@@ -171,7 +171,7 @@ class Agent(Protocol):
     def train_step(self, step: int, logger: MetricsLogger) -> dict[str, float]: ...  # collect + update; the step's metrics
     def save(self, step: int) -> Path: ...
     # Optional: ``headline_metrics`` (metric key -> short name), what the step line and the bar show first when the
-    # shared keys (algos.run.metrics.LINE_KEYS: reward, accuracy, ...) are not the algorithm's headline (DPO's)
+    # shared keys (algos.run.reporting.LINE_KEYS: reward, accuracy, ...) are not the algorithm's headline (DPO's)
 
 
 def warm_start_policy(run: RunSetup, logger: MetricsLogger) -> None:

@@ -53,14 +53,14 @@ PPO_REFERENCE = ["tests/test_reference_gradients_ppo.py"]
 RESUME = ["tests/test_resume_state.py"]
 CORE_USERS = ["tests/test_grpo_loop.py", "tests/test_ppo.py", *GRPO_REFERENCE, *PPO_REFERENCE]
 MODULES: dict[str, list[str]] = {
-    "algos/core/registry.py": ["tests/test_core_registry.py", "tests/test_config.py", *CORE_USERS],
+    "algos/core/variants.py": ["tests/test_core_variants.py", "tests/test_config.py", *CORE_USERS],
     "algos/core/advantages.py": ["tests/test_core_advantages.py", *CORE_USERS],
     "algos/core/aggregation.py": ["tests/test_core_aggregation.py", *CORE_USERS],
     "algos/core/gae.py": ["tests/test_gae.py", "tests/test_ppo.py", *PPO_REFERENCE, *RESUME],
     "algos/core/kl.py": ["tests/test_core_kl.py", *CORE_USERS],
     "algos/core/policy_loss.py": ["tests/test_core_policy_loss.py", "tests/test_core_aggregation.py", *CORE_USERS],
     "algos/core/logprobs.py": ["tests/test_core_logprobs.py", "tests/test_grpo_machinery.py", *CORE_USERS],
-    "algos/core/rollout_correction.py": ["tests/test_core_rollout_correction.py", "tests/test_grpo_loop.py"],
+    "algos/core/importance_weights.py": ["tests/test_core_importance_weights.py", "tests/test_grpo_loop.py"],
     "algos/core/preference.py": ["tests/test_dpo.py"],
     "algos/core/padding.py": ["tests/test_core_padding.py", "tests/test_warm_start.py", "tests/test_multiturn_rollout.py"],
     "algos/algorithms/dpo.py": ["tests/test_dpo.py"],
@@ -90,7 +90,7 @@ MODULES: dict[str, list[str]] = {
     "algos/learn/engine.py": ["tests/test_learn_engine.py", "tests/test_warm_start.py", *CORE_USERS, *RESUME],
     "algos/learn/micro_batches.py": ["tests/test_memory.py", "tests/test_ppo.py"],
     "algos/system/paths.py": ["tests/test_checkpoint.py", "tests/test_models.py", "tests/test_run_dir.py"],
-    "algos/learn/rollout_correction.py": ["tests/test_learn_rollout_correction.py", "tests/test_core_rollout_correction.py",
+    "algos/learn/rollout_correction.py": ["tests/test_learn_rollout_correction.py", "tests/test_core_importance_weights.py",
                                           "tests/test_grpo_loop.py", "tests/test_ppo.py"],
     "algos/run/checkpoint.py": ["tests/test_checkpoint.py", "tests/test_grpo_machinery.py", *CORE_USERS, *RESUME],
     "rewards/run_cgroup.py": ["tests/test_code_sandbox_limits.py"],

@@ -1,7 +1,7 @@
 import pytest
 
 from algos.core import ADVANTAGE_ESTIMATORS, KL_ESTIMATORS, LOSS_AGGREGATIONS, POLICY_LOSSES, ROLLOUT_CORRECTIONS
-from algos.core.registry import Registry
+from algos.core.variants import Registry
 
 
 def test_a_registered_function_is_returned_unchanged_and_found_by_name():

@@ -11,7 +11,7 @@ import math
 
 import torch
 
-from algos.core.registry import Registry
+from algos.core.variants import Registry
 
 ROLLOUT_CORRECTIONS = Registry("rollout correction")
 

@@ -1,4 +1,4 @@
-"""Rollout/training mismatch correction (algos/core/rollout_correction.py) against hand-computed values."""
+"""Rollout/training mismatch correction (algos/core/importance_weights.py) against hand-computed values."""
 
 import math
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from algos.core import ROLLOUT_CORRECTIONS
-from algos.core.rollout_correction import mismatch_sums, sequence_masked_is_weights, truncated_is_weights
+from algos.core.importance_weights import mismatch_sums, sequence_masked_is_weights, truncated_is_weights
 
 
 def test_truncated_is_caps_each_tokens_weight_and_carries_no_gradient():
