@@ -21,7 +21,7 @@ from pathlib import Path
 from algos.algorithms import grpo, ppo
 from algos.algorithms.grpo import DAPO_PRESET, GRPOConfig
 from algos.config import load_config
-from algos.run.metrics import read_metrics
+from algos.run.reporting import read_metrics
 
 
 def shared_overrides(args, output_dir: Path) -> dict[str, str]:

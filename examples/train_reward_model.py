@@ -1,7 +1,10 @@
 """Train a small Bradley-Terry reward model from preference pairs and save it.
 
     python examples/train_reward_model.py --out runs/rm                  # synthetic pairs, tiny model
-    python examples/train_reward_model.py --pairs prefs.jsonl --init PATH --out runs/rm
+    python examples/train_reward_model.py --pairs prefs.jsonl --init PATH --out runs/rm --optim.lr 1e-5
+
+Any `--section.key value` pair sets algos/run/reward_model.py's RewardModelTrainConfig: [optim] (AdamW) and
+[reward_model] (epochs, pairs_per_step, micro_batch_pairs, center_rewards_coef).
 
 ``--pairs`` is a JSONL file of {"prompt", "chosen", "rejected"} rows. Without
 it the script writes synthetic arithmetic preferences: a well-formed
@@ -24,14 +27,13 @@ from pathlib import Path
 
 import torch
 
-from algos.model.reward import (
-    BradleyTerryConfig,
-    PreferencePair,
-    RewardModel,
-    load_preference_pairs,
-    preference_accuracy,
-    train_bradley_terry,
-)
+from algos.config import load_config
+from algos.model.reward import PreferencePair, RewardModel, load_preference_pairs, preference_accuracy
+from algos.run.reward_model import RewardModelTrainConfig, train_bradley_terry
+
+# This script's own defaults over RewardModelTrainConfig's, for the tiny model and the synthetic pairs:
+# 2 epochs (one leaves some seeds' tiny models short of the format rule), lr 3e-3, 16 pairs a step.
+PRESET = {"optim": {"lr": 3e-3}, "reward_model": {"epochs": 2, "pairs_per_step": 16, "micro_batch_pairs": 16}}
 
 
 def synthetic_format_pairs(count: int, seed: int) -> list[PreferencePair]:
@@ -65,12 +67,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--init", help="local causal-LM or reward-model directory (default: tiny local model)")
     parser.add_argument("--num-pairs", type=int, default=256, help="synthetic pairs to generate (no --pairs)")
     parser.add_argument("--held-out", type=float, default=0.2, help="fraction of pairs kept for evaluation")
-    # 2 epochs: one leaves some seeds' tiny models short of the synthetic pairs' format rule
-    parser.add_argument("--epochs", type=int, default=2)
-    parser.add_argument("--lr", type=float, default=3e-3)
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    parser.add_argument("--seed", type=int, default=0, help="the pairs' split and order, a fresh model's weights")
+    args, overrides = parser.parse_known_args(argv)
+    config = load_config(RewardModelTrainConfig, overrides=[*overrides, "--reward_model.seed", str(args.seed)],
+                         preset=PRESET)
     if not 0.0 < args.held_out < 1.0:
         parser.error(f"--held-out must be in (0, 1), got {args.held_out}")
     torch.manual_seed(args.seed)  # a fresh score head (--init) and dropout draw from torch's RNG
@@ -84,7 +84,6 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     reward_model = RewardModel.from_pretrained(args.init) if args.init else tiny_reward_model(args.seed)
     before = preference_accuracy(reward_model, held_out)
-    config = BradleyTerryConfig(learning_rate=args.lr, epochs=args.epochs, batch_size=args.batch_size, seed=args.seed)
     history = train_bradley_terry(reward_model, train, config)
     summary = {
         "train_pairs": len(train),

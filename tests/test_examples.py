@@ -50,7 +50,8 @@ def test_train_reward_model_saves_the_model_it_reports_on(tmp_path):
 
     from algos.model.reward import RewardModel, preference_accuracy
 
-    stdout = run_example("train_reward_model.py", "--out", str(tmp_path / "rm"), "--num-pairs", "32", "--epochs", "1")
+    stdout = run_example("train_reward_model.py", "--out", str(tmp_path / "rm"), "--num-pairs", "32",
+                         "--reward_model.epochs", "1")
     report = json.loads(stdout[stdout.index("{") : stdout.rindex("}") + 1])
     # The script's held-out pairs, drawn as it draws them (seed 0, the first 20% after its shuffle).
     pairs = runpy.run_path(str(EXAMPLES / "train_reward_model.py"))["synthetic_format_pairs"](32, 0)

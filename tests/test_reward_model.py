@@ -97,12 +97,45 @@ def test_preference_accuracy_counts_strict_wins():
 def test_centering_term_is_trls_pair_sum_not_each_reward():
     """TRL's center_rewards_coefficient adds coef * mean((r_c + r_r)^2); coef * mean of each reward squared
     also penalised the margin (r_c - r_r)^2 / 4, against the ranking loss."""
-    from algos.model.reward import BradleyTerryConfig, train_bradley_terry
+    from algos.run.reward_model import BradleyTerryConfig, RewardModelTrainConfig, train_bradley_terry
 
     reward_model = load_example().tiny_reward_model(0)
     pair = PreferencePair(prompt="2+2=", chosen="\\boxed{4}", rejected="5")
     with torch.no_grad():
         chosen, rejected = reward_model.rewards([pair.prompt] * 2, [pair.chosen, pair.rejected])
     expected = bradley_terry_loss(chosen[None], rejected[None]) + 0.5 * (chosen + rejected) ** 2
-    history = train_bradley_terry(reward_model, [pair], BradleyTerryConfig(epochs=1, batch_size=1, center_rewards_coef=0.5))
+    config = RewardModelTrainConfig(reward_model=BradleyTerryConfig(pairs_per_step=1, center_rewards_coef=0.5))
+    history = train_bradley_terry(reward_model, [pair], config)
     assert history[0]["loss"] == pytest.approx(expected.item(), rel=1e-5)
+
+
+def test_the_steps_are_the_same_in_micro_batches_of_any_size_and_bad_settings_name_their_key():
+    """Bradley-Terry training runs on learn.accumulate_and_step: 5 pairs a step in passes of 1, 2 or all 5 pairs give
+    the same losses and weights (the centering term included); a bad setting is named by its key."""
+    from algos.config import load_config
+    from algos.run.reward_model import RewardModelTrainConfig, train_bradley_terry
+
+    pairs = [PreferencePair(f"{a}+{a}=", f"\\boxed{{{2 * a}}}", f"{2 * a}") for a in range(10)]
+
+    def train(micro: int):
+        reward_model = load_example().tiny_reward_model(0)
+        config = load_config(RewardModelTrainConfig, overrides={
+            "reward_model.pairs_per_step": "5", "reward_model.micro_batch_pairs": str(micro),
+            "reward_model.center_rewards_coef": "0.1", "optim.lr": "1e-2",
+            "optim.adam_eps": "1"})  # AdamW's first step is lr x sign(g): continuous in g only with a large eps
+        history = train_bradley_terry(reward_model, pairs, config)
+        return history, [p.detach().clone() for p in reward_model.model.parameters()]
+
+    whole, whole_weights = train(5)
+    assert len(whole) == 2 and whole[-1]["grad_norm"] > 0
+    for micro in (1, 2):
+        history, weights = train(micro)
+        assert [h["loss"] for h in history] == pytest.approx([h["loss"] for h in whole], rel=1e-5)
+        assert [h["accuracy"] for h in history] == [h["accuracy"] for h in whole]
+        for got, want in zip(weights, whole_weights):
+            torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+    for key, value, message in (("reward_model.micro_batch_pairs", "0", "must be >= 1, got 0"),
+                                ("reward_model.center_rewards_coef", "-1", "must be >= 0, got -1"),
+                                ("optim.lr", "0", "must be > 0")):
+        with pytest.raises(ValueError, match=f"config {key}: {message}"):
+            load_config(RewardModelTrainConfig, overrides={key: value})

@@ -1,5 +1,5 @@
 """Learned reward models: a transformers sequence-classification model that scores
-(prompt, completion) text, and Bradley-Terry training from preference pairs.
+(prompt, completion) text, and the Bradley-Terry loss it is fitted with (algos/run/reward_model.py trains it).
 
 The classic RLHF reward source (InstructGPT): PPO can use it in place of, or
 as well as, the environment's rule-based verifiers. Any local directory holding
@@ -9,8 +9,6 @@ trained with TRL's RewardTrainer.
 
 from __future__ import annotations
 
-import math
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,77 +134,9 @@ class RewardModel:
         return torch.cat(scores) if scores else torch.zeros(0)
 
 
-@dataclass
-class BradleyTerryConfig:
-    """Reward-model training on preference pairs (defaults: small-model values in TRL's RewardConfig range)."""
-
-    learning_rate: float = 1e-4  # TRL defaults to 1e-5 for billion-parameter models; tiny models need more
-    epochs: int = 1
-    batch_size: int = 8
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    # TRL's center_rewards_coefficient (Eisenstein et al. 2023): pulls mean reward toward 0 so the
-    # scale PPO sees stays bounded; 0 disables.
-    center_rewards_coef: float = 0.0
-    seed: int = 0
-
-    def validate(self) -> None:
-        for name in ("learning_rate", "epochs", "batch_size"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"BradleyTerryConfig.{name} must be > 0, got {getattr(self, name)}")
-        if self.center_rewards_coef < 0:
-            raise ValueError(f"BradleyTerryConfig.center_rewards_coef must be >= 0, got {self.center_rewards_coef}")
-
-
 def preference_accuracy(reward_model: RewardModel, pairs: list[PreferencePair]) -> float:
     """Share of pairs where the chosen completion scores strictly higher than the rejected one."""
     prompts = [p.prompt for p in pairs]
     chosen = reward_model.score(prompts, [p.chosen for p in pairs])
     rejected = reward_model.score(prompts, [p.rejected for p in pairs])
     return (chosen > rejected).float().mean().item()
-
-
-def train_bradley_terry(
-    reward_model: RewardModel, pairs: list[PreferencePair], config: BradleyTerryConfig | None = None
-) -> list[dict[str, float]]:
-    """Fit the reward model so r(chosen) > r(rejected) under the Bradley-Terry likelihood.
-
-    Returns one metrics dict per optimiser step: loss, accuracy (chosen beats
-    rejected in the batch), mean margin.
-    """
-    config = config or BradleyTerryConfig()
-    config.validate()
-    if not pairs:
-        raise ValueError("train_bradley_terry needs at least one preference pair")
-    order_rng = random.Random(config.seed)
-    model = reward_model.model
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=config.weight_decay)
-    model.train()
-    history = []
-    for _ in range(config.epochs):
-        order = list(range(len(pairs)))
-        order_rng.shuffle(order)
-        for start in range(0, len(order), config.batch_size):
-            batch = [pairs[i] for i in order[start : start + config.batch_size]]
-            prompts = [p.prompt for p in batch]
-            # Chosen and rejected in one forward pass: same padding, half the kernel launches.
-            rewards = reward_model.rewards(prompts * 2, [p.chosen for p in batch] + [p.rejected for p in batch])
-            chosen, rejected = rewards.split(len(batch))
-            loss = bradley_terry_loss(chosen, rejected)
-            if config.center_rewards_coef:  # TRL's term: the pair's sum, so the margin itself is not penalised
-                loss = loss + config.center_rewards_coef * (chosen + rejected).square().mean()
-            if not math.isfinite(loss.item()):
-                raise FloatingPointError(f"Bradley-Terry loss became {loss.item()} at step {len(history)}")
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-            optimizer.step()
-            history.append(
-                {
-                    "loss": loss.item(),
-                    "accuracy": (chosen > rejected).float().mean().item(),
-                    "margin": (chosen - rejected).mean().item(),
-                }
-            )
-    model.eval()
-    return history
