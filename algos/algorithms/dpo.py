@@ -42,7 +42,7 @@ from algos.run.loop import run_training, setup_run
 from algos.run.reporting import MetricsLogger
 from algos.system.distributed import micro_batch_inputs, padded_micro_batches, sum_over_ranks
 from algos.system.memory import activation_cost, fixed_micro_batch_rows
-from algos.system.runtime import advance_schedule, build_optimizer, build_scheduler
+from algos.system.runtime import advance_schedule
 from rlvr_env.data import read_records
 from rlvr_env.prompting import render_prompt, uses_chat_template
 
@@ -190,17 +190,13 @@ class DPOTrainer:
         """``backend``: the rollout backend of online DPO and of evaluation (default: the one config.rollout names)."""
         d = config.dpo
         self.pairs = load_preference_pairs(d.dataset) if not d.online else None  # before any run directory exists
-        r = config.rollout
-        self.run = setup_run(config, prompts=("rollout.prompts_per_step", r.prompts_per_step), group_size=r.group_size,
-                             resume=resume, backend=backend, keep_reference=True)
+        self.run = setup_run(config, resume=resume, backend=backend, keep_reference=True)
         require(d.online or d.pairs_per_step % self.run.world.size == 0, "dpo.pairs_per_step",
                 f"{d.pairs_per_step} pairs do not split across {self.run.world.size} processes (torchrun's world size)")
         self.config, self.model, self.tokenizer = config, self.run.model, self.run.tokenizer
         self.env, self.backend, self.scaler = self.run.env, self.run.backend, self.run.scaler
         self.forward = self.run.wrap(policy=self.model)
-        self.optimizer = build_optimizer(self.run.modules, config.optim)
-        self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
-        self.start_step, _ = self.run.restore(self.optimizer, self.scheduler)
+        self.optimizer, self.scheduler, self.start_step, _ = self.run.optimization()
         self.micro_batch_sizer = MicroBatchSizer(config.loss, self.run.device, self.forward)
         self._rows: dict[int, tuple[warm_start.Row, warm_start.Row]] = {}  # offline: a dataset row's tokenized pair
         self._reference: dict[int, tuple[float, float]] = {}  # offline: its reference log-probs, computed once

@@ -56,7 +56,7 @@ from algos.system.distributed import (
 from algos.system.memory import (
     activation_cost,
 )
-from algos.system.runtime import advance_schedule, build_optimizer, build_scheduler
+from algos.system.runtime import advance_schedule
 
 
 @dataclass
@@ -297,16 +297,13 @@ def first_groups(informative: torch.Tensor, kept_before: int, limit: int) -> tup
 class GRPOTrainer:
     def __init__(self, config: GRPOConfig, *, resume: bool = False, backend: RolloutBackend | None = None) -> None:
         """``backend``: the rollout backend (default: the one config.rollout names), e.g. a ScriptedRollout."""
-        g, r = config.grpo, config.rollout
-        self.run = setup_run(config, prompts=("rollout.prompts_per_step", r.prompts_per_step), group_size=r.group_size,
-                             resume=resume, backend=backend, keep_reference=g.beta > 0,
+        g = config.grpo
+        self.run = setup_run(config, resume=resume, backend=backend, keep_reference=g.beta > 0,
                              check_task=lambda task: _check_process_rewards(config, task))
         self.config, self.model, self.tokenizer, self.ref_model = config, self.run.model, self.run.tokenizer, self.run.ref_model
         self.env, self.backend, self.scaler = self.run.env, self.run.backend, self.run.scaler
         self.forward = self.run.wrap(policy=self.model)  # every training forward goes through it (DDP, FSDP2)
-        self.optimizer = build_optimizer(self.run.modules, config.optim)
-        self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps)
-        self.start_step, _ = self.run.restore(self.optimizer, self.scheduler)
+        self.optimizer, self.scheduler, self.start_step, _ = self.run.optimization()
         self.micro_batch_sizer = MicroBatchSizer(config.loss, self.run.device, self.forward)
         self.rollout_correction = resolved_method(config.loss.rollout_correction,
                                                   ROLLOUT_ENGINES[config.rollout.backend].own_weights)

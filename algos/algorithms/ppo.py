@@ -68,7 +68,7 @@ from algos.system.distributed import (
     sum_over_ranks,
 )
 from algos.system.memory import activation_cost
-from algos.system.runtime import advance_schedule, build_optimizer, build_scheduler
+from algos.system.runtime import advance_schedule
 
 REWARD_SOURCES = ("env", "model")
 
@@ -205,9 +205,7 @@ class PPOTrainer:
         p = config.ppo
         if p.reward_source == "model":  # before setup_run writes (or deletes) anything
             _check_reward_model(p)
-        r = config.rollout
-        self.run = setup_run(config, prompts=("rollout.prompts_per_step", r.prompts_per_step), group_size=r.group_size,
-                             resume=resume, backend=backend, keep_reference=p.kl_coef > 0)
+        self.run = setup_run(config, resume=resume, backend=backend, keep_reference=p.kl_coef > 0)
         self.config, self.policy, self.tokenizer, self.ref_model = config, self.run.model, self.run.tokenizer, self.run.ref_model
         self.env, self.backend, self.scaler = self.run.env, self.run.backend, self.run.scaler
         self.critic = build_value_model(self.policy, p.value_model) if p.value_model != "none" else None
@@ -222,28 +220,26 @@ class PPOTrainer:
                                                   ROLLOUT_ENGINES[config.rollout.backend].own_weights)
         # Dropout off throughout (as TRL's PPO): old and new log-probs/values must come from the same function.
         self.modules.eval()
-        self.optimizer = self._build_optimizer()
         # The policy's schedule starts after the critic warm-up (as verl steps the actor's only when it updates).
         delays = (p.critic_warmup_steps, 0) if self.critic is not None else ()
-        self.scheduler = build_scheduler(self.optimizer, config.optim, config.run.steps, delays=delays)
+        # a resumed run restores the critic's weights with the policy's
+        self.optimizer, self.scheduler, self.start_step, state = self.run.optimization(self._parameter_groups(), delays)
         self.kl_controller = AdaptiveKLController(p.kl_coef, p.kl_target, p.kl_horizon)
         self.reward_model = None
         if p.reward_source == "model":
-
             self.reward_model = RewardModel.from_pretrained(p.reward_model, device=str(self.run.device),
                                                             batch_size=p.reward_model_batch_size)
-        self.start_step, state = self.run.restore(self.optimizer, self.scheduler)  # the critic's weights included
         if state:
             self.kl_controller.load_state_dict(state["kl_controller"])
 
-    def _build_optimizer(self) -> torch.optim.AdamW:
-        """AdamW over the policy (optim.lr) and the critic's own weights (ppo.critic_lr, default 10x)."""
+    def _parameter_groups(self) -> list[dict]:
+        """AdamW's groups: the policy's trainable weights (optim.lr) and the critic's own (ppo.critic_lr, default 10x)."""
         optim = self.config.optim
         critic_lr = self.config.ppo.critic_lr or 10 * optim.lr
         groups = [{"params": [q for q in self.policy.parameters() if q.requires_grad], "lr": optim.lr}]
         if self.critic is not None:
             groups.append({"params": list(self.critic.parameters()), "lr": critic_lr})
-        return build_optimizer(groups, optim)
+        return groups
 
     # ------------------------------------------------------------ forward passes
 

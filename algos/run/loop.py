@@ -63,8 +63,6 @@ log = logging.getLogger("rlvr")
 def setup_run(
     config: Any,
     *,
-    prompts: tuple[str, int],
-    group_size: int,
     resume: bool = False,
     backend: RolloutBackend | None = None,
     keep_reference: bool = False,
@@ -72,14 +70,15 @@ def setup_run(
 ) -> RunSetup:
     """Validate ``config``, join the torchrun process group when launched by one, build its task (``check_task``
     may refuse it), seed, load and check the policy, then open the run directory (rank 0); then the reference model
-    (``keep_reference``), an env of this rank's share of ``prompts`` (its config key, the global count) x
-    ``group_size`` rows and the rollout backend (default: the one config.rollout names, e.g. a ScriptedRollout)."""
+    (``keep_reference``), an env of this rank's share of rollout.prompts_per_step x rollout.group_size rows and the
+    rollout backend (default: the one config.rollout names, e.g. a ScriptedRollout)."""
     config.validate()
     world = init_distributed(config.distributed, config.model.device)
     config.distributed.world_size = world.size  # recorded in config.yaml: how the run ran
-    key, count = prompts
-    require(count % world.size == 0, key, f"{count} prompts do not split across {world.size} processes (torchrun's "
-            f"world size): make it a multiple of {world.size}; each rank samples {key} / world size of them")
+    count, group_size = config.rollout.prompts_per_step, config.rollout.group_size
+    require(count % world.size == 0, "rollout.prompts_per_step", f"{count} prompts do not split across {world.size} "
+            f"processes (torchrun's world size): make it a multiple of {world.size}; each rank samples "
+            f"rollout.prompts_per_step / world size of them")
     require(config.warm_start.batch_size % world.size == 0, "warm_start.batch_size",
             f"must be a multiple of the {world.size} processes (torchrun's world size): each rank takes its share")
     task, eval_set = build_task(config), eval_task(config)  # the evaluation set once: a dataset's file is read once

@@ -16,7 +16,7 @@ from algos.model.lora import adapter_disabled
 from algos.rollout import RolloutBackend, row_seeds
 from algos.run import checkpoint as ckpt
 from algos.system.distributed import TrainingForward, World, whole_weights, wrap
-from algos.system.runtime import DTYPES
+from algos.system.runtime import DTYPES, build_optimizer, build_scheduler
 from rlvr_env.token_vector_env import draw_problem_indices
 
 
@@ -81,6 +81,16 @@ class RunSetup:
         self.env.reset(seed=seed, options={"group_size": r.group_size, "problem_indices": problems})
         with whole_weights(self.forward):
             return backend.generate(self.model, self.env, seeds=seeds)
+
+    def optimization(self, groups: list[dict[str, Any]] | None = None,
+                     delays: tuple[int, ...] = ()) -> tuple[torch.optim.Optimizer, Any, int, dict[str, Any]]:
+        """AdamW over the trained modules' trainable weights (or over ``groups``, each with its own settings), its
+        schedule over run.steps (``delays``: steps before each group's schedule starts), and where to start (a
+        resumed run's weights, optimizer, schedule, scaler and RNGs restored): (optimizer, scheduler, step to
+        continue after, the algorithm's own saved state, {} for a fresh run). Every trainer starts so."""
+        optimizer = build_optimizer(self.modules if groups is None else groups, self.config.optim)
+        scheduler = build_scheduler(optimizer, self.config.optim, self.config.run.steps, delays=delays)
+        return optimizer, scheduler, *self.restore(optimizer, scheduler)
 
     def restore(self, optimizer: torch.optim.Optimizer, scheduler) -> tuple[int, dict[str, Any]]:
         """(step to continue after, the algorithm's own saved state): the checkpoint loaded into the trained
