@@ -2,10 +2,10 @@
 
 Under bf16 autocast every matmul rounds the fp32 master weights to bf16. A checkpoint published in bf16 loads exactly
 on that grid, so the bf16 forwards see an update only where it has grown past half a grid step. Given the model a run
-started from (--base) and the one it ended with (--trained), this prints the update's size in grid steps, the share of
-weights whose bf16 value changed, and the cosine and norm ratio between the update the bf16 forwards see and the one
-the optimizer made, and the part of the update it carries; then the same with the base dithered inside half a step (algos/model/dither.py) and the same
-update added: what a run with model.dither_weights would have seen.
+started from (--base) and the one it ended with (--trained), this prints the update's size in grid steps, the share
+of weights whose bf16 value changed, the cosine and norm ratio between the update the bf16 forwards see and the one
+the optimizer made, and the part of the update it carries; then the same with the base dithered inside half a step
+(algos/model/dither.py) and the same update added: what a run with model.dither_weights would have seen.
 
     python bench/bf16_update_seen.py --base default --trained runs/demo/checkpoint-16/model
 """
