@@ -139,3 +139,40 @@ def test_the_steps_are_the_same_in_micro_batches_of_any_size_and_bad_settings_na
                                 ("optim.lr", "0", "must be > 0")):
         with pytest.raises(ValueError, match=f"config {key}: {message}"):
             load_config(RewardModelTrainConfig, overrides={key: value})
+
+
+def test_each_steps_metrics_are_its_pairs_and_a_run_that_cannot_train_says_why():
+    """One dict per step: the step's mean loss, and the share of its pairs whose chosen completion scores above the
+    rejected one and their mean margin (a step too small to move the model: the initial model's scores); no pairs,
+    or a loss that is not finite, is refused by name."""
+    import random
+
+    from algos.config import load_config
+    from algos.run.reward_model import RewardModelTrainConfig, train_bradley_terry
+
+    pairs = [PreferencePair(f"{a}+{a}=", f"\\boxed{{{2 * a}}}", f"{2 * a}") for a in range(6)]
+    reward_model = load_example().tiny_reward_model(0)
+    config = load_config(RewardModelTrainConfig, overrides={"reward_model.pairs_per_step": "4",
+                                                            "reward_model.micro_batch_pairs": "3", "optim.lr": "1e-12"})
+    order = list(range(6))
+    random.Random(0).shuffle(order)
+    expected = []
+    for step_pairs in ([pairs[i] for i in order[:4]], [pairs[i] for i in order[4:]]):
+        with torch.no_grad():
+            chosen, rejected = reward_model.rewards([p.prompt for p in step_pairs] * 2,
+                                                    [p.chosen for p in step_pairs] + [p.rejected for p in step_pairs]
+                                                    ).split(len(step_pairs))
+        expected.append({"loss": bradley_terry_loss(chosen, rejected).item(),
+                         "accuracy": (chosen > rejected).float().mean().item(),
+                         "margin": (chosen - rejected).mean().item()})
+    history = train_bradley_terry(reward_model, pairs, config)
+    assert len(history) == 2
+    for got, want in zip(history, expected):
+        for key, value in want.items():
+            assert got[key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+    with pytest.raises(ValueError, match="needs at least one preference pair"):
+        train_bradley_terry(reward_model, [], config)
+    with torch.no_grad():
+        next(reward_model.model.score.parameters()).fill_(float("nan"))
+    with pytest.raises(FloatingPointError, match="Bradley-Terry loss became nan at step 1"):
+        train_bradley_terry(reward_model, pairs, config)
