@@ -118,8 +118,8 @@ def test_compiled_layers_under_lora_are_one_graph_with_the_eager_logprobs_and_gr
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before == 1
     torch.testing.assert_close(compiled[0], eager[0], atol=1e-5, rtol=1e-5)
     assert compiled[1].keys() == eager[1].keys() and all("lora_" in name for name in eager[1])
-    for name, grad in eager[1].items():
-        torch.testing.assert_close(compiled[1][name], grad, atol=1e-4, rtol=1e-3)  # rows whole vs a shared prompt
+    for name, grad in eager[1].items():  # rows whole against a shared prompt: float rounding apart, per matrix
+        assert (compiled[1][name] - grad).norm() <= 1e-4 * grad.norm(), name
     torch._dynamo.reset()
 
 
