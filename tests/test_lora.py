@@ -118,8 +118,10 @@ def test_compiled_layers_under_lora_are_one_graph_with_the_eager_logprobs_and_gr
     assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs_before == 1
     torch.testing.assert_close(compiled[0], eager[0], atol=1e-5, rtol=1e-5)
     assert compiled[1].keys() == eager[1].keys() and all("lora_" in name for name in eager[1])
-    for name, grad in eager[1].items():  # rows whole against a shared prompt: float rounding apart, per matrix
-        assert (compiled[1][name] - grad).norm() <= 1e-4 * grad.norm(), name
+    # rows whole against a shared prompt: float rounding apart (1.5e-5 of a matrix's norm alone, 4e-4 after the rest
+    # of the suite on the 2-core Xeon); a gradient missing its path through the first layer's input would be O(1)
+    for name, grad in eager[1].items():
+        assert (compiled[1][name] - grad).norm() <= 2e-3 * grad.norm(), name
     torch._dynamo.reset()
 
 
