@@ -142,7 +142,8 @@ def train_grpo(model_dir, output_dir, **extra):
 def test_the_trainer_probes_again_only_for_a_wider_batch(tiny_model_dir, tmp_path, monkeypatch):
     trainer = GRPOTrainer(grpo_config(tiny_model_dir, tmp_path, **{"loss.micro_batch_memory_gb": "100"}))
     probed = []
-    monkeypatch.setattr(grpo, "activation_cost", lambda *args: probed.append(tuple(args[1].shape)) or ActivationCost(0, 1))
+    monkeypatch.setattr(micro_batches, "activation_cost",
+                        lambda *args: probed.append(tuple(args[1].shape)) or ActivationCost(0, 1))
 
     def batch(prompt_width, width):
         ids = torch.randint(4, 50, (4, width))

@@ -41,7 +41,7 @@ from algos.run import warm_start
 from algos.run.loop import run_training, setup_run
 from algos.run.reporting import MetricsLogger
 from algos.system.distributed import micro_batch_inputs, padded_micro_batches, sum_over_ranks
-from algos.system.memory import activation_cost, fixed_micro_batch_rows
+from algos.system.memory import fixed_micro_batch_rows
 from algos.system.runtime import advance_schedule
 from rlvr_env.data import read_records
 from rlvr_env.prompting import render_prompt, uses_chat_template
@@ -259,18 +259,12 @@ class DPOTrainer:
     def _micro_batch_rows(self, batch: warm_start.DemonstrationBatch | None) -> int:
         """Rows per micro-batch of this update (algos/learn/micro_batches.py, the rule of every algorithm), probed on
         the policy's log-probs, rounded down to whole pairs (at least one). Every rank calls it."""
-        if batch is None:
-            rows = self.micro_batch_sizer.rows(None, (0, 0), measure=lambda: None)
-        else:
-            def policy_logprobs(rows: torch.Tensor):
-                return completion_logprobs(self.model, batch.input_ids[rows], batch.attention_mask[rows],
-                                           batch.prompt_width, chunk_size=self.config.loss.logprob_chunk_size,
-                                           vocab_size=len(self.tokenizer))
+        def policy_logprobs(rows: torch.Tensor):
+            return completion_logprobs(self.model, batch.input_ids[rows], batch.attention_mask[rows], batch.prompt_width,
+                                       chunk_size=self.config.loss.logprob_chunk_size, vocab_size=len(self.tokenizer))
 
-            widths = (batch.prompt_width, batch.input_ids.shape[1])
-            rows = self.micro_batch_sizer.rows(batch.input_ids.shape[0], widths, measure=lambda: activation_cost(
-                policy_logprobs, batch.input_ids[:, : batch.prompt_width], self.model.parameters(),
-                batch.attention_mask.sum(-1)))
+        pairs = None if batch is None else (batch.input_ids, batch.attention_mask, batch.prompt_width)
+        rows = self.micro_batch_sizer.batch_rows(pairs, policy_logprobs, self.model.parameters())
         return max(2, rows // 2 * 2)
 
     def _micro_slices(self, num_rows: int, size: int) -> list[slice | None]:

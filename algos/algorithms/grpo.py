@@ -53,9 +53,6 @@ from algos.system.distributed import (
     rank_offset,
     sum_over_ranks,
 )
-from algos.system.memory import (
-    activation_cost,
-)
 from algos.system.runtime import advance_schedule
 
 
@@ -365,17 +362,13 @@ class GRPOTrainer:
 
     def _micro_batch_rows(self, batch: Batch | None) -> int:
         """Rows per micro-batch of this update (algos/learn/micro_batches.py), probed on the policy's log-probs."""
-        if batch is None:
-            return self.micro_batch_sizer.rows(None, (0, 0), measure=lambda: None)
-
         def policy_logprobs(rows: torch.Tensor):
             return completion_logprobs(self.model, batch.input_ids[rows], batch.attention_mask[rows], batch.prompt_width,
                                        self.config.rollout.temperature, self.config.loss.logprob_chunk_size,
                                        len(self.tokenizer))
 
-        widths = (batch.prompt_width, batch.input_ids.shape[1])
-        return self.micro_batch_sizer.rows(batch.num_rows, widths, measure=lambda: activation_cost(
-            policy_logprobs, batch.input_ids[:, : batch.prompt_width], self.model.parameters(), batch.attention_mask.sum(-1)))
+        rows = None if batch is None else (batch.input_ids, batch.attention_mask, batch.prompt_width)
+        return self.micro_batch_sizer.batch_rows(rows, policy_logprobs, self.model.parameters())
 
     def update(self, batch: Batch | None) -> dict[str, float]:
         """num_iterations optimizer steps over the batch (this rank's rows of it; None: none), micro-batched with exact

@@ -67,7 +67,6 @@ from algos.system.distributed import (
     rank_offset,
     sum_over_ranks,
 )
-from algos.system.memory import activation_cost
 from algos.system.runtime import advance_schedule
 
 REWARD_SOURCES = ("env", "model")
@@ -298,9 +297,8 @@ class PPOTrainer:
         def training_forward(rows: torch.Tensor):
             return self._logprobs_and_values(input_ids[rows], attention_mask[rows], prompt_width)
 
-        widths = (prompt_width, input_ids.shape[1])
-        return self.micro_batch_sizer.rows(input_ids.shape[0], widths, measure=lambda: activation_cost(
-            training_forward, input_ids[:, :prompt_width], self.modules.parameters(), attention_mask.sum(-1)))
+        return self.micro_batch_sizer.batch_rows((input_ids, attention_mask, prompt_width), training_forward,
+                                                 self.modules.parameters())
 
     def _micro_batches(self, rows: torch.Tensor, size: int) -> list[torch.Tensor | None]:
         """``rows`` in micro-batches of ``size``, padded with None (zero-weight passes) to the most any rank has."""

@@ -4,13 +4,20 @@ budget: a share of its free memory), measured on the batch's longest rows by the
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import torch
 
 from algos.config import PolicyLossConfig
 from algos.system.distributed import sum_over_ranks, whole_weights
-from algos.system.memory import CPU_MICRO_BATCH_ROWS, GPU_ACTIVATION_SHARE, ActivationCost, free_accelerator_bytes
+from algos.system.memory import (
+    CPU_MICRO_BATCH_ROWS,
+    GPU_ACTIVATION_SHARE,
+    ActivationCost,
+    activation_cost,
+    free_accelerator_bytes,
+)
 
 
 class MicroBatchSizer:
@@ -45,3 +52,14 @@ class MicroBatchSizer:
         if num_rows is None:
             return most
         return self.probed[1].rows_within(budget_gb * 1024**3, most=most)
+
+    def batch_rows(self, batch: tuple[torch.Tensor, torch.Tensor, int] | None,
+                   forward_rows: Callable[[torch.Tensor], Any], weights: Iterable[torch.Tensor]) -> int:
+        """``rows`` for an update's ``batch``: its [N, P+T] ids and mask and its prompt width (None: this rank has no
+        rows), probed by ``forward_rows(rows)``, the update's training forward of those row indices, on ``weights``.
+        Every rank calls it."""
+        if batch is None:
+            return self.rows(None, (0, 0), measure=lambda: None)
+        input_ids, attention_mask, prompt_width = batch
+        return self.rows(input_ids.shape[0], (prompt_width, input_ids.shape[1]), measure=lambda: activation_cost(
+            forward_rows, input_ids[:, :prompt_width], weights, attention_mask.sum(-1)))
