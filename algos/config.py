@@ -185,9 +185,16 @@ class RolloutConfig:
     # outputs' together; env.max_new_tokens bounds the policy's alone. None: twice env.max_new_tokens. Every
     # algorithm's (it was grpo.max_episode_tokens and ppo.max_episode_tokens, still read: RENAMED_KEYS).
     max_episode_tokens: int | None = None
+    # Rollouts that overlap training (algos/run/rollout_pipeline.py): step t trains on a batch drawn by the weights
+    # of step t - 1 - max_staleness, sampled on a thread of its own while the learner updates, corrected by
+    # loss.rollout_correction. 0 = synchronous: each batch drawn by the current weights (TRL's AsyncGRPO
+    # max_staleness, prime-rl's max_async_level, whose default is 2).
+    max_staleness: int = 0
 
     def validate(self) -> None:
         require(self.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1")
+        require(self.max_staleness >= 0, "rollout.max_staleness",
+                f"must be >= 0 (0 = synchronous rollouts), got {self.max_staleness}")
         require(self.group_size >= 1, "rollout.group_size", "must be >= 1")
         require(self.max_episode_tokens is None or self.max_episode_tokens >= 1, "rollout.max_episode_tokens",
                 "must be >= 1 or null")

@@ -88,6 +88,9 @@ class DPOConfig(TrainConfig):
 
     def validate(self) -> None:
         super().validate()
+        require(self.rollout.max_staleness == 0, "rollout.max_staleness",
+                "DPO draws each batch with the current weights (its overlapped rollouts are not built yet): set it to 0, "
+                "or overlap with --algo grpo (or a GRPO preset)")
         require(not self.dpo.online or self.rollout.group_size >= 2, "rollout.group_size",
                 "must be >= 2 for online DPO (a pair compares two completions of a prompt)")
 

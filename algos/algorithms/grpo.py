@@ -45,6 +45,7 @@ from algos.rollout import ROLLOUT_ENGINES, RolloutBackend
 from algos.rollout.metrics import policy_token_mask, rollout_metrics
 from algos.rollout.multiturn import episode_metrics
 from algos.run.loop import run_training, setup_run
+from algos.run.rollout_pipeline import rollout_pipeline
 from algos.run.reporting import MetricsLogger
 from algos.system.distributed import (
     gather_rows,
@@ -300,17 +301,20 @@ class GRPOTrainer:
         self.config, self.model, self.tokenizer, self.ref_model = config, self.run.model, self.run.tokenizer, self.run.ref_model
         self.env, self.backend, self.scaler = self.run.env, self.run.backend, self.run.scaler
         self.forward = self.run.wrap(policy=self.model)  # every training forward goes through it (DDP, FSDP2)
-        self.optimizer, self.scheduler, self.start_step, _ = self.run.optimization()
+        self.optimizer, self.scheduler, self.start_step, state = self.run.optimization()
         self.micro_batch_sizer = MicroBatchSizer(config.loss, self.run.device, self.forward)
-        self.rollout_correction = resolved_method(config.loss.rollout_correction,
-                                                  ROLLOUT_ENGINES[config.rollout.backend].own_weights)
+        off_policy = ROLLOUT_ENGINES[config.rollout.backend].own_weights or config.rollout.max_staleness > 0
+        self.rollout_correction = resolved_method(config.loss.rollout_correction, off_policy)
+        # rollout.max_staleness: each step's batch drawn ahead, on a thread of its own (algos/run/rollout_pipeline.py)
+        self.rollouts = rollout_pipeline(self.run, self.collect, self.start_step, state.get("rollouts"))
 
     # ------------------------------------------------------------ sampling
 
-    def sample_round(self, step: int, round_index: int) -> tuple[Any, SampledRows]:
-        """Generate G completions for each of this rank's prompts of the round: (the rollout, its rows with rewards
-        shaped)."""
-        result = self.run.sample(self.backend, step, round_index)
+    def sample_round(self, step: int, round_index: int, policy: torch.nn.Module | None = None,
+                     backend: RolloutBackend | None = None) -> tuple[Any, SampledRows]:
+        """Generate G completions for each of this rank's prompts of the round, by ``backend`` from ``policy`` (None:
+        the run's): (the rollout, its rows with rewards shaped)."""
+        result = self.run.sample(backend or self.backend, step, round_index, policy)
         scores, loss_mask = shape_rewards(result, self.config.grpo, self.config.env.max_new_tokens)
         rows = SampledRows(result.prompt_ids, result.prompt_mask, result.response_ids, result.response_mask,
                            scores, loss_mask, result.process_rewards, result.process_step_mask,
@@ -318,14 +322,16 @@ class GRPOTrainer:
                            policy_token_mask(result))
         return result, rows
 
-    def collect(self, step: int) -> tuple[Batch | None, dict[str, float]]:
-        """Generate rounds until `prompts_per_step` groups with signal are kept over all ranks (or the round bound is
-        hit). The batch holds this rank's kept rows; None when it kept none (another rank may have)."""
+    def collect(self, step: int, policy: torch.nn.Module | None = None,
+                backend: RolloutBackend | None = None) -> tuple[Batch | None, dict[str, float]]:
+        """Generate rounds (by ``backend`` from ``policy``; None: the run's) until `prompts_per_step` groups with signal
+        are kept over all ranks (or the round bound is hit). The batch holds this rank's kept rows; None when it kept
+        none (another rank may have)."""
         g, r = self.config.grpo, self.config.rollout
         kept: list[SampledRows] = []
         sampled_scores, stats, kept_groups = [], {}, 0
         for round_index in range(g.max_sampling_rounds):
-            result, rows = self.sample_round(step, round_index)
+            result, rows = self.sample_round(step, round_index, policy, backend)
             if round_index == 0:
                 stats = {**rollout_metrics(result, rows.scores), **episode_metrics(result)}
             sampled_scores.append(rows.scores)
@@ -458,10 +464,10 @@ class GRPOTrainer:
     # ------------------------------------------------------------ loop
 
     def save(self, step: int):
-        return self.run.save(step, self.optimizer, self.scheduler)
+        return self.run.save(step, self.optimizer, self.scheduler, {"rollouts": self.rollouts.state(step)})
 
     def train_step(self, step: int, logger: MetricsLogger) -> dict[str, float]:
-        batch, metrics = self.collect(step)
+        batch, metrics = self.rollouts.batch_for(step)
         if metrics["kept_groups"] == 0:
             metrics["skipped_update"], metrics["lr"] = 1.0, advance_schedule(self.scheduler)[0]
             rounds = metrics["generation_rounds"]
@@ -473,10 +479,14 @@ class GRPOTrainer:
             elif metrics["skipped_iterations"]:
                 logger.write(f"step {step}: {metrics['skipped_iterations']} of {self.config.grpo.num_iterations} iterations "
                              "skipped (non-finite loss or gradient); the others were applied")
+        self.rollouts.weights_after(step)
         return metrics
 
     def train(self) -> dict[str, Any]:
-        return run_training(self)
+        try:
+            return run_training(self)
+        finally:
+            self.rollouts.close()
 
 
 def _check_process_rewards(config: GRPOConfig, task) -> None:

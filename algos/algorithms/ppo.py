@@ -137,6 +137,9 @@ class PPOConfig(TrainConfig):
 
     def validate(self) -> None:
         super().validate()
+        require(self.rollout.max_staleness == 0, "rollout.max_staleness",
+                "PPO draws each batch with the current weights (its overlapped rollouts are not built yet): set it to 0, "
+                "or overlap with --algo grpo (or a GRPO preset)")
         rows = self.rollout.prompts_per_step * self.rollout.group_size
         require(self.ppo.num_minibatches <= rows, "ppo.num_minibatches", f"must be <= rows per step ({rows})")
         require(self.ppo.score_baseline == "none" or self.rollout.group_size >= 2, "rollout.group_size",

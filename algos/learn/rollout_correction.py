@@ -15,12 +15,13 @@ from algos.system.distributed import sum_over_ranks
 MISMATCH_KEYS = ("rollout_logp_abs_diff", "rollout_kl", "rollout_is_weight", "rollout_is_truncated", "rollout_is_masked")
 
 
-def resolved_method(method: str, engine_has_own_weights: bool) -> str:
-    """loss.rollout_correction with "auto" resolved: "tis" for an engine sampling from its own copy of the weights
-    (TRL corrects vLLM's samples by default), "none" where the samples' log-probs are the trainer's."""
+def resolved_method(method: str, off_policy: bool) -> str:
+    """loss.rollout_correction with "auto" resolved: "tis" for samples drawn off the trainer's weights (an engine's own
+    copy, as TRL corrects vLLM's samples by default, or weights some steps old: rollout.max_staleness), "none" where
+    the samples' log-probs are the trainer's."""
     if method != "auto":
         return method
-    return "tis" if engine_has_own_weights else "none"
+    return "tis" if off_policy else "none"
 
 
 def correction_weights(method: str, cap: float, old_logp: torch.Tensor, rollout_logp: torch.Tensor, mask: torch.Tensor,

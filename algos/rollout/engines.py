@@ -29,13 +29,16 @@ class RolloutEngine:
     ``own_weights``: it samples from its own copy of the policy, refreshed from the trainer's, whose log-probs can
     differ from the trainer's (grpo.rollout_correction "auto" then corrects them). ``requires``: a module it
     imports, checked before a run loads its model, with ``install`` saying how to get it. ``refuses``: a model's
-    transformers config -> why the engine cannot sample that model exactly, or None (every model)."""
+    transformers config -> why the engine cannot sample that model exactly, or None (every model).
+    ``samples_while_training``: it can sample on a thread of its own, from a copy of the policy, while the learner
+    updates (rollout.max_staleness >= 1: algos/run/rollout_pipeline.py)."""
     build: Callable[[Any, dict[str, Any], bool], Any]
     plays_multiturn: bool = False
     own_weights: bool = False
     requires: str | None = None
     install: str = ""
     refuses: Callable[[Any], str | None] | None = None
+    samples_while_training: bool = False
 
     def check_available(self, name: str) -> None:
         """ValueError naming rollout.backend when what the engine imports is not installed."""

@@ -333,4 +333,4 @@ def build_hf_rollout(config, sampling: dict[str, Any], multiturn: bool):
 
 
 # "hf" is registered here, not in hf.py: its multi-turn rollout extends HFRollout, so hf.py imports nothing of this module
-ROLLOUT_ENGINES.register("hf", RolloutEngine(build_hf_rollout, plays_multiturn=True))
+ROLLOUT_ENGINES.register("hf", RolloutEngine(build_hf_rollout, plays_multiturn=True, samples_while_training=True))

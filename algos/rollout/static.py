@@ -579,4 +579,4 @@ def build_static_rollout(config, sampling: dict[str, Any], multiturn: bool):
 
 # own_weights: under bf16 autocast it samples from a bf16 copy, whose log-probs are not the trainer's to the bit
 ROLLOUT_ENGINES.register("static", RolloutEngine(build_static_rollout, plays_multiturn=True, own_weights=True,
-                                                 refuses=static_refusal))
+                                                 refuses=static_refusal, samples_while_training=True))

@@ -89,6 +89,7 @@ def setup_run(
     engine = resolve_rollout_backend(config, device)  # recorded even where ``backend`` replaces the engine
     if backend is None:
         ROLLOUT_ENGINES[engine].check_available(engine)
+    check_overlap(config, engine, world.size, custom_backend=backend is not None)
     seed_everything(config.run.seed, config.run.full_determinism)
     model, tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=device)
     check_lm_head(model, len(tokenizer))  # also refuses an LM head that is not a bias-free Linear
@@ -146,8 +147,22 @@ def setup_run(
         config=config, device=device, model=model, tokenizer=tokenizer, ref_model=ref_model, env=env,
         backend=backend if backend is not None else make_rollout_backend(config), eval_set=eval_set,
         scaler=grad_scaler(config.model, device), output_dir=Path(config.run.output_dir), checkpoint=checkpoint,
-        world=world,
+        world=world, schedule=StepSchedule(config.env.schedule, "env.schedule"),
     )
+
+
+def check_overlap(config: Any, engine: str, world_size: int, *, custom_backend: bool) -> None:
+    """rollout.max_staleness >= 1 needs an engine that samples beside training (RolloutEngine.samples_while_training;
+    a backend passed in is taken to) and, for now, one process: the actor's collectives would interleave with the
+    learner's."""
+    staleness = config.rollout.max_staleness
+    if not staleness:
+        return
+    require(custom_backend or ROLLOUT_ENGINES[engine].samples_while_training, "rollout.max_staleness",
+            f"= {staleness} samples on a thread beside training, which rollout.backend = {engine!r} cannot: use "
+            f"{', '.join(repr(name) for name, e in ROLLOUT_ENGINES.items() if e.samples_while_training)}, or set it to 0")
+    require(world_size == 1, "rollout.max_staleness",
+            f"= {staleness} runs in one process for now, and torchrun started {world_size}: set it to 0 under torchrun")
 
 
 def record_resolved_names(config: Any) -> None:
@@ -236,7 +251,6 @@ def run_training(agent: Agent) -> dict[str, Any]:
     checkpoints every `run.save_every` and at the end, curves plotted; under model.autocast's mixed precision
     when set. Every rank runs it; rank 0 logs."""
     run, cfg = agent.run, agent.run.config.run
-    schedule = StepSchedule(run.config.env.schedule, "env.schedule")
     held_out_accuracy = held_out_evaluation(run, agent.backend)
     logger_type = MetricsLogger if run.world.is_main else SilentLogger
     logger = logger_type(run.output_dir, cfg.steps, start_step=agent.start_step, tensorboard=cfg.tensorboard,
@@ -250,12 +264,9 @@ def run_training(agent: Agent) -> dict[str, Any]:
                 summary.update(before_training(run, logger, held_out_accuracy))
             for step in range(agent.start_step + 1, cfg.steps + 1):
                 started = time.perf_counter()
-                # env.schedule: this step's task config, a pure function of the step (so a resume repeats it)
-                scheduled = schedule.at(step) if schedule else {}
-                if scheduled:
-                    run.env.task.configure(**scheduled)
                 metrics = agent.train_step(step, logger)
-                metrics.update({f"schedule/{key}": value for key, value in scheduled.items()})
+                # env.schedule: the task config this step's batch was drawn under (RunSetup.sample sets it)
+                metrics.update({f"schedule/{key}": value for key, value in run.schedule.at(step).items()})
                 if cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:
                     metrics.update(held_out_accuracy())
                 metrics["step_time_s"] = time.perf_counter() - started

@@ -17,6 +17,7 @@ from algos.rollout import RolloutBackend, row_seeds
 from algos.run import checkpoint as ckpt
 from algos.system.distributed import TrainingForward, World, whole_weights, wrap
 from algos.system.runtime import DTYPES, build_optimizer, build_scheduler
+from rlvr_env.curriculum import StepSchedule
 from rlvr_env.token_vector_env import draw_problem_indices
 
 
@@ -38,6 +39,7 @@ class RunSetup:
     output_dir: Path
     checkpoint: Path | None
     world: World
+    schedule: StepSchedule  # env.schedule: the task's config at each step (a pure function of the step)
     modules: TrainingForward | None = None  # what the trainer trains (wrap): the policy, and PPO's critic
     forward: torch.nn.Module | None = None  # ``modules`` as DDP or FSDP2 wraps them (``modules`` in one process)
 
@@ -71,14 +73,21 @@ class RunSetup:
         problems = draw_problem_indices(seeding.np_random(seed)[0], self.env.task.size, prompts)
         return problems[mine.start : mine.stop], row_seeds(seed, range(mine.start * group_size, mine.stop * group_size))
 
-    def sample(self, backend: RolloutBackend, step: int, round_index: int = 0):
+    def sample(self, backend: RolloutBackend, step: int, round_index: int = 0, policy: torch.nn.Module | None = None):
         """One generation round of ``step``: this rank's share of rollout.prompts_per_step prompts, rollout.group_size
-        completions each, drawn by ``backend`` from the policy (its whole weights under FSDP2) -> the backend's
-        Rollout. Seeds come from (run.seed, step, round_index) alone (round_seed), so a resume draws the same."""
+        completions each, of the task as env.schedule sets it for ``step``, drawn by ``backend`` from ``policy``
+        (default: the policy, its whole weights under FSDP2; algos/run/rollout_pipeline.py passes its own copy) -> the
+        backend's Rollout. Seeds come from (run.seed, step, round_index) alone (round_seed), so a resume draws the
+        same."""
         r = self.config.rollout
+        scheduled = self.schedule.at(step)
+        if scheduled:
+            self.env.task.configure(**scheduled)
         seed = round_seed(self.config.run.seed, step, round_index)
         problems, seeds = self.round_prompts(seed, r.prompts_per_step, r.group_size)
         self.env.reset(seed=seed, options={"group_size": r.group_size, "problem_indices": problems})
+        if policy is not None:
+            return backend.generate(policy, self.env, seeds=seeds)
         with whole_weights(self.forward):
             return backend.generate(self.model, self.env, seeds=seeds)
 

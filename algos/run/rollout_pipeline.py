@@ -1,0 +1,223 @@
+"""Rollouts that overlap training (rollout.max_staleness = k): an actor thread samples the batches while the learner
+updates.
+
+Step t trains on the batch drawn by the weights of optimizer step ``max(start, t - 1 - k)`` (``drawing_version``; 0
+is the initial weights, ``start`` the step a run resumed after), from seeds fixed by t (RunSetup.sample). The batch
+a step gets is therefore a pure function of the run's seed and config, whatever the threads' timing: a k = 1 run is as
+deterministic as a synchronous one, and k = 0 is the synchronous run itself (SynchronousRollouts: no thread, no copy).
+
+For k >= 1 (BackgroundRollouts) the actor samples from a snapshot of the policy, its own copy, on a thread with its
+own rollout backend and, on a GPU, its own CUDA stream. After each of its optimizer steps the learner stages the
+weights the actor will need (only the trainable tensors: a LoRA run stages its adapters); the actor copies them into
+its snapshot between two batches, never inside one. Batch t + 1 + k is then drawn while the learner updates on t.
+The loss's rollout correction (loss.rollout_correction; "auto" is "tis" here) weighs each token by pi_old / pi_behaviour
+with the log-probs recorded at sampling, which is what makes a stale batch usable.
+
+A checkpoint at step s holds the batches s + 1 .. s + k already drawn (``state``): re-drawing them would need the
+weights of steps s - k .. s - 1, which no checkpoint keeps. A run resumed under another k drops them (counted in
+``async/dropped_batches``) and draws from its checkpoint's weights on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from algos.system.runtime import mixed_precision
+
+log = logging.getLogger("rlvr")
+
+# collect(step, policy=..., backend=...) -> (the step's batch, its rollout metrics): an algorithm's sampling of one
+# step (GRPO's rounds, rewards and advantages); policy and backend None: the run's own
+Collect = Callable[..., tuple[Any, dict[str, float]]]
+
+
+def drawing_version(step: int, max_staleness: int, start_step: int) -> int:
+    """The optimizer step whose weights draw step ``step``'s batch: ``step - 1 - max_staleness``, never before the
+    weights the run started (or resumed) from."""
+    return max(start_step, step - 1 - max_staleness)
+
+
+@dataclass
+class DrawnBatch:
+    """A batch drawn ahead: the step that trains on it, the optimizer step whose weights drew it, the batch, and its
+    rollout metrics."""
+    step: int
+    version: int
+    batch: Any
+    metrics: dict[str, float]
+
+
+class SynchronousRollouts:
+    """rollout.max_staleness = 0: each step's batch drawn by the current weights when the step asks for it."""
+
+    def __init__(self, collect: Collect) -> None:
+        self.collect = collect
+
+    def batch_for(self, step: int) -> tuple[Any, dict[str, float]]:
+        return self.collect(step)
+
+    def weights_after(self, step: int) -> None:
+        """Nothing to stage: the next batch is drawn by the policy itself."""
+
+    def state(self, step: int) -> dict[str, Any]:
+        """Nothing drawn ahead."""
+        return {}
+
+    def close(self) -> None:
+        """No thread to stop."""
+
+
+class BackgroundRollouts:
+    """rollout.max_staleness = k >= 1: batches drawn on a thread of their own from a snapshot of the policy, each by
+    the weights ``drawing_version`` names (see the module's docstring)."""
+
+    def __init__(self, collect: Collect, *, policy: torch.nn.Module, backend: Any, config: Any, device: torch.device,
+                 start_step: int, last_step: int, saved: dict[str, Any] | None = None) -> None:
+        self.collect, self.policy, self.backend = collect, policy, backend
+        self.max_staleness, self.start_step, self.last_step = config.rollout.max_staleness, start_step, last_step
+        self.model_config, self.device = config.model, device
+        self._drawn: dict[int, DrawnBatch] = {}
+        self._dropped = 0
+        if saved:  # a checkpoint's batches in flight (state()): kept when drawn under this rollout.max_staleness
+            if saved["max_staleness"] == self.max_staleness:
+                self._drawn = {drawn.step: drawn for drawn in saved["batches"]}
+            else:
+                self._dropped = len(saved["batches"])
+                log.warning(f"rollout.max_staleness = {self.max_staleness}: the checkpoint's {self._dropped} batches "
+                            f"in flight were drawn under {saved['max_staleness']}; dropped, drawn again from the "
+                            "checkpoint's weights")
+        self._first_to_draw = max(self._drawn, default=start_step) + 1
+        # The actor's copy of the policy, and the trainable tensors it refreshes between batches (frozen ones, e.g. a
+        # LoRA run's base weights, never change)
+        self._snapshot = copy.deepcopy(policy).eval().requires_grad_(False)
+        trained = {name for name, param in policy.named_parameters() if param.requires_grad}
+        self._snapshot_trained = [param for name, param in self._snapshot.named_parameters() if name in trained]
+        self._snapshot_version = start_step
+        self._staged: dict[int, list[torch.Tensor]] = {}  # optimizer step -> its trainable weights, until drawn with
+        self._condition = threading.Condition()
+        self._stopping = False
+        self._failure: BaseException | None = None
+        self._learner_wait = self._engine_wait = 0.0
+        self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        self._thread: threading.Thread | None = None  # started by the first batch asked for
+
+    # ---- the learner's side ----------------------------------------------------------------------------------------
+    def batch_for(self, step: int) -> tuple[Any, dict[str, float]]:
+        """Step ``step``'s batch and its metrics (with the async/* ones), waiting for the actor when it is not drawn
+        yet."""
+        self._start()
+        started = time.perf_counter()
+        with self._condition:
+            self._condition.wait_for(lambda: step in self._drawn or self._failure is not None)
+            self._raise_failure()
+            drawn = self._drawn.pop(step)
+            engine_wait, self._engine_wait = self._engine_wait, 0.0
+            dropped, self._dropped = self._dropped, 0
+        staleness = step - 1 - drawn.version
+        metrics = {**drawn.metrics, "async/staleness": float(staleness), "async/weights_version": float(drawn.version),
+                   "async/dropped_batches": float(dropped), "async/learner_wait_s": time.perf_counter() - started,
+                   "async/engine_wait_s": engine_wait}
+        return drawn.batch, metrics
+
+    def weights_after(self, step: int) -> None:
+        """Stage the policy's weights of optimizer step ``step`` (all its updates done) for the batch they will draw,
+        if any is left to draw."""
+        if step + 1 + self.max_staleness > self.last_step:
+            return
+        staged = [param.detach().clone() for param in self.policy.parameters() if param.requires_grad]
+        if self._stream is not None:  # the copies are made before the actor's stream reads them
+            torch.cuda.current_stream(self.device).synchronize()
+        with self._condition:
+            self._staged[step] = staged
+            self._condition.notify_all()
+
+    def state(self, step: int) -> dict[str, Any]:
+        """What a checkpoint at ``step`` keeps: the batches drawn for the steps after it (waiting for them: their
+        weights are all staged), and the rollout.max_staleness they were drawn under."""
+        wanted = range(step + 1, min(step + self.max_staleness, self.last_step) + 1)
+        self._start()
+        with self._condition:
+            self._condition.wait_for(lambda: all(s in self._drawn for s in wanted) or self._failure is not None)
+            self._raise_failure()
+            return {"max_staleness": self.max_staleness, "batches": [self._drawn[s] for s in wanted]}
+
+    def close(self) -> None:
+        """Stop the actor after the batch it is drawing."""
+        with self._condition:
+            self._stopping = True
+            self._condition.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._draw_all, name="rlvr-rollouts", daemon=True)
+            self._thread.start()
+
+    def _raise_failure(self) -> None:
+        if self._failure is not None:
+            raise RuntimeError("the rollout thread (rollout.max_staleness) failed") from self._failure
+
+    # ---- the actor's side ------------------------------------------------------------------------------------------
+    def _draw_all(self) -> None:
+        try:
+            with self._actor_context():
+                for step in range(self._first_to_draw, self.last_step + 1):
+                    if self._stopping or not self._hold_weights(drawing_version(step, self.max_staleness,
+                                                                                self.start_step)):
+                        return
+                    batch, metrics = self.collect(step, policy=self._snapshot, backend=self.backend)
+                    if self._stream is not None:  # the batch is complete before the learner's stream reads it
+                        self._stream.synchronize()
+                    with self._condition:
+                        self._drawn[step] = DrawnBatch(step, self._snapshot_version, batch, metrics)
+                        self._condition.notify_all()
+        except BaseException as error:  # handed to the learner, which raises it from batch_for
+            with self._condition:
+                self._failure = error
+                self._condition.notify_all()
+
+    def _hold_weights(self, version: int) -> bool:
+        """Load the staged weights of optimizer step ``version`` into the snapshot (waiting for the learner to stage
+        them); False when the run is stopping."""
+        if version == self._snapshot_version:
+            return True
+        started = time.perf_counter()
+        with self._condition:
+            self._condition.wait_for(lambda: version in self._staged or self._stopping)
+            if self._stopping:
+                return False
+            staged = self._staged.pop(version)
+            self._engine_wait += time.perf_counter() - started
+        with torch.no_grad():
+            for mine, theirs in zip(self._snapshot_trained, staged, strict=True):
+                mine.copy_(theirs)
+        self._snapshot_version = version
+        return True
+
+    @contextlib.contextmanager
+    def _actor_context(self) -> Iterator[None]:
+        """What the learner's thread runs under, set again on this one (autocast and grad mode are per thread), and
+        the actor's own CUDA stream."""
+        stream = torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
+        with stream, torch.no_grad(), mixed_precision(self.model_config, self.device):
+            yield
+
+
+def rollout_pipeline(run: Any, collect: Collect, start_step: int, saved: dict[str, Any] | None = None) -> Any:
+    """The pipeline a trainer draws its batches through: SynchronousRollouts under rollout.max_staleness 0, else
+    BackgroundRollouts with its own copy of the run's backend. ``saved``: a resumed checkpoint's state()."""
+    config = run.config
+    if config.rollout.max_staleness == 0:
+        return SynchronousRollouts(collect)
+    return BackgroundRollouts(collect, policy=run.model, backend=copy.deepcopy(run.backend), config=config,
+                              device=run.device, start_step=start_step, last_step=config.run.steps, saved=saved)

@@ -1,0 +1,154 @@
+"""rollout.max_staleness: batches drawn on a thread beside training (algos/run/rollout_pipeline.py). Step t's batch is
+drawn by the weights of step t - 1 - k, whatever the threads' timing; runs are deterministic and resume bitwise."""
+
+import shutil
+from typing import ClassVar
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM
+
+from algos.algorithms.dpo import DPOConfig
+from algos.algorithms.grpo import GRPOConfig, GRPOTrainer, train
+from algos.algorithms.ppo import PPOConfig
+from algos.config import load_config
+from algos.rollout import ROLLOUT_ENGINES, RolloutEngine
+from algos.rollout.hf import HFRollout
+from algos.run.reporting import read_metrics
+from algos.run.rollout_pipeline import drawing_version
+from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+
+TASK = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
+TIMES = ("step_time_s", "async/learner_wait_s", "async/engine_wait_s")
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny") / "model"
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def overrides(model_dir, output_dir, **extra):
+    """Four steps, a checkpoint after each; the entropy bonus moves the weights every step (an untrained model's
+    rewards are all 0, so its advantages are)."""
+    base = {
+        "model.path": str(model_dir), "model.autocast": "null",
+        "env.kwargs": TASK, "env.max_new_tokens": "4", "env.use_chat_template": "false", "env.eval_size": "4",
+        "optim.lr": "1e-2", "loss.entropy_coef": "0.1", "run.output_dir": str(output_dir), "run.progress": "false",
+        "run.tensorboard": "false", "run.plots": "false", "rollout.prompts_per_step": "2", "rollout.group_size": "2",
+        "grpo.beta": "0", "grpo.overlong_cache": "2", "run.steps": "4", "run.save_every": "1", "run.keep_last": "4",
+    }
+    return {**base, **extra}
+
+
+class FingerprintingRollout(HFRollout):
+    """HFRollout that records, for every sampling call (not the greedy evaluations), the weights it drew from."""
+    seen: ClassVar[list[list[float]]] = []  # shared by the run's backend and the actor's copy of it
+
+    def generate(self, model, env, *, seeds=None, **sampling):
+        if not sampling.get("greedy"):
+            FingerprintingRollout.seen.append(fingerprint(model))
+        return super().generate(model, env, seeds=seeds, **sampling)
+
+
+def fingerprint(model) -> list[float]:
+    return [float(param.detach().double().sum()) for param in model.parameters()]
+
+
+def saved_fingerprint(directory) -> list[float]:
+    return fingerprint(AutoModelForCausalLM.from_pretrained(directory))
+
+
+def without_times(run_dir):
+    return [{key: value for key, value in record.items() if key not in TIMES} for record in read_metrics(run_dir)]
+
+
+def final_weights(run_dir):
+    return load_file(run_dir / "checkpoint-4" / "model" / "model.safetensors")
+
+
+def test_the_drawing_weights_are_k_steps_behind_and_never_before_the_start():
+    assert [drawing_version(step, 0, 0) for step in range(1, 5)] == [0, 1, 2, 3]
+    assert [drawing_version(step, 1, 0) for step in range(1, 5)] == [0, 0, 1, 2]
+    assert [drawing_version(step, 2, 0) for step in range(1, 6)] == [0, 0, 0, 1, 2]
+    assert [drawing_version(step, 1, 3) for step in range(4, 7)] == [3, 3, 4]  # resumed after step 3
+
+
+@pytest.mark.parametrize("staleness", [1, 2])
+def test_each_steps_batch_is_drawn_by_the_weights_of_step_t_minus_1_minus_k(tiny_model_dir, tmp_path, staleness):
+    """Every sampling call sees the exact weights drawing_version names: the initial ones, then checkpoint-v's."""
+    FingerprintingRollout.seen.clear()
+    config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{
+        "rollout.max_staleness": str(staleness)}))
+    GRPOTrainer(config, backend=FingerprintingRollout()).train()
+    versions = {0: saved_fingerprint(tiny_model_dir)}
+    versions.update({v: saved_fingerprint(tmp_path / f"checkpoint-{v}" / "model") for v in range(1, 4)})
+    assert versions[1] != versions[0] and versions[2] != versions[1]  # the weights move every step
+    want = [versions[drawing_version(step, staleness, 0)] for step in range(1, 5)]
+    assert FingerprintingRollout.seen == want
+    records = [r for r in read_metrics(tmp_path) if "async/staleness" in r]
+    assert [r["async/staleness"] for r in records] == [min(step - 1, staleness) for step in range(1, 5)]
+    assert all(r["async/dropped_batches"] == 0 and r["async/learner_wait_s"] >= 0 for r in records)
+    assert "rollout_is_weight_mean" in records[-1]  # "auto" corrects stale samples (tis)
+
+
+def test_a_synchronous_run_logs_no_async_metrics_and_draws_with_the_current_weights(tiny_model_dir, tmp_path):
+    FingerprintingRollout.seen.clear()
+    GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path)),
+                backend=FingerprintingRollout()).train()
+    want = [saved_fingerprint(tiny_model_dir)] + [saved_fingerprint(tmp_path / f"checkpoint-{v}" / "model")
+                                                  for v in range(1, 4)]
+    assert FingerprintingRollout.seen == want
+    assert not any(key.startswith("async/") for record in read_metrics(tmp_path) for key in record)
+
+
+def test_an_overlapped_run_is_deterministic_and_a_resume_from_its_checkpoint_is_bitwise(tiny_model_dir, tmp_path):
+    """Two k = 1 runs end on the same weights; the first, cut back to checkpoint-2 (which keeps batch 3, drawn by step 1's
+    weights) resumes to them bitwise, with the same metrics."""
+    config = overrides(tiny_model_dir, tmp_path / "first", **{"rollout.max_staleness": "1"})
+    train(load_config(GRPOConfig, overrides=config))
+    train(load_config(GRPOConfig, overrides={**config, "run.output_dir": str(tmp_path / "second")}))
+    want = final_weights(tmp_path / "first")
+    assert all(torch.equal(want[key], value) for key, value in final_weights(tmp_path / "second").items())
+    assert without_times(tmp_path / "second") == without_times(tmp_path / "first")
+
+    for step in (3, 4):  # as if killed after checkpoint-2
+        shutil.rmtree(tmp_path / "first" / f"checkpoint-{step}")
+    train(load_config(GRPOConfig, overrides=config), resume=True)
+    assert all(torch.equal(want[key], value) for key, value in final_weights(tmp_path / "first").items())
+    assert without_times(tmp_path / "first") == without_times(tmp_path / "second")
+
+
+def test_a_resume_under_another_staleness_drops_the_batches_in_flight_and_counts_them(tiny_model_dir, tmp_path,
+                                                                                         caplog):
+    config = overrides(tiny_model_dir, tmp_path, **{"rollout.max_staleness": "1"})
+    train(load_config(GRPOConfig, overrides=config))
+    for step in (3, 4):
+        shutil.rmtree(tmp_path / f"checkpoint-{step}")
+    with caplog.at_level("WARNING", logger="rlvr"):
+        train(load_config(GRPOConfig, overrides={**config, "rollout.max_staleness": "2"}), resume=True)
+    assert "1 batches in flight were drawn under 1; dropped" in caplog.text
+    resumed = {r["step"]: r for r in read_metrics(tmp_path) if "async/staleness" in r and r["step"] >= 3}
+    assert resumed[3]["async/dropped_batches"] == 1  # batch 3, drawn under k = 1
+    assert resumed[3]["async/staleness"] == 0 and resumed[4]["async/staleness"] == 1  # drawn from checkpoint-2 on
+
+
+def test_bad_staleness_settings_are_refused_by_key(tiny_model_dir, tmp_path):
+    with pytest.raises(ValueError, match=r"rollout.max_staleness.* must be >= 0"):
+        load_config(GRPOConfig, overrides={"rollout.max_staleness": "-1"}).validate()
+    for config_type, extra in ((PPOConfig, {}), (DPOConfig, {"dpo.online": "true"})):
+        with pytest.raises(ValueError, match=r"rollout.max_staleness.*current weights"):
+            load_config(config_type, overrides={"rollout.max_staleness": "1", **extra}).validate()
+    ROLLOUT_ENGINES.register("no-overlap", RolloutEngine(lambda config, sampling, multiturn: HFRollout(**sampling)))
+    try:
+        config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{
+            "rollout.max_staleness": "1", "rollout.backend": "no-overlap"}))
+        with pytest.raises(ValueError, match=r"rollout.max_staleness.*'no-overlap' cannot: use 'hf', 'static'"):
+            GRPOTrainer(config)
+        assert not tmp_path.exists() or not any(tmp_path.iterdir())  # refused before the run directory is made
+    finally:
+        del ROLLOUT_ENGINES["no-overlap"]
