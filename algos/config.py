@@ -354,12 +354,16 @@ class AlarmConfig:
     # Reward hacking: reward_mean up by more than `reward_stall` over the window while held-out accuracy fell by more
     # than this from its best (checked at each evaluation).
     eval_drop: float = 0.05
+    # Rollouts behind: under rollout.max_staleness >= 1, the learner waited for its batch (async/learner_wait_s) more
+    # than this share of the step, on a step whose batch could have been drawn ahead (the first cannot).
+    rollout_wait: float = 0.5
 
     def validate(self) -> None:
-        for name in ("entropy_collapse", "reward_stall", "zero_std_groups", "clip_spike", "truncation", "eval_drop"):
+        for name in ("entropy_collapse", "reward_stall", "zero_std_groups", "clip_spike", "truncation", "eval_drop",
+                     "rollout_wait"):
             require(getattr(self, name) >= 0, f"alarms.{name}", "must be >= 0 (0 turns the alarm off)")
         require(self.window >= 1, "alarms.window", "must be >= 1")
-        for name in ("entropy_collapse", "zero_std_groups", "truncation"):
+        for name in ("entropy_collapse", "zero_std_groups", "truncation", "rollout_wait"):
             require(getattr(self, name) <= 1, f"alarms.{name}", "is a fraction: must be <= 1")
 
 

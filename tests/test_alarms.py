@@ -93,6 +93,16 @@ def test_each_alarm_says_what_it_saw_and_the_key_to_turn():
     assert message([{"reward_mean": 0.25, "eval_accuracy": 0.5}, {"reward_mean": 0.75, "eval_accuracy": 0.25}]) == [
         "step 2: reward_mean rose 0.5 over 1 steps while held-out accuracy fell to 0.25 from 0.5 (alarms.eval_drop): "
         "the reward is being gamed"]
+    assert message([{"async/learner_wait_s": 0.9, "step_time_s": 1.0, "async/staleness": 1.0}]) == [
+        "step 1: the learner waited 0.9 s of the step's 1 s for its batch (alarms.rollout_wait = 0.5): the rollouts are "
+        "the bottleneck; raise rollout.max_staleness, or sample fewer or shorter rows"]
+
+
+def test_the_rollout_wait_alarm_skips_a_batch_that_could_not_be_drawn_ahead_and_waits_under_half():
+    assert fired([{"async/learner_wait_s": 0.9, "step_time_s": 1.0, "async/staleness": 0.0},  # a run's first step
+                  {"async/learner_wait_s": 0.5, "step_time_s": 1.0, "async/staleness": 1.0},  # exactly half: quiet
+                  {"async/learner_wait_s": 0.6, "step_time_s": 1.0, "async/staleness": 2.0}]) == [[], [], ["rollout_wait"]]
+    assert fired([{"async/learner_wait_s": 0.9, "step_time_s": 1.0, "async/staleness": 1.0}], rollout_wait=0) == [[]]
 
 
 def test_alarm_edges_are_strict_where_the_docs_say_below_or_above():

@@ -59,6 +59,12 @@ class HealthMonitor:
             alarms.append(Alarm("truncation", f"step {step}: {truncated:.0%} of completions reach env.max_new_tokens "
                                 f"(alarms.truncation = {cfg.truncation:g}): raise env.max_new_tokens or penalise length "
                                 "(grpo.soft_overlong)"))
+        waited, step_time = _number(metrics.get("async/learner_wait_s")), _number(metrics.get("step_time_s"))
+        drawn_ahead = (_number(metrics.get("async/staleness")) or 0) >= 1
+        if cfg.rollout_wait and drawn_ahead and waited is not None and step_time and waited > cfg.rollout_wait * step_time:
+            alarms.append(Alarm("rollout_wait", f"step {step}: the learner waited {waited:.3g} s of the step's "
+                                f"{step_time:.3g} s for its batch (alarms.rollout_wait = {cfg.rollout_wait:g}): the "
+                                "rollouts are the bottleneck; raise rollout.max_staleness, or sample fewer or shorter rows"))
         accuracy = _number(metrics.get("eval_accuracy"))
         if accuracy is not None:
             if cfg.eval_drop and self.best_eval is not None and accuracy < self.best_eval - cfg.eval_drop \
