@@ -152,3 +152,14 @@ def test_bad_staleness_settings_are_refused_by_key(tiny_model_dir, tmp_path):
         assert not tmp_path.exists() or not any(tmp_path.iterdir())  # refused before the run directory is made
     finally:
         del ROLLOUT_ENGINES["no-overlap"]
+
+
+def test_the_static_engine_draws_beside_training_what_the_hf_engine_draws(tiny_model_dir, tmp_path):
+    """The static engine (the GPU's default; eager decode steps on a CPU) on the actor's copy: the same run as hf's."""
+    config = overrides(tiny_model_dir, tmp_path / "hf", **{"rollout.max_staleness": "1", "rollout.backend": "hf"})
+    train(load_config(GRPOConfig, overrides=config))
+    train(load_config(GRPOConfig, overrides={**config, "rollout.backend": "static",
+                                             "run.output_dir": str(tmp_path / "static")}))
+    hf, static = final_weights(tmp_path / "hf"), final_weights(tmp_path / "static")
+    assert all(torch.allclose(hf[key], static[key], atol=1e-5) for key in hf)
+    assert [r.get("async/staleness") for r in read_metrics(tmp_path / "static")][1:] == [0.0, 1.0, 1.0, 1.0]

@@ -493,7 +493,8 @@ class StaticRollout:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         try:
-            with torch.cuda.graph(graph, pool=self._pool):
+            # thread_local: the learner's thread may launch its own work meanwhile (rollout.max_staleness)
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
                 self._steps(decoder, state)
         except RuntimeError as error:  # a model whose forward syncs with the host, or a backend without capture
             warnings.warn(f"StaticRollout: the decode step could not be captured as a CUDA graph, so it runs eagerly "

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import logging
 import threading
 import time
@@ -122,6 +123,8 @@ class BackgroundRollouts:
             drawn = self._drawn.pop(step)
             engine_wait, self._engine_wait = self._engine_wait, 0.0
             dropped, self._dropped = self._dropped, 0
+        if self._stream is not None:  # freed later, its memory must not go back to the actor before the learner is done
+            _record_stream(drawn.batch, torch.cuda.current_stream(self.device))
         staleness = step - 1 - drawn.version
         metrics = {**drawn.metrics, "async/staleness": float(staleness), "async/weights_version": float(drawn.version),
                    "async/dropped_batches": float(dropped), "async/learner_wait_s": time.perf_counter() - started,
@@ -201,6 +204,8 @@ class BackgroundRollouts:
         with torch.no_grad():
             for mine, theirs in zip(self._snapshot_trained, staged, strict=True):
                 mine.copy_(theirs)
+        if self._stream is not None:  # the staged copies (the learner's memory) are read before they are freed
+            self._stream.synchronize()
         self._snapshot_version = version
         return True
 
@@ -211,6 +216,22 @@ class BackgroundRollouts:
         stream = torch.cuda.stream(self._stream) if self._stream is not None else contextlib.nullcontext()
         with stream, torch.no_grad(), mixed_precision(self.model_config, self.device):
             yield
+
+
+def _record_stream(value: Any, stream: torch.cuda.Stream) -> None:
+    """Mark every CUDA tensor in ``value`` (a dataclass, mapping or sequence of them) as used on ``stream``."""
+    if isinstance(value, torch.Tensor):
+        if value.is_cuda:
+            value.record_stream(stream)
+    elif dataclasses.is_dataclass(value):
+        for item in dataclasses.fields(value):
+            _record_stream(getattr(value, item.name), stream)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _record_stream(item, stream)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _record_stream(item, stream)
 
 
 def rollout_pipeline(run: Any, collect: Collect, start_step: int, saved: dict[str, Any] | None = None) -> Any:
