@@ -376,6 +376,20 @@ def one_right_per_group(problem, row, round_index):
     return str(problem.answer) if group != 1 and member == (group + round_index) % 4 else "x"
 
 
+def test_online_pairs_drawn_a_step_ahead_train_as_the_synchronous_run_when_the_samples_do_not_depend_on_the_weights(
+        tiny, tmp_path):
+    """rollout.max_staleness 1: each step's pairs are drawn on the actor's thread, and the loss (the policy's and the
+    reference's log-probs) is computed at training time; scripted samples do not depend on the weights, so the run
+    ends on the synchronous run's weights bitwise. Steps after the first train on batches one step stale."""
+    for staleness in ("0", "1"):
+        config = online_config(tiny, tmp_path / staleness, **{"run.steps": "3", "run.save_every": "0",
+                                                               "rollout.max_staleness": staleness})
+        DPOTrainer(config, backend=ScriptedRollout(one_right_per_group)).train()
+    weights = {k: load_file(latest_checkpoint(tmp_path / k) / "model" / "model.safetensors") for k in ("0", "1")}
+    assert all(torch.equal(weights["0"][name], value) for name, value in weights["1"].items())
+    assert [r["async/staleness"] for r in read_metrics(tmp_path / "1") if "async/staleness" in r] == [0, 1, 1]
+
+
 def test_each_online_step_applies_the_gradient_against_the_initial_policy(tiny, tmp_path):
     """Two online steps from scripted samples: each step's gradient is the DPO objective's over the pairs the
     verifier's scores form, with the initial policy as the reference (at step 2 the policy has moved from it)."""

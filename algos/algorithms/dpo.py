@@ -40,6 +40,7 @@ from algos.rollout.metrics import policy_token_mask, rollout_metrics
 from algos.run import warm_start
 from algos.run.loop import run_training, setup_run
 from algos.run.reporting import MetricsLogger
+from algos.run.rollout_pipeline import rollout_pipeline
 from algos.system.distributed import micro_batch_inputs, padded_micro_batches, sum_over_ranks
 from algos.system.memory import fixed_micro_batch_rows
 from algos.system.runtime import advance_schedule
@@ -88,9 +89,9 @@ class DPOConfig(TrainConfig):
 
     def validate(self) -> None:
         super().validate()
-        require(self.rollout.max_staleness == 0, "rollout.max_staleness",
-                "DPO draws each batch with the current weights (its overlapped rollouts are not built yet): set it to 0, "
-                "or overlap with --algo grpo (or a GRPO preset)")
+        require(self.dpo.online or self.rollout.max_staleness == 0, "rollout.max_staleness",
+                "draws batches ahead, and offline DPO samples none (its pairs are dpo.dataset's): set it to 0, or "
+                "dpo.online = true")
         require(not self.dpo.online or self.rollout.group_size >= 2, "rollout.group_size",
                 "must be >= 2 for online DPO (a pair compares two completions of a prompt)")
 
@@ -199,8 +200,10 @@ class DPOTrainer:
         self.config, self.model, self.tokenizer = config, self.run.model, self.run.tokenizer
         self.env, self.backend, self.scaler = self.run.env, self.run.backend, self.run.scaler
         self.forward = self.run.wrap(policy=self.model)
-        self.optimizer, self.scheduler, self.start_step, _ = self.run.optimization()
+        self.optimizer, self.scheduler, self.start_step, state = self.run.optimization()
         self.micro_batch_sizer = MicroBatchSizer(config.loss, self.run.device, self.forward)
+        # online: each step's pairs drawn ahead under rollout.max_staleness (algos/run/rollout_pipeline.py)
+        self.rollouts = rollout_pipeline(self.run, self.online_batch, self.start_step, state.get("rollouts"))
         self._rows: dict[int, tuple[warm_start.Row, warm_start.Row]] = {}  # offline: a dataset row's tokenized pair
         self._reference: dict[int, tuple[float, float]] = {}  # offline: its reference log-probs, computed once
 
@@ -234,11 +237,12 @@ class DPOTrainer:
         reference = torch.tensor([v for i in indices for v in self._reference[i]], device=self.run.device)
         return batch, reference, indices
 
-    def online_batch(self, step: int) -> tuple[warm_start.DemonstrationBatch | None, dict[str, float]]:
-        """Sample, score and pair this rank's prompts of ``step`` -> (the pairs, interleaved; None: no prompt gave
-        one, the rollout's metrics)."""
+    def online_batch(self, step: int, policy: torch.nn.Module | None = None,
+                     backend: RolloutBackend | None = None) -> tuple[warm_start.DemonstrationBatch | None, dict[str, float]]:
+        """Sample (by ``backend`` from ``policy``; None: the run's), score and pair this rank's prompts of ``step`` ->
+        (the pairs, interleaved; None: no prompt gave one, the rollout's metrics)."""
         d, r = self.config.dpo, self.config.rollout
-        result = self.run.sample(self.backend, step)
+        result = self.run.sample(backend or self.backend, step, policy=policy)
         scores = result.scores.float()
         metrics = rollout_metrics(result, scores)
         pairs = verifier_pairs(scores.view(-1, r.group_size).cpu(), d.pairing, d.max_pairs_per_prompt)
@@ -339,20 +343,24 @@ class DPOTrainer:
     # ------------------------------------------------------------ loop
 
     def save(self, step: int) -> Path:
-        return self.run.save(step, self.optimizer, self.scheduler)
+        return self.run.save(step, self.optimizer, self.scheduler, {"rollouts": self.rollouts.state(step)})
 
     def train_step(self, step: int, logger: MetricsLogger) -> dict[str, float]:
         if self.config.dpo.online:
-            batch, metrics = self.online_batch(step)
-            metrics.update(self.update(batch, None))
+            batch, metrics = self.rollouts.batch_for(step)
+            metrics.update(self.update(batch, None))  # the reference's log-probs, and the policy's, computed now
             if metrics["skipped_update"] and metrics["dpo/pairs"] == 0:
                 logger.write(f"step {step}: every prompt's completions scored alike: no pair, update skipped")
+            self.rollouts.weights_after(step)
             return metrics
         batch, reference, _ = self.offline_batch(step)
         return self.update(batch, reference)
 
     def train(self) -> dict[str, Any]:
-        return run_training(self)
+        try:
+            return run_training(self)
+        finally:
+            self.rollouts.close()
 
 
 def train(config: DPOConfig, *, resume: bool = False) -> dict[str, Any]:
