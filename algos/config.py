@@ -185,9 +185,9 @@ class RolloutConfig:
     # outputs' together; env.max_new_tokens bounds the policy's alone. None: twice env.max_new_tokens. Every
     # algorithm's (it was grpo.max_episode_tokens and ppo.max_episode_tokens, still read: RENAMED_KEYS).
     max_episode_tokens: int | None = None
-    # Rollouts that overlap training (algos/run/rollout_pipeline.py): step t trains on a batch drawn by the weights
-    # of step t - 1 - max_staleness, sampled on a thread of its own while the learner updates, corrected by
-    # loss.rollout_correction. 0 = synchronous: each batch drawn by the current weights (TRL's AsyncGRPO
+    # Rollouts that overlap training (algos/run/rollout_pipeline.py; GRPO's family, PPO, online DPO): step t trains
+    # on a batch drawn by the weights of step t - 1 - max_staleness, sampled on a thread of its own while the learner
+    # updates, corrected by loss.rollout_correction. 0 = synchronous: each batch drawn by the current weights (TRL's AsyncGRPO
     # max_staleness, prime-rl's max_async_level, whose default is 2).
     max_staleness: int = 0
 

@@ -60,6 +60,7 @@ from algos.rollout.metrics import policy_token_mask, rollout_metrics
 from algos.rollout.multiturn import episode_metrics
 from algos.run.loop import run_training, setup_run
 from algos.run.reporting import MetricsLogger
+from algos.run.rollout_pipeline import rollout_pipeline
 from algos.system.distributed import (
     gather_padded,
     micro_batch_inputs,
@@ -137,9 +138,6 @@ class PPOConfig(TrainConfig):
 
     def validate(self) -> None:
         super().validate()
-        require(self.rollout.max_staleness == 0, "rollout.max_staleness",
-                "PPO draws each batch with the current weights (its overlapped rollouts are not built yet): set it to 0, "
-                "or overlap with --algo grpo (or a GRPO preset)")
         rows = self.rollout.prompts_per_step * self.rollout.group_size
         require(self.ppo.num_minibatches <= rows, "ppo.num_minibatches", f"must be <= rows per step ({rows})")
         require(self.ppo.score_baseline == "none" or self.rollout.group_size >= 2, "rollout.group_size",
@@ -218,8 +216,8 @@ class PPOTrainer:
         self.forward = self.run.wrap(some_frozen=p.critic_warmup_steps > 0 or config.warm_start.steps > 0, **trained)
         self.modules = self.run.modules
         self.micro_batch_sizer = MicroBatchSizer(config.loss, self.run.device, self.forward)
-        self.rollout_correction = resolved_method(config.loss.rollout_correction,
-                                                  ROLLOUT_ENGINES[config.rollout.backend].own_weights)
+        off_policy = ROLLOUT_ENGINES[config.rollout.backend].own_weights or config.rollout.max_staleness > 0
+        self.rollout_correction = resolved_method(config.loss.rollout_correction, off_policy)
         # Dropout off throughout (as TRL's PPO): old and new log-probs/values must come from the same function.
         self.modules.eval()
         # The policy's schedule starts after the critic warm-up (as verl steps the actor's only when it updates).
@@ -233,6 +231,9 @@ class PPOTrainer:
                                                             batch_size=p.reward_model_batch_size)
         if state:
             self.kl_controller.load_state_dict(state["kl_controller"])
+        # rollout.max_staleness: each step's rows sampled and scored ahead (algos/run/rollout_pipeline.py); the
+        # log-probs, values and KL that make the batch are the learner's, at training time (prepare)
+        self.rollouts = rollout_pipeline(self.run, self.draw, self.start_step, state.get("rollouts"))
 
     def _parameter_groups(self) -> list[dict]:
         """AdamW's groups: the policy's trainable weights (optim.lr) and the critic's own (ppo.critic_lr, default 10x)."""
@@ -323,13 +324,25 @@ class PPOTrainer:
         return self.reward_model.score(prompts, rollout.completions).to(self.run.device)
 
     def collect(self, step: int) -> tuple[Batch, dict[str, float]]:
-        """Sample a batch, score it, take the rollout-time log-probs and values, then GAE's advantages and returns."""
+        """Sample and score a batch (draw), then prepare it: the synchronous step's collection."""
+        return self.prepare(step, *self.draw(step))
+
+    def draw(self, step: int, policy: torch.nn.Module | None = None,
+             backend: RolloutBackend | None = None) -> tuple[tuple[Any, torch.Tensor], dict[str, float]]:
+        """Sample step ``step``'s rows (by ``backend`` from ``policy``; None: the run's) and score them ->
+        ((the rollout, its [N] scores), the rollout's metrics)."""
+        with torch.no_grad():
+            rollout = self.run.sample(backend or self.backend, step, policy=policy)
+            scores = self._scores(rollout)
+        return (rollout, scores), {**rollout_metrics(rollout, scores), **episode_metrics(rollout)}
+
+    def prepare(self, step: int, drawn: tuple[Any, torch.Tensor], metrics: dict[str, float]) -> tuple[Batch, dict[str, float]]:
+        """A drawn batch's rollout-time log-probs and values (the policy's and critic's now), the KL to the reference,
+        then GAE's advantages and returns."""
         # No graph for rollout-time quantities (a with-block, not a decorator: mutmut skips decorated functions).
         with torch.no_grad():
             p, r = self.config.ppo, self.config.rollout
-            rollout = self.run.sample(self.backend, step)
-            scores = self._scores(rollout)
-            metrics = {**rollout_metrics(rollout, scores), **episode_metrics(rollout)}
+            rollout, scores = drawn
             if p.score_baseline == "group_mean":  # each group is on this rank: its mean is local
                 scores = ADVANTAGE_ESTIMATORS["dr-grpo"](scores, r.group_size)
             input_ids = torch.cat([rollout.prompt_ids, rollout.response_ids], dim=1)
@@ -488,18 +501,22 @@ class PPOTrainer:
     # ------------------------------------------------------------ loop
 
     def save(self, step: int) -> Path:
-        state = {"kl_controller": self.kl_controller.state_dict()}
+        state = {"kl_controller": self.kl_controller.state_dict(), "rollouts": self.rollouts.state(step)}
         return self.run.save(step, self.optimizer, self.scheduler, state)
 
     def train_step(self, step: int, logger: MetricsLogger) -> dict[str, float]:
-        batch, metrics = self.collect(step)
+        batch, metrics = self.prepare(step, *self.rollouts.batch_for(step))
         metrics.update(self.update(batch, train_policy=step > self.config.ppo.critic_warmup_steps))
         if metrics["skipped_updates"]:
             logger.write(f"step {step}: {metrics['skipped_updates']} updates skipped (non-finite loss or gradient)")
+        self.rollouts.weights_after(step)
         return metrics
 
     def train(self) -> dict[str, Any]:
-        return run_training(self)
+        try:
+            return run_training(self)
+        finally:
+            self.rollouts.close()
 
 
 def train(config: PPOConfig, *, resume: bool = False) -> dict[str, Any]:
