@@ -187,8 +187,8 @@ class RolloutConfig:
     max_episode_tokens: int | None = None
     # Rollouts that overlap training (algos/run/rollout_pipeline.py; GRPO's family, PPO, online DPO): step t trains
     # on a batch drawn by the weights of step t - 1 - max_staleness, sampled on a thread of its own while the learner
-    # updates, corrected by loss.rollout_correction. 0 = synchronous: each batch drawn by the current weights (TRL's AsyncGRPO
-    # max_staleness, prime-rl's max_async_level, whose default is 2).
+    # updates, corrected by loss.rollout_correction. 0 = synchronous: each batch drawn by the current weights
+    # (TRL's AsyncGRPO max_staleness, prime-rl's max_async_level, whose default is 2).
     max_staleness: int = 0
 
     def validate(self) -> None:

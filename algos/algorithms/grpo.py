@@ -45,8 +45,8 @@ from algos.rollout import ROLLOUT_ENGINES, RolloutBackend
 from algos.rollout.metrics import policy_token_mask, rollout_metrics
 from algos.rollout.multiturn import episode_metrics
 from algos.run.loop import run_training, setup_run
-from algos.run.rollout_pipeline import rollout_pipeline
 from algos.run.reporting import MetricsLogger
+from algos.run.rollout_pipeline import rollout_pipeline
 from algos.system.distributed import (
     gather_rows,
     micro_batch_inputs,
