@@ -8,6 +8,7 @@ from algos.algorithms import grpo
 from algos.algorithms.grpo import PRESETS, GRPOConfig
 from algos.config import load_config
 from algos.run.evaluation import evaluate_saved_model
+from algos.run.reporting import read_metrics
 from algos.system.paths import latest_checkpoint
 from rlvr_env.testing import ADDITION_KWARGS, biased_addition_model
 
@@ -89,3 +90,19 @@ def test_bf16_autocast_learns_and_the_checkpoint_holds_what_was_measured(sft_mod
     assert after >= before + MARGIN
     # The saved model, loaded afresh, scores what the loop measured (a stale autocast cast would not).
     assert evaluate_saved_model(config, latest_checkpoint(tmp_path) / "model") == pytest.approx(after)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("staleness", [1, 2])
+def test_rollouts_that_overlap_training_learn_with_the_correction_on(staleness, sft_model, tmp_path):
+    """rollout.max_staleness k: each step trains on a batch drawn by the weights of k steps before, weighed by the
+    truncated importance weight pi_old / pi_behaviour (loss.rollout_correction "auto" -> "tis"); the same margin."""
+    config = learning_config(sft_model, tmp_path, **{"rollout.max_staleness": str(staleness)})
+    summary = grpo.train(config)
+    before, after = summary["eval_accuracy_before"], summary["eval_accuracy_after"]
+    print(f"grpo, rollout.max_staleness {staleness}: held-out accuracy {before:.3f} -> {after:.3f}")
+    assert after >= before + MARGIN
+    records = [r for r in read_metrics(tmp_path) if "async/staleness" in r]
+    assert [r["async/staleness"] for r in records][staleness:] == [staleness] * (10 - staleness)
+    # the stale batches' recorded log-probs are off the learner's, and the correction weighs them
+    assert all(r["rollout_logp_abs_diff"] > 0 and "rollout_is_weight_mean" in r for r in records[staleness:])
