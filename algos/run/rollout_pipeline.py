@@ -109,6 +109,10 @@ class BackgroundRollouts:
         self._failure: BaseException | None = None
         self._learner_wait = self._engine_wait = 0.0
         self._stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+        if device.type == "cpu":
+            log.warning(f"rollout.max_staleness = {self.max_staleness} on a CPU: the actor and the learner share its "
+                        f"{torch.get_num_threads()} threads' cores, so overlapping gains only what one phase leaves "
+                        "idle (bench/overlap.py measures it; on 2 cores it was slower than synchronous)")
         self._thread: threading.Thread | None = None  # started by the first batch asked for
 
     # ---- the learner's side ----------------------------------------------------------------------------------------

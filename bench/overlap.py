@@ -1,0 +1,130 @@
+"""Step time of GRPO with rollouts that overlap training (rollout.max_staleness = k) against the synchronous run (k = 0),
+measured in the same invocation, each mode in its own subprocess.
+
+Each mode runs the real GRPOTrainer for --steps steps of P prompts x G samples of rlvr/Arithmetic-v0 (no evaluation)
+and reports the median over steps 2.. of: the step's wall time, the time spent drawing its batch (generation,
+rewards, advantages: in the actor's thread under k >= 1), the update's time, and under k >= 1 the time the learner
+waited for its batch and the actor for weights. With perfect overlap a step takes max(draw, update); synchronously
+draw + update. On a CPU both threads share the same cores, so the overlap can only use what one phase leaves idle.
+
+    python bench/overlap.py [--model default|tiny|PATH] [--staleness 1 2] [--steps 5] [--prompts 4] [--group-size 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def run_mode(args) -> dict:
+    import torch
+
+    from algos.algorithms.grpo import GRPOConfig, GRPOTrainer
+    from algos.config import load_config
+    from algos.run.reporting import SilentLogger
+    from algos.system.runtime import mixed_precision
+
+    output = tempfile.mkdtemp()
+    model = args.model if args.model != "tiny" else tiny_model_dir(Path(output))
+    config = load_config(GRPOConfig, overrides={
+        "model.path": model, "env.max_new_tokens": str(args.new_tokens), "run.output_dir": output,
+        "run.steps": str(args.steps), "run.progress": "false", "run.tensorboard": "false",
+        "rollout.prompts_per_step": str(args.prompts), "rollout.group_size": str(args.group_size),
+        "rollout.max_staleness": str(args.only), "grpo.beta": "0", "optim.lr": "1e-6"})
+    timings: dict[str, dict[int, float]] = {"draw_s": {}, "update_s": {}}
+
+    class TimedTrainer(GRPOTrainer):
+        def collect(self, step, policy=None, backend=None):
+            started = time.perf_counter()
+            drawn = super().collect(step, policy, backend)
+            timings["draw_s"][step] = time.perf_counter() - started
+            return drawn
+
+        def update(self, batch):
+            started = time.perf_counter()
+            metrics = super().update(batch)
+            timings["update_s"][self.updating] = time.perf_counter() - started
+            return metrics
+
+        def train_step(self, step, logger):
+            self.updating = step
+            return super().train_step(step, logger)
+
+    trainer = TimedTrainer(config)
+    logger = SilentLogger(Path(output), args.steps, start_step=0, tensorboard=False, progress=False)
+    steps = []
+    with mixed_precision(trainer.config.model, trainer.run.device):
+        for step in range(1, args.steps + 1):
+            started = time.perf_counter()
+            metrics = trainer.train_step(step, logger)
+            steps.append({"step_s": time.perf_counter() - started,
+                          **{key: metrics[key] for key in ("async/learner_wait_s", "async/engine_wait_s") if key in metrics}})
+    trainer.rollouts.close()
+    measured = [{**record, "draw_s": timings["draw_s"][step], "update_s": timings["update_s"].get(step, 0.0)}
+                for step, record in enumerate(steps, 1)][1:]  # the first step warms up (and cannot overlap)
+    return {"max_staleness": args.only, "threads": torch.get_num_threads(),
+            **{key: statistics.median(record[key] for record in measured) for key in measured[0]}}
+
+
+def tiny_model_dir(root: Path) -> str:
+    from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+
+    tokenizer = build_char_tokenizer()
+    build_tiny_model(tokenizer, hidden_size=128, num_layers=4, num_heads=4).save_pretrained(root / "tiny")
+    tokenizer.save_pretrained(root / "tiny")
+    return str(root / "tiny")
+
+
+def machine() -> str:
+    import torch
+
+    from algos.system.hardware import describe_machine
+
+    described = describe_machine(torch.device("cuda" if torch.cuda.is_available() else "cpu"))
+    where = described.get("gpu") or f"{described['cpu']} ({described['cpu_capability']}, bf16 units: " \
+                                     f"{'/'.join(described['cpu_bf16_units']) or 'none'})"
+    return f"{where}, {described['torch_threads']} torch threads of {described['cpu_cores']} cores, torch {described['torch']}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="default", help="'default' (SmolLM2-135M), 'tiny' (built locally) or a directory")
+    parser.add_argument("--staleness", type=int, nargs="+", default=[1], help="the k >= 1 modes timed beside k = 0")
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--prompts", type=int, default=4)
+    parser.add_argument("--group-size", type=int, default=4)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--only", type=int, help=argparse.SUPPRESS)  # one mode, JSON out
+    args = parser.parse_args()
+    if args.only is not None:
+        print(json.dumps(run_mode(args)))
+        return
+    print(f"machine: {machine()}")
+    print(f"work: {args.prompts} prompts x {args.group_size} samples, {args.new_tokens} new tokens, model {args.model}; "
+          f"medians of steps 2..{args.steps}")
+    rows = []
+    for staleness in [0, *args.staleness]:
+        command = [sys.executable, __file__, "--only", str(staleness), *sys.argv[1:]]
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"max_staleness {staleness} failed:\n{done.stderr[-3000:]}")
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    sync = rows[0]
+    print(f"{'max_staleness':>13} {'step s':>8} {'x sync':>7} {'draw s':>8} {'update s':>9} {'learner wait':>13} "
+          f"{'engine wait':>12}")
+    for row in rows:
+        print(f"{row['max_staleness']:>13} {row['step_s']:>8.2f} {row['step_s'] / sync['step_s']:>7.2f} "
+              f"{row['draw_s']:>8.2f} {row['update_s']:>9.2f} {row.get('async/learner_wait_s', 0):>13.2f} "
+              f"{row.get('async/engine_wait_s', 0):>12.2f}")
+    print(f"perfect overlap of the synchronous parts: max(draw, update) = {max(sync['draw_s'], sync['update_s']):.2f} s "
+          f"(x{max(sync['draw_s'], sync['update_s']) / sync['step_s']:.2f})")
+
+
+if __name__ == "__main__":
+    main()
