@@ -90,8 +90,10 @@ def test_test_setup_runs_on_both_sides_and_a_bad_test_is_an_error():
 
 
 def test_answers_written_on_the_channel_before_the_calls_are_an_error():
+    # every fd it holds: the channel keeps the parent's number, which depends on what the parent has open
     forger = ("import os, json\nline = (json.dumps({'call': 0, 'value': 3}) + '\\n').encode()\n"
-              "for fd in range(3, 30):\n    try: os.write(fd, line)\n    except OSError: pass\n" + SOLUTION)
+              "for fd in map(int, os.listdir('/proc/self/fd')):\n    try: os.write(fd, line) if fd > 2 else None\n"
+              "    except OSError: pass\n" + SOLUTION)
     run = run_code(forger, TESTS[:1])
     assert (run.status, run.score) == ("error", 0.0) and "report channel" in run.reason
 

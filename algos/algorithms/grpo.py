@@ -306,7 +306,9 @@ class GRPOTrainer:
         off_policy = ROLLOUT_ENGINES[config.rollout.backend].own_weights or config.rollout.max_staleness > 0
         self.rollout_correction = resolved_method(config.loss.rollout_correction, off_policy)
         # rollout.max_staleness: each step's batch drawn ahead, on a thread of its own (algos/run/rollout_pipeline.py)
-        self.rollouts = rollout_pipeline(self.run, self.collect, self.start_step, state.get("rollouts"))
+        # (collect looked up at each call: a trainer whose collect is wrapped after construction draws through it)
+        self.rollouts = rollout_pipeline(self.run, lambda step, **where: self.collect(step, **where), self.start_step,
+                                         state.get("rollouts"))
 
     # ------------------------------------------------------------ sampling
 
