@@ -377,3 +377,18 @@ def test_grpo_trains_on_a_multiturn_task_with_the_static_engine(tmp_path):
     metrics = trainer.train_step(1, logger=type("Quiet", (), {"write": lambda self, line: None})())
     assert 1 <= metrics["turns_mean"] <= 2 and metrics["policy_len_mean"] <= 16 and math.isfinite(metrics["loss"])
     assert metrics["rollout_logp_abs_diff"] < 1e-4  # fp32: the engine samples from the policy's own weights
+
+
+def test_multiturn_episodes_are_drawn_beside_training_under_max_staleness(tmp_path):
+    """rollout.max_staleness 1 on a multi-turn task: the actor plays whole episodes (tool calls included) on its copy
+    of the policy, three steps train, the later two on batches one step stale."""
+    trainer = multiturn_trainer(tmp_path, *tiny_policy(), max_turns=2, **{
+        "env.max_new_tokens": "16", "rollout.max_episode_tokens": "40", "rollout.prompts_per_step": "2",
+        "run.steps": "3", "rollout.max_staleness": "1"})
+    quiet = type("Quiet", (), {"write": lambda self, line: None})()
+    try:
+        records = [trainer.train_step(step, logger=quiet) for step in (1, 2, 3)]
+    finally:
+        trainer.rollouts.close()
+    assert [r["async/staleness"] for r in records] == [0, 1, 1]
+    assert all(1 <= r["turns_mean"] <= 2 and "loss" in r for r in records)
