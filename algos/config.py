@@ -328,6 +328,10 @@ class DistributedConfig:
     strategy: str = "ddp"
     backend: str = "auto"  # torch.distributed backend: "auto" = nccl on CUDA, gloo on CPU
     timeout_s: float = 1800.0  # a collective waiting longer raises instead of hanging (torch's default: 10 min)
+    # Split mode (algos/run/rollout_pipeline.py): the last rollout_ranks of torchrun's processes only generate (each
+    # step's batch, by the weights rollout.max_staleness names, sent to the learner with its version); the others
+    # learn. 0: every rank samples and learns. One learner rank for now.
+    rollout_ranks: int = 0
 
     def validate(self) -> None:
         require(self.strategy in STRATEGIES, "distributed.strategy", f"must be one of {STRATEGIES}, got {self.strategy!r}")
@@ -335,6 +339,7 @@ class DistributedConfig:
                 f"must be 'auto', 'gloo' or 'nccl', got {self.backend!r}")
         require(self.timeout_s > 0, "distributed.timeout_s", "must be > 0")
         require(self.world_size is None or self.world_size >= 1, "distributed.world_size", "must be >= 1 or null")
+        require(self.rollout_ranks >= 0, "distributed.rollout_ranks", f"must be >= 0, got {self.rollout_ranks}")
 
 
 @dataclass

@@ -36,7 +36,8 @@ def run_mode(args) -> dict:
         "model.path": model, "env.max_new_tokens": str(args.new_tokens), "run.output_dir": output,
         "run.steps": str(args.steps), "run.progress": "false", "run.tensorboard": "false",
         "rollout.prompts_per_step": str(args.prompts), "rollout.group_size": str(args.group_size),
-        "rollout.max_staleness": str(args.only), "grpo.beta": "0", "optim.lr": "1e-6"})
+        "rollout.max_staleness": str(args.only), "grpo.beta": "0", "optim.lr": "1e-6",
+        "distributed.rollout_ranks": "1" if args.split else "0"})
     timings: dict[str, dict[int, float]] = {"draw_s": {}, "update_s": {}}
 
     class TimedTrainer(GRPOTrainer):
@@ -57,18 +58,24 @@ def run_mode(args) -> dict:
             return super().train_step(step, logger)
 
     trainer = TimedTrainer(config)
+    if trainer.run.world.rollout_rank is not None:  # split mode's rollout rank: it draws, the learner reports
+        with mixed_precision(trainer.config.model, trainer.run.device):
+            trainer.rollouts.serve()
+        return {}
     logger = SilentLogger(Path(output), args.steps, start_step=0, tensorboard=False, progress=False)
     steps = []
     with mixed_precision(trainer.config.model, trainer.run.device):
         for step in range(1, args.steps + 1):
             started = time.perf_counter()
             metrics = trainer.train_step(step, logger)
-            steps.append({"step_s": time.perf_counter() - started,
-                          **{key: metrics[key] for key in ("async/learner_wait_s", "async/engine_wait_s") if key in metrics}})
+            parts = ("async/learner_wait_s", "async/engine_wait_s", "async/draw_s")
+            steps.append({"step_s": time.perf_counter() - started, **{key: metrics[key] for key in parts if key in metrics}})
     trainer.rollouts.close()
-    measured = [{**record, "draw_s": timings["draw_s"][step], "update_s": timings["update_s"].get(step, 0.0)}
+    # the draw as the actor (or the rollout rank) timed it, else this process's collect
+    measured = [{**record, "draw_s": record.pop("async/draw_s", None) or timings["draw_s"][step],
+                 "update_s": timings["update_s"].get(step, 0.0)}
                 for step, record in enumerate(steps, 1)][1:]  # the first step warms up (and cannot overlap)
-    return {"max_staleness": args.only, "threads": torch.get_num_threads(),
+    return {"max_staleness": args.only, "split": args.split, "threads": torch.get_num_threads(),
             **{key: statistics.median(record[key] for record in measured) for key in measured[0]}}
 
 
@@ -100,26 +107,36 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--with-split", action="store_true",
+                        help="also split mode: torchrun, 1 rollout rank + 1 learner (each with half the threads)")
     parser.add_argument("--only", type=int, help=argparse.SUPPRESS)  # one mode, JSON out
+    parser.add_argument("--split", action="store_true", help=argparse.SUPPRESS)  # that mode in split mode
     args = parser.parse_args()
     if args.only is not None:
-        print(json.dumps(run_mode(args)))
+        result = run_mode(args)
+        if result:
+            print(json.dumps(result))
         return
     print(f"machine: {machine()}")
     print(f"work: {args.prompts} prompts x {args.group_size} samples, {args.new_tokens} new tokens, model {args.model}; "
           f"medians of steps 2..{args.steps}")
+    modes = [(0, False), *((k, False) for k in args.staleness), *((k, True) for k in args.staleness if args.with_split)]
     rows = []
-    for staleness in [0, *args.staleness]:
-        command = [sys.executable, __file__, "--only", str(staleness), *sys.argv[1:]]
+    for staleness, split in modes:
+        mode = [sys.executable, __file__, "--only", str(staleness), *(["--split"] if split else []), *sys.argv[1:]]
+        # split mode: 2 processes on this machine's cores, each with its share of the threads (torchrun's default)
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *mode[1:]] \
+            if split else mode
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
-            raise SystemExit(f"max_staleness {staleness} failed:\n{done.stderr[-3000:]}")
+            raise SystemExit(f"max_staleness {staleness}{' split' if split else ''} failed:\n{done.stderr[-3000:]}")
         rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
     sync = rows[0]
-    print(f"{'max_staleness':>13} {'step s':>8} {'x sync':>7} {'draw s':>8} {'update s':>9} {'learner wait':>13} "
-          f"{'engine wait':>12}")
+    print(f"{'max_staleness':>13} {'mode':>9} {'step s':>8} {'x sync':>7} {'draw s':>8} {'update s':>9} "
+          f"{'learner wait':>13} {'engine wait':>12}")
     for row in rows:
-        print(f"{row['max_staleness']:>13} {row['step_s']:>8.2f} {row['step_s'] / sync['step_s']:>7.2f} "
+        where = "split" if row["split"] else "colocated" if row["max_staleness"] else "sync"
+        print(f"{row['max_staleness']:>13} {where:>9} {row['step_s']:>8.2f} {row['step_s'] / sync['step_s']:>7.2f} "
               f"{row['draw_s']:>8.2f} {row['update_s']:>9.2f} {row.get('async/learner_wait_s', 0):>13.2f} "
               f"{row.get('async/engine_wait_s', 0):>12.2f}")
     print(f"perfect overlap of the synchronous parts: max(draw, update) = {max(sync['draw_s'], sync['update_s']):.2f} s "

@@ -29,7 +29,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_
 
 from algos.config import save_config
 from algos.model.lora import has_lora, save_adapter
-from algos.system.distributed import barrier, broadcast_from_main, current_world
+from algos.system.distributed import barrier, broadcast_from_main, current_world, learner_group
 from algos.system.paths import numbered_checkpoints
 
 LEFTOVER_RE = re.compile(r"^\.checkpoint-\d+\.(?:tmp|stale)-(\d+)$")  # group 1: the writing process's pid
@@ -104,7 +104,8 @@ def save_checkpoint(
     barrier()
     weights, optimizer_state = get_state_dict(model, optimizer)
     with _one_process_is_intended():
-        dcp.save({"model": weights, "optimizer": optimizer_state}, checkpoint_id=tmp / STATE_DIR)
+        dcp.save({"model": weights, "optimizer": optimizer_state}, checkpoint_id=tmp / STATE_DIR,
+                 process_group=learner_group())
     torch.save(rng_state(next(model.parameters()).device), tmp / _rng_file(world.rank))
     export_model(model, export if export is not None else model, tmp / "model", tokenizer)
     if world.is_main:
@@ -200,7 +201,7 @@ def load_checkpoint(
         raise ValueError(f"checkpoint {path} does not match the model: missing {missing}, unexpected {unexpected}")
     saved = {"model": weights, "optimizer": optimizer_state}
     with _one_process_is_intended():
-        dcp.load(saved, checkpoint_id=path / STATE_DIR)
+        dcp.load(saved, checkpoint_id=path / STATE_DIR, process_group=learner_group())
     set_state_dict(model, optimizer, model_state_dict=saved["model"], optim_state_dict=saved["optimizer"])
     # Our own files (numpy RNG state). Read onto the CPU, where RNG states must be, so a run saved on a
     # GPU resumes on a CPU-only host or another GPU; the optimizer moves its state to its parameters' device.

@@ -50,6 +50,8 @@ RESUME_OVERRIDES = frozenset({
     "rollout.max_staleness",
     # Checkpoints (torch.distributed.checkpoint) load into any number of ranks, under either strategy.
     "distributed.world_size", "distributed.strategy", "distributed.backend", "distributed.timeout_s",
+    # Split or not, a batch is drawn from the same seeds by the same weights (algos/run/rollout_pipeline.py).
+    "distributed.rollout_ranks",
 })
 
 

@@ -45,9 +45,10 @@ from algos.run.evaluation import (
 from algos.run.reporting import MetricsLogger, SilentLogger
 from algos.run.setup import RunSetup
 from algos.system.distributed import (
-    broadcast_from_main,
+    broadcast_to_launch,
     device_for,
     init_distributed,
+    launched_world,
     run_on_main,
     whole_weights,
 )
@@ -74,7 +75,7 @@ def setup_run(
     rollout backend (default: the one config.rollout names, e.g. a ScriptedRollout)."""
     config.validate()
     world = init_distributed(config.distributed, config.model.device)
-    config.distributed.world_size = world.size  # recorded in config.yaml: how the run ran
+    config.distributed.world_size = launched_world().size  # recorded in config.yaml: how the run ran
     count, group_size = config.rollout.prompts_per_step, config.rollout.group_size
     require(count % world.size == 0, "rollout.prompts_per_step", f"{count} prompts do not split across {world.size} "
             f"processes (torchrun's world size): make it a multiple of {world.size}; each rank samples "
@@ -111,7 +112,7 @@ def setup_run(
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     record_resolved_names(config)
     machine = resolve_precision(config, device, model)  # "auto" -> what this machine computes fast
-    config.model.autocast = broadcast_from_main(config.model.autocast)  # every rank computes as rank 0 measured
+    config.model.autocast = broadcast_to_launch(config.model.autocast)  # every rank computes as rank 0 measured
     if config.model.dither_weights and config.model.autocast is not None:
         moved, total = dither_to_grid(model, DTYPES[config.model.autocast], seed=config.run.seed)
         machine["dithered_weights"] = moved
@@ -131,7 +132,8 @@ def setup_run(
         (Path(config.run.output_dir) / "machine.json").write_text(json.dumps(machine, indent=2) + "\n")
         return checkpoint
 
-    checkpoint = run_on_main(open_on_main)
+    # a rollout rank (split mode) writes nothing; the learner sends it where the run starts (RolloutServer)
+    checkpoint = run_on_main(open_on_main) if world.rollout_rank is None else None
     # From the initial weights, before any checkpoint is loaded: the KL anchor does not follow training. A warm-started
     # run's is the warm-started policy: set after the warm start (warm_start.save_warm_started), read back on a resume.
     # Under LoRA the reference is the policy itself with its adapter disabled: no second copy of the weights.
@@ -161,8 +163,9 @@ def check_overlap(config: Any, engine: str, world_size: int, *, custom_backend: 
     require(custom_backend or ROLLOUT_ENGINES[engine].samples_while_training, "rollout.max_staleness",
             f"= {staleness} samples on a thread beside training, which rollout.backend = {engine!r} cannot: use "
             f"{', '.join(repr(name) for name, e in ROLLOUT_ENGINES.items() if e.samples_while_training)}, or set it to 0")
-    require(world_size == 1, "rollout.max_staleness",
-            f"= {staleness} runs in one process for now, and torchrun started {world_size}: set it to 0 under torchrun")
+    require(world_size == 1 or config.distributed.rollout_ranks, "rollout.max_staleness",
+            f"= {staleness} overlaps in one process, or in split mode (distributed.rollout_ranks), and torchrun "
+            f"started {world_size} processes that each sample and learn: set distributed.rollout_ranks, or this to 0")
 
 
 def record_resolved_names(config: Any) -> None:
@@ -181,6 +184,7 @@ class Agent(Protocol):
     run: RunSetup
     backend: RolloutBackend  # the one it trains with (run.backend unless replaced), which evaluation uses too
     start_step: int
+    rollouts: Any  # where its batches come from (algos/run/rollout_pipeline.py); a rollout rank serves them
 
     def train_step(self, step: int, logger: MetricsLogger) -> dict[str, float]: ...  # collect + update; the step's metrics
     def save(self, step: int) -> Path: ...
@@ -251,6 +255,10 @@ def run_training(agent: Agent) -> dict[str, Any]:
     checkpoints every `run.save_every` and at the end, curves plotted; under model.autocast's mixed precision
     when set. Every rank runs it; rank 0 logs."""
     run, cfg = agent.run, agent.run.config.run
+    if run.world.rollout_rank is not None:  # split mode: this process only draws the learner's batches
+        with mixed_precision(run.config.model, run.device):
+            agent.rollouts.serve()
+        return {"output_dir": str(run.output_dir)}
     held_out_accuracy = held_out_evaluation(run, agent.backend)
     logger_type = MetricsLogger if run.world.is_main else SilentLogger
     logger = logger_type(run.output_dir, cfg.steps, start_step=agent.start_step, tensorboard=cfg.tensorboard,

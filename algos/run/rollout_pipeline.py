@@ -31,10 +31,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
+from algos.system.distributed import receive_object, rollout_peer, send_object, split_mode
 from algos.system.runtime import mixed_precision
 
 log = logging.getLogger("rlvr")
+LEARNER = 0  # torchrun's rank of split mode's learner (one learner rank for now)
 
 # collect(step, policy=..., backend=...) -> (the step's batch, its rollout metrics): an algorithm's sampling of one
 # step (GRPO's rounds, rewards and advantages); policy and backend None: the run's own
@@ -55,6 +58,28 @@ class DrawnBatch:
     version: int
     batch: Any
     metrics: dict[str, float]
+
+
+def kept_in_flight(saved: dict[str, Any] | None, max_staleness: int,
+                   device: torch.device) -> tuple[dict[int, DrawnBatch], int]:
+    """A checkpoint's batches in flight (a pipeline's state(), read onto the CPU) -> (those kept by step, on
+    ``device``; how many were dropped): kept when drawn under this rollout.max_staleness, all dropped (and said) when
+    drawn under another."""
+    if not saved:
+        return {}, 0
+    if saved["max_staleness"] == max_staleness:
+        return {drawn.step: dataclasses.replace(drawn, batch=_map_tensors(drawn.batch, lambda t: t.to(device)))
+                for drawn in saved["batches"]}, 0
+    log.warning(f"rollout.max_staleness = {max_staleness}: the checkpoint's {len(saved['batches'])} batches in flight "
+                f"were drawn under {saved['max_staleness']}; dropped, drawn again from the checkpoint's weights")
+    return {}, len(saved["batches"])
+
+
+def async_metrics(step: int, drawn: DrawnBatch, dropped: int, learner_wait: float, engine_wait: float) -> dict:
+    """What a step logs of the batch it trains on under rollout.max_staleness or split mode (docs/distributed.md)."""
+    return {**drawn.metrics, "async/staleness": float(step - 1 - drawn.version),
+            "async/weights_version": float(drawn.version), "async/dropped_batches": float(dropped),
+            "async/learner_wait_s": learner_wait, "async/engine_wait_s": engine_wait}
 
 
 class SynchronousRollouts:
@@ -86,16 +111,7 @@ class BackgroundRollouts:
         self.collect, self.policy, self.backend = collect, policy, backend
         self.max_staleness, self.start_step, self.last_step = config.rollout.max_staleness, start_step, last_step
         self.model_config, self.device = config.model, device
-        self._drawn: dict[int, DrawnBatch] = {}
-        self._dropped = 0
-        if saved:  # a checkpoint's batches in flight (state()): kept when drawn under this rollout.max_staleness
-            if saved["max_staleness"] == self.max_staleness:
-                self._drawn = {drawn.step: drawn for drawn in saved["batches"]}
-            else:
-                self._dropped = len(saved["batches"])
-                log.warning(f"rollout.max_staleness = {self.max_staleness}: the checkpoint's {self._dropped} batches "
-                            f"in flight were drawn under {saved['max_staleness']}; dropped, drawn again from the "
-                            "checkpoint's weights")
+        self._drawn, self._dropped = kept_in_flight(saved, self.max_staleness, device)
         self._first_to_draw = max(self._drawn, default=start_step) + 1
         # The actor's copy of the policy, and the trainable tensors it refreshes between batches (frozen ones, e.g. a
         # LoRA run's base weights, never change)
@@ -128,12 +144,9 @@ class BackgroundRollouts:
             engine_wait, self._engine_wait = self._engine_wait, 0.0
             dropped, self._dropped = self._dropped, 0
         if self._stream is not None:  # freed later, its memory must not go back to the actor before the learner is done
-            _record_stream(drawn.batch, torch.cuda.current_stream(self.device))
-        staleness = step - 1 - drawn.version
-        metrics = {**drawn.metrics, "async/staleness": float(staleness), "async/weights_version": float(drawn.version),
-                   "async/dropped_batches": float(dropped), "async/learner_wait_s": time.perf_counter() - started,
-                   "async/engine_wait_s": engine_wait}
-        return drawn.batch, metrics
+            stream = torch.cuda.current_stream(self.device)
+            _map_tensors(drawn.batch, lambda tensor: tensor.record_stream(stream) if tensor.is_cuda else None)
+        return drawn.batch, async_metrics(step, drawn, dropped, time.perf_counter() - started, engine_wait)
 
     def weights_after(self, step: int) -> None:
         """Stage the policy's weights of optimizer step ``step`` (all its updates done) for the batch they will draw,
@@ -182,7 +195,9 @@ class BackgroundRollouts:
                     if self._stopping or not self._hold_weights(drawing_version(step, self.max_staleness,
                                                                                 self.start_step)):
                         return
+                    started = time.perf_counter()
                     batch, metrics = self.collect(step, policy=self._snapshot, backend=self.backend)
+                    metrics["async/draw_s"] = time.perf_counter() - started
                     if self._stream is not None:  # the batch is complete before the learner's stream reads it
                         self._stream.synchronize()
                     with self._condition:
@@ -222,26 +237,152 @@ class BackgroundRollouts:
             yield
 
 
-def _record_stream(value: Any, stream: torch.cuda.Stream) -> None:
-    """Mark every CUDA tensor in ``value`` (a dataclass, mapping or sequence of them) as used on ``stream``."""
+def _map_tensors(value: Any, function: Callable[[torch.Tensor], Any]) -> Any:
+    """``value`` (a dataclass, mapping, list or tuple of them, nested) with ``function`` applied to every tensor
+    (a result of None keeps the tensor)."""
     if isinstance(value, torch.Tensor):
-        if value.is_cuda:
-            value.record_stream(stream)
-    elif dataclasses.is_dataclass(value):
+        mapped = function(value)
+        return value if mapped is None else mapped
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        copied = copy.copy(value)
         for item in dataclasses.fields(value):
-            _record_stream(getattr(value, item.name), stream)
-    elif isinstance(value, dict):
-        for item in value.values():
-            _record_stream(item, stream)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _record_stream(item, stream)
+            object.__setattr__(copied, item.name, _map_tensors(getattr(value, item.name), function))
+        return copied
+    if isinstance(value, dict):
+        return {key: _map_tensors(item, function) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_map_tensors(item, function) for item in value)
+    return value
+
+
+def _send_weights(weights: list[torch.Tensor], peer: int) -> list:
+    """The trainable tensors to torchrun's rank ``peer``, without waiting (gloo sends the CPU's copies): the
+    transfers' works and tensors, to keep until done."""
+    on_cpu = dist.get_backend() == "gloo"
+    tensors = [weight.detach().cpu() if on_cpu else weight.detach().contiguous() for weight in weights]
+    return [(dist.isend(tensor, peer), tensor) for tensor in tensors]
+
+
+def _receive_weights(into: list[torch.Tensor], peer: int) -> None:
+    """torchrun's rank ``peer``'s trainable tensors (_send_weights) copied into ``into``."""
+    on_cpu = dist.get_backend() == "gloo"
+    with torch.no_grad():
+        for param in into:
+            buffer = torch.empty_like(param, device="cpu") if on_cpu else torch.empty_like(param)
+            dist.recv(buffer, src=peer)
+            param.copy_(buffer)
+
+
+def _trainable(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [param for param in model.parameters() if param.requires_grad]
+
+
+class RemoteRollouts:
+    """Split mode (distributed.rollout_ranks = M), the learner's side: step t's batch comes from rollout rank
+    (t - 1) % M, drawn there by the weights drawing_version names, which this learner sends that rank after the
+    optimizer step that made them (without waiting). The batches arrive in their steps' order from each rank."""
+
+    def __init__(self, *, policy: torch.nn.Module, config: Any, device: torch.device, start_step: int,
+                 last_step: int, saved: dict[str, Any] | None = None) -> None:
+        self.policy, self.device = policy, device
+        self.max_staleness, self.start_step, self.last_step = config.rollout.max_staleness, start_step, last_step
+        self.rollout_ranks = config.distributed.rollout_ranks
+        self._drawn, self._dropped = kept_in_flight(saved, self.max_staleness, device)
+        self._first_to_draw = max(self._drawn, default=start_step) + 1
+        self._sending: list = []  # weights on their way: (work, tensor), kept until done
+        self._started = False
+
+    def _peer(self, step: int) -> int:
+        return rollout_peer((step - 1) % self.rollout_ranks)
+
+    def _start(self) -> None:
+        """Tell every rollout rank where the run starts, and send it the weights it starts from."""
+        if self._started:
+            return
+        self._started = True
+        for index in range(self.rollout_ranks):
+            send_object({"start_step": self.start_step, "first_to_draw": self._first_to_draw}, rollout_peer(index))
+            self._sending += _send_weights(_trainable(self.policy), rollout_peer(index))
+
+    def _receive(self, step: int) -> None:
+        """Take batches from step ``step``'s rank until step ``step``'s is here."""
+        while step not in self._drawn:
+            drawn = receive_object(self._peer(step))
+            self._drawn[drawn.step] = dataclasses.replace(drawn, batch=_map_tensors(drawn.batch,
+                                                                                     lambda t: t.to(self.device)))
+
+    def batch_for(self, step: int) -> tuple[Any, dict[str, float]]:
+        self._start()
+        started = time.perf_counter()
+        self._receive(step)
+        drawn, dropped = self._drawn.pop(step), self._dropped
+        self._dropped = 0
+        return drawn.batch, async_metrics(step, drawn, dropped, time.perf_counter() - started,
+                                          drawn.metrics.pop("async/engine_wait_s", 0.0))
+
+    def weights_after(self, step: int) -> None:
+        """Send the weights of optimizer step ``step`` to the rank that draws the batch they draw, if one is left."""
+        drawn_by = step + 1 + self.max_staleness
+        if self._first_to_draw <= drawn_by <= self.last_step:
+            self._sending = [(work, tensor) for work, tensor in self._sending if not work.is_completed()]
+            self._sending += _send_weights(_trainable(self.policy), self._peer(drawn_by))
+
+    def state(self, step: int) -> dict[str, Any]:
+        wanted = range(step + 1, min(step + self.max_staleness, self.last_step) + 1)
+        self._start()
+        for later in wanted:
+            self._receive(later)
+        return {"max_staleness": self.max_staleness, "batches": [self._drawn[later] for later in wanted]}
+
+    def close(self) -> None:
+        """Wait for the weights still on their way."""
+        for work, _ in self._sending:
+            work.wait()
+        self._sending = []
+
+
+class RolloutServer:
+    """Split mode, a rollout rank's side: draws the steps (t - 1) % M == its index names, each by the weights
+    drawing_version names (received from the learner, copied into this rank's own model between batches), and sends
+    each batch to the learner with its version. Run by run_training in place of the training loop."""
+
+    def __init__(self, collect: Collect, *, model: torch.nn.Module, config: Any, rollout_rank: int) -> None:
+        self.collect, self.model, self.rollout_rank = collect, model, rollout_rank
+        self.max_staleness, self.last_step = config.rollout.max_staleness, config.run.steps
+        self.rollout_ranks = config.distributed.rollout_ranks
+
+    def serve(self) -> None:
+        plan = receive_object(LEARNER)
+        trainable = _trainable(self.model)
+        _receive_weights(trainable, LEARNER)
+        version = plan["start_step"]
+        for step in range(plan["first_to_draw"], self.last_step + 1):
+            if (step - 1) % self.rollout_ranks != self.rollout_rank:
+                continue
+            started = time.perf_counter()
+            wanted = drawing_version(step, self.max_staleness, plan["start_step"])
+            if wanted != version:
+                _receive_weights(trainable, LEARNER)
+                version = wanted
+            waited, started = time.perf_counter() - started, time.perf_counter()
+            with torch.no_grad():
+                batch, metrics = self.collect(step)
+            metrics.update({"async/engine_wait_s": waited, "async/draw_s": time.perf_counter() - started})
+            send_object(DrawnBatch(step, version, _map_tensors(batch, lambda t: t.cpu()), metrics), LEARNER)
+
+    def close(self) -> None:
+        """Nothing to wait for: each batch was sent whole."""
 
 
 def rollout_pipeline(run: Any, collect: Collect, start_step: int, saved: dict[str, Any] | None = None) -> Any:
     """The pipeline a trainer draws its batches through: SynchronousRollouts under rollout.max_staleness 0, else
     BackgroundRollouts with its own copy of the run's backend. ``saved``: a resumed checkpoint's state()."""
     config = run.config
+    if run.world.rollout_rank is not None:
+        return RolloutServer(collect, model=run.model, config=config, rollout_rank=run.world.rollout_rank)
+    if split_mode():
+        return RemoteRollouts(policy=run.model, config=config, device=run.device, start_step=start_step,
+                              last_step=config.run.steps, saved=saved)
     if config.rollout.max_staleness == 0:
         return SynchronousRollouts(collect)
     return BackgroundRollouts(collect, policy=run.model, backend=copy.deepcopy(run.backend), config=config,

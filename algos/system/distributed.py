@@ -26,6 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from algos.config import require
 from algos.system.runtime import weights_cast_once
 
 
@@ -37,10 +38,13 @@ class World:
     size: int = 1
     local_rank: int = 0
     local_size: int = 1
+    # Split mode (distributed.rollout_ranks): this process only generates, as rollout rank ``rollout_rank``
+    # (torchrun's rank learners + rollout_rank), outside the learners' world; None: it learns
+    rollout_rank: int | None = None
 
     @property
     def is_main(self) -> bool:
-        return self.rank == 0
+        return self.rank == 0 and self.rollout_rank is None
 
     def span(self, count: int) -> range:
         """This rank's contiguous share of ``count`` items (count divisible by the world size)."""
@@ -55,8 +59,17 @@ def launched_world() -> World:
     return World(int(env.get("RANK", 0)), size, int(env.get("LOCAL_RANK", 0)), int(env.get("LOCAL_WORLD_SIZE", size)))
 
 
+# Split mode's roles, set once by init_distributed: this process's World (the learners' world, or a rollout rank's)
+_SPLIT_WORLD: World | None = None
+_LEARNER_GROUP = None  # the learners' process group, in which a checkpoint is written and read
+_ROLLOUT_RANKS = 0
+
+
 def current_world() -> World:
-    """The world of the process group this process joined; one process when it joined none."""
+    """The world of the process group this process joined (in split mode the learners', or a rollout rank's own);
+    one process when it joined none."""
+    if _SPLIT_WORLD is not None:
+        return _SPLIT_WORLD
     if not dist.is_available() or not dist.is_initialized():
         return World()
     launched = launched_world()
@@ -69,6 +82,13 @@ def init_distributed(cfg, device_name: str) -> World:
     world = launched_world()
     if world.size == 1 or dist.is_initialized():
         return current_world()
+    if cfg.rollout_ranks:  # before joining: a split that leaves no learner is refused on every rank alike
+        require(cfg.rollout_ranks < world.size, "distributed.rollout_ranks",
+                f"= {cfg.rollout_ranks} leaves no learner among torchrun's {world.size} processes: at most "
+                f"{world.size - 1}")
+        require(world.size - cfg.rollout_ranks == 1, "distributed.rollout_ranks",
+                f"split mode trains on one learner rank for now: set it to {world.size - 1} (torchrun started "
+                f"{world.size} processes), or 0 for every rank to sample and learn")
     uses_cuda = device_name.startswith("cuda") or (device_name == "auto" and torch.cuda.is_available())
     backend = cfg.backend if cfg.backend != "auto" else ("nccl" if uses_cuda else "gloo")
     if uses_cuda:
@@ -76,21 +96,51 @@ def init_distributed(cfg, device_name: str) -> World:
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.timeout_s))
     if world.rank != 0:  # one copy of what a run reports (the machine, the precision): rank 0's
         logging.getLogger("rlvr").setLevel(logging.WARNING)
+    if cfg.rollout_ranks:
+        _split(world, learners=world.size - cfg.rollout_ranks)
     return current_world()
+
+
+def _split(world: World, learners: int) -> None:
+    """Split mode's roles: ranks below ``learners`` learn (their own world, a process group of their own for
+    checkpoints), the others generate; every rank creates the group (new_group is collective)."""
+    global _SPLIT_WORLD, _LEARNER_GROUP, _ROLLOUT_RANKS
+    _LEARNER_GROUP = dist.new_group(list(range(learners)))
+    _ROLLOUT_RANKS = world.size - learners
+    if world.rank < learners:
+        _SPLIT_WORLD = World(world.rank, learners, world.local_rank, world.local_size)
+    else:
+        _SPLIT_WORLD = World(0, 1, world.local_rank, world.local_size, rollout_rank=world.rank - learners)
+
+
+def learner_group():
+    """The process group a checkpoint is written and read in: the learners' in split mode, else None (the default)."""
+    return _LEARNER_GROUP
+
+
+def split_mode() -> bool:
+    """Whether this run is split (distributed.rollout_ranks under torchrun): some ranks only generate."""
+    return _SPLIT_WORLD is not None
+
+
+def rollout_peer(rollout_rank: int) -> int:
+    """torchrun's rank of split mode's rollout rank ``rollout_rank``: the learners come first."""
+    return dist.get_world_size() - _ROLLOUT_RANKS + rollout_rank
 
 
 def device_for(world: World, device_name: str) -> str:
     """The device this rank computes on: its local GPU for "auto"/"cuda" under torchrun, else ``device_name``."""
-    if world.size > 1 and device_name.startswith("cuda:"):
+    launched = world.size > 1 or world.rollout_rank is not None
+    if launched and device_name.startswith("cuda:"):
         raise ValueError(f"config model.device = {device_name!r} puts every rank on one GPU: use 'auto' or 'cuda' "
                          "(each rank takes its LOCAL_RANK's GPU), or CUDA_VISIBLE_DEVICES to choose the GPUs")
-    if world.size > 1 and device_name in ("auto", "cuda") and torch.cuda.is_available():
+    if launched and device_name in ("auto", "cuda") and torch.cuda.is_available():
         return f"cuda:{world.local_rank}"
     return device_name
 
 
 def _reduce(values: Sequence[float], op) -> list[float]:
-    if not dist.is_initialized() or dist.get_world_size() == 1:
+    if current_world().size == 1:
         return [float(v) for v in values]
     tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=_collective_device())
     dist.all_reduce(tensor, op=op)
@@ -116,7 +166,7 @@ def min_over_ranks(*values: float) -> list[float]:
 
 def gather_objects(value: Any) -> list[Any]:
     """[value of rank 0, value of rank 1, ...] on every rank (picklable values; ``[value]`` in one process)."""
-    if not dist.is_initialized() or dist.get_world_size() == 1:
+    if current_world().size == 1:
         return [value]
     gathered: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(gathered, value)
@@ -132,22 +182,43 @@ def gather_rows(tensor: torch.Tensor) -> torch.Tensor:
 def gather_padded(*tensors: torch.Tensor) -> tuple[list[torch.Tensor], int]:
     """[n, T_rank] tensors of this rank -> (each as [sum of n, max T] over every rank, rank order, right-padded with
     0; the row where this rank's start). One process: the tensors themselves."""
-    if not dist.is_initialized() or dist.get_world_size() == 1:
+    if current_world().size == 1:
         return list(tensors), 0
     ranks = gather_objects([t.detach().cpu() for t in tensors])
     width = max(part[0].shape[1] for part in ranks)
     device = tensors[0].device
     gathered = [torch.cat([torch.nn.functional.pad(part[i], (0, width - part[i].shape[1])) for part in ranks]).to(device)
                 for i in range(len(tensors))]
-    return gathered, sum(part[0].shape[0] for part in ranks[: dist.get_rank()])
+    return gathered, sum(part[0].shape[0] for part in ranks[: current_world().rank])
 
 
 def broadcast_from_main(value: Any) -> Any:
     """Rank 0's ``value`` on every rank."""
+    if current_world().size == 1:
+        return value
+    holder = [value]
+    dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
+def broadcast_to_launch(value: Any) -> Any:
+    """Rank 0's ``value`` on every process torchrun started: in split mode the rollout ranks too."""
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return value
     holder = [value]
     dist.broadcast_object_list(holder, src=0)
+    return holder[0]
+
+
+def send_object(value: Any, peer: int) -> None:
+    """``value`` (picklable; tensors on the CPU) to torchrun's rank ``peer``, which takes it with receive_object."""
+    dist.send_object_list([value], dst=peer)
+
+
+def receive_object(peer: int) -> Any:
+    """The next value torchrun's rank ``peer`` sent this process with send_object."""
+    holder = [None]
+    dist.recv_object_list(holder, src=peer)
     return holder[0]
 
 
@@ -178,7 +249,7 @@ def leave() -> None:
 
 
 def barrier() -> None:
-    if dist.is_initialized() and dist.get_world_size() > 1:
+    if current_world().size > 1:
         dist.barrier()
 
 
