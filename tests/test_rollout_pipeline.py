@@ -20,7 +20,7 @@ from algos.run.rollout_pipeline import drawing_version
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
 TASK = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
-TIMES = ("step_time_s", "async/learner_wait_s", "async/engine_wait_s")
+TIMES = ("step_time_s", "async/learner_wait_s", "async/engine_wait_s", "async/draw_s")
 
 
 @pytest.fixture(scope="module")

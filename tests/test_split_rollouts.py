@@ -21,7 +21,7 @@ from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 ROOT = Path(__file__).resolve().parents[1]
 RLVR = str(Path(sys.executable).with_name("rlvr"))
 TASK = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
-TIMES = ("step_time_s", "async/learner_wait_s", "async/engine_wait_s")
+TIMES = ("step_time_s", "async/learner_wait_s", "async/engine_wait_s", "async/draw_s")
 
 
 @pytest.fixture(scope="module")
