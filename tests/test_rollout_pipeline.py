@@ -2,6 +2,7 @@
 drawn by the weights of step t - 1 - k, whatever the threads' timing; runs are deterministic and resume bitwise."""
 
 import shutil
+import time
 from typing import ClassVar
 
 import pytest
@@ -186,3 +187,42 @@ def test_ppo_draws_ahead_and_its_learner_values_the_rows_at_training_time_and_re
     PPOTrainer(load_config(PPOConfig, overrides=config), resume=True, backend=FingerprintingRollout()).train()
     assert all(torch.equal(want[key], value) for key, value in final_weights(tmp_path).items())
     assert without_times(tmp_path) == first_metrics
+
+
+def test_a_finished_run_leaves_nothing_drawn_or_staged_and_its_waits_are_within_the_run(tiny_model_dir, tmp_path,
+                                                                                         caplog):
+    """Every staged version was drawn with and every drawn batch trained on; the waits are parts of the run's time;
+    a CPU run says the actor and the learner share its cores."""
+    trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{
+        "rollout.max_staleness": "1"})))
+    started = time.perf_counter()
+    with caplog.at_level("WARNING", logger="rlvr"):
+        trainer.train()
+    elapsed = time.perf_counter() - started
+    assert trainer.rollouts._drawn == {} and trainer.rollouts._staged == {}
+    assert not trainer.rollouts._thread.is_alive() and trainer.rollouts._thread.daemon
+    assert trainer.rollouts.backend is not trainer.backend  # the actor samples with its own engine
+    for record in read_metrics(tmp_path)[1:]:
+        assert 0 <= record["async/learner_wait_s"] <= elapsed and 0 <= record["async/engine_wait_s"] <= elapsed
+        assert 0 < record["async/draw_s"] <= elapsed
+    assert "on a CPU: the actor and the learner share" in caplog.text
+
+
+def test_close_stops_an_actor_waiting_for_weights_and_an_actors_failure_is_raised_by_the_learner(tiny_model_dir,
+                                                                                                 tmp_path):
+    quiet = type("Quiet", (), {"write": lambda self, line: None})()
+    config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"rollout.max_staleness": "1"}))
+    trainer = GRPOTrainer(config)
+    trainer.train_step(1, quiet)  # the actor then draws batch 3 and waits for step 2's weights, which never come
+    trainer.rollouts.close()
+    assert not trainer.rollouts._thread.is_alive() and trainer.rollouts._failure is None
+
+    class Failing(HFRollout):
+        def generate(self, model, env, *, seeds=None, **sampling):
+            raise OSError("the engine broke")
+
+    failing = GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path / "failing", **{
+        "rollout.max_staleness": "1"})), backend=Failing())
+    with pytest.raises(RuntimeError, match=r"the rollout thread \(rollout.max_staleness\) failed") as raised:
+        failing.rollouts.batch_for(1)
+    assert isinstance(raised.value.__cause__, OSError)
