@@ -13,6 +13,11 @@ its snapshot between two batches, never inside one. Batch t + 1 + k is then draw
 The loss's rollout correction (loss.rollout_correction; "auto" is "tis" here) weighs each token by pi_old / pi_behaviour
 with the log-probs recorded at sampling, which is what makes a stale batch usable.
 
+In split mode (distributed.rollout_ranks = M under torchrun) the actor is another process: rollout rank j draws the
+steps t with (t - 1) % M == j (RolloutServer, run by run_training in place of the loop) and sends each batch with its
+version to the learner (RemoteRollouts), which sends it the weights each batch is drawn by, point-to-point. The
+same steps, seeds and weights: a split run's batches are the colocated run's, bitwise.
+
 A checkpoint at step s holds the batches s + 1 .. s + k already drawn (``state``): re-drawing them would need the
 weights of steps s - k .. s - 1, which no checkpoint keeps. A run resumed under another k drops them (counted in
 ``async/dropped_batches``) and draws from its checkpoint's weights on.
