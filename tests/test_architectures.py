@@ -216,7 +216,7 @@ def grpo_overrides(model_dir, output_dir, **extra) -> dict[str, str]:
             "env.eval_size": "4", "rollout.prompts_per_step": "2", "rollout.group_size": "4", "optim.lr": "1e-2",
             # random models earn no reward: the entropy bonus gives every step a gradient
             "loss.entropy_coef": "0.01",
-            "rollout.backend": "static", "rollout.decode_graph": "eager", **extra}
+            "rollout.backend": "static", "static.decode_graph": "eager", **extra}
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])

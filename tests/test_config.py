@@ -235,6 +235,40 @@ def test_a_moved_key_is_read_under_its_old_name_from_flags_files_and_old_checkpo
         check_resumable(load_config(GRPOConfig, overrides={"rollout.max_episode_tokens": "80", "run.steps": "4"}), checkpoint)
 
 
+def test_the_engines_keys_are_read_under_their_old_rollout_names(tmp_path):
+    """rollout.decode_graph and rollout.vllm_* moved into their engines' sections ([static], [vllm]); flags, files and
+    a checkpoint's config.yaml written before still say the old names."""
+    import yaml
+
+    from algos.run.checkpoint import CONFIG_FILE
+    from algos.run.directory import check_resumable
+
+    with pytest.warns(FutureWarning) as caught:
+        config = load_config(GRPOConfig, overrides={"rollout.decode_graph": "eager", "rollout.vllm_dtype": "float16"})
+    assert {str(w.message).split(":")[0] for w in caught} == {"config key rollout.decode_graph is now static.decode_graph",
+                                                            "config key rollout.vllm_dtype is now vllm.dtype"}
+    assert (config.engine_sections["static"].decode_graph, config.engine_sections["vllm"].dtype) == ("eager", "float16")
+    (tmp_path / "old.toml").write_text("[rollout]\nvllm_gpu_memory_utilization = 0.5\n"
+                                       "vllm_engine_kwargs = {enforce_eager = true}\n")
+    with pytest.warns(FutureWarning) as caught:
+        vllm = load_config(GRPOConfig, tmp_path / "old.toml").engine_sections["vllm"]
+    assert len(caught) == 2 and "rollout.vllm_engine_kwargs is now vllm.engine_kwargs" in str(caught[1].message)
+    assert (vllm.gpu_memory_utilization, vllm.engine_kwargs) == (0.5, {"enforce_eager": True})
+    # a checkpoint written before the keys moved resumes, and a changed vllm dtype is still named
+    checkpoint = tmp_path / "checkpoint-2"
+    checkpoint.mkdir()
+    save_config(config, checkpoint / CONFIG_FILE)
+    saved = yaml.safe_load((checkpoint / CONFIG_FILE).read_text())
+    saved["rollout"]["decode_graph"] = saved.pop("static")["decode_graph"]
+    saved["rollout"].update({f"vllm_{name}": value for name, value in saved.pop("vllm").items()})
+    (checkpoint / CONFIG_FILE).write_text(yaml.safe_dump(saved))
+    with pytest.warns(FutureWarning):
+        check_resumable(config, checkpoint)
+    with pytest.warns(FutureWarning), pytest.raises(ValueError, match="vllm.dtype: 'float16' -> 'bfloat16'"):
+        check_resumable(load_config(GRPOConfig, overrides={"static.decode_graph": "eager", "vllm.dtype": "bfloat16"}),
+                        checkpoint)
+
+
 def test_the_sampling_twins_are_one_rollout_key_read_under_every_old_name(tmp_path):
     """grpo.prompts_per_step / grpo.group_size and ppo.prompts_per_step / ppo.samples_per_prompt were twins; they are
     rollout.prompts_per_step and rollout.group_size for every algorithm, each algorithm keeping its defaults, and an

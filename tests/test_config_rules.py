@@ -30,14 +30,13 @@ RULES = [
     ({"rollout.max_episode_tokens": "0"}, "config rollout.max_episode_tokens: must be >= 1 or null"),
     ({"rollout.backend": ""}, "config rollout.backend: must name a rollout engine ('auto', 'hf', 'static', 'vllm', or "
                               "one registered in ROLLOUT_ENGINES), got ''"),
-    ({"rollout.decode_graph": "always"}, "config rollout.decode_graph: must be 'auto', 'cuda', 'compile' or 'eager', "
-                                         "got 'always'"),
-    ({"rollout.vllm_gpu_memory_utilization": "0"}, "config rollout.vllm_gpu_memory_utilization: must be in (0, 1]"),
-    ({"rollout.vllm_gpu_memory_utilization": "1.01"}, "config rollout.vllm_gpu_memory_utilization: must be in (0, 1]"),
-    ({"rollout.vllm_dtype": "float64"}, "config rollout.vllm_dtype: must be null, 'float32', 'bfloat16' or 'float16', "
-                                        "got 'float64'"),
-    ({"rollout.vllm_engine_kwargs": json.dumps({"seed": 1, "model": "x", "enforce_eager": True})},
-     "config rollout.vllm_engine_kwargs: ['model', 'seed'] are set by their own keys or by the rollout"),
+    ({"static.decode_graph": "always"}, "config static.decode_graph: must be 'auto', 'cuda', 'compile' or 'eager', "
+                                        "got 'always'"),
+    ({"vllm.gpu_memory_utilization": "0"}, "config vllm.gpu_memory_utilization: must be in (0, 1]"),
+    ({"vllm.gpu_memory_utilization": "1.01"}, "config vllm.gpu_memory_utilization: must be in (0, 1]"),
+    ({"vllm.dtype": "float64"}, "config vllm.dtype: must be null, 'float32', 'bfloat16' or 'float16', got 'float64'"),
+    ({"vllm.engine_kwargs": json.dumps({"seed": 1, "model": "x", "enforce_eager": True})},
+     "config vllm.engine_kwargs: ['model', 'seed'] are set by their own keys or by the rollout"),
     ({"rollout.temperature": "0"}, "config rollout.temperature: must be > 0"),
     ({"rollout.top_p": "0"}, "config rollout.top_p: must be in (0, 1]"),
     ({"rollout.top_p": "1.01"}, "config rollout.top_p: must be in (0, 1]"),
@@ -104,13 +103,13 @@ EDGES = {
               "alarms.entropy_collapse": "0", "alarms.reward_stall": "0", "alarms.zero_std_groups": "0",
               "alarms.clip_spike": "0", "alarms.truncation": "0", "alarms.eval_drop": "0", "warm_start.steps": "0",
               "warm_start.batch_size": "1", "model.gradient_checkpointing": "true"},  # compile_layers "auto" there
-    "upper": {"rollout.vllm_gpu_memory_utilization": "1", "rollout.top_p": "1", "loss.eps_low": "1",
+    "upper": {"vllm.gpu_memory_utilization": "1", "rollout.top_p": "1", "loss.eps_low": "1",
               "alarms.entropy_collapse": "1", "alarms.zero_std_groups": "1", "alarms.truncation": "1",
               "loss.rollout_correction_cap": "1.0001", "loss.dual_clip": "1.0001", "loss.surrogate": "gspo",
               "model.gradient_checkpointing": "true", "model.compile_layers": "off"},
-    "nulls": {"env.max_prompt_tokens": "null", "rollout.max_episode_tokens": "null", "rollout.vllm_dtype": "null",
+    "nulls": {"env.max_prompt_tokens": "null", "rollout.max_episode_tokens": "null", "vllm.dtype": "null",
               "loss.dual_clip": "null", "loss.micro_batch_memory_gb": "null", "distributed.world_size": "null",
-              "model.autocast": "null", "rollout.vllm_engine_kwargs": json.dumps({"enforce_eager": True})},
+              "model.autocast": "null", "vllm.engine_kwargs": json.dumps({"enforce_eager": True})},
 }
 
 

@@ -25,8 +25,9 @@ def test_unknown_override_is_rejected_by_name(capsys):
 @pytest.mark.parametrize("key, hint", [
     ("lrr", "(did you mean optim.lr or warm_start.lr?"),
     ("seeed", "(did you mean run.seed?"),
-    ("nonsense", "(a key is section.field; sections: model, env, rollout, run, distributed, optim, loss, alarms, "
-                 "warm_start, lora, grpo)"),
+    ("nonsense", "(a key is section.field; sections: model, env, rollout, static, vllm, run, distributed, optim, "
+                 "loss, alarms, warm_start, lora, grpo)"),
+    ("decode_graph", "(did you mean static.decode_graph?"),  # an engine's keys are always named with their section
 ])
 def test_unknown_bare_key_names_the_keys_it_may_mean(key, hint, capsys):
     """`--grpo.gruop_size` listed the known keys; `--lrr` listed nothing."""
@@ -37,15 +38,16 @@ def test_unknown_bare_key_names_the_keys_it_may_mean(key, hint, capsys):
 def test_train_help_lists_every_config_key_with_its_default(capsys):
     from algos.algorithms.grpo import GRPOConfig
     from algos.algorithms.ppo import PPOConfig
+    from algos.config import sections
 
     with pytest.raises(SystemExit) as exited:
         main(["train", "--algo", "dapo", "--help"])
     assert exited.value.code == 0
     listing = capsys.readouterr().out
     config = GRPOConfig()
-    for section in dataclasses.fields(config):
-        keys = re.search(rf"^{section.name}:\n((?:  .*\n?)*)", listing, re.M).group(1).splitlines()
-        assert [line.split()[0] for line in keys] == [f.name for f in dataclasses.fields(getattr(config, section.name))]
+    for name, section in sections(config):  # the engines' own sections ([static], [vllm]) too
+        keys = re.search(rf"^{name}:\n((?:  .*\n?)*)", listing, re.M).group(1).splitlines()
+        assert [line.split()[0] for line in keys] == [f.name for f in dataclasses.fields(section)]
     assert re.search(r"^  eps_high +float +0\.28$", listing, re.M)  # the dapo preset's value (GRPO's is 0.2)
     assert re.search(r"^  dual_clip +float \| None +null$", listing, re.M)
     assert "\nppo:" not in listing
@@ -53,7 +55,7 @@ def test_train_help_lists_every_config_key_with_its_default(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--help"])  # no --algo: the shared sections and every algorithm's own
     listing = capsys.readouterr().out
-    assert all(f"\n{f.name}:\n" in listing for config in (GRPOConfig, PPOConfig) for f in dataclasses.fields(config))
+    assert all(f"\n{name}:\n" in listing for config in (GRPOConfig(), PPOConfig()) for name, _ in sections(config))
 
 
 def test_eval_help_lists_the_sections_it_reads(capsys):

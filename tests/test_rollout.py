@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import math
+import re
+from dataclasses import dataclass
 
 import pytest
 import torch
+import yaml
 
+from algos.config import require
 from algos.model.attention import GROUPED_SDPA, registered
 from algos.model.policy import position_ids_from_mask
 from algos.rollout import HFRollout, Rollout, RolloutBackend, SamplingParams, row_seeds, sample_tokens
@@ -308,14 +312,14 @@ def test_the_trainers_vllm_engine_leaves_the_gpu_to_the_trainer_and_samples_in_i
     with pytest.raises(ValueError, match="model.autocast 'auto' must be resolved first"):
         engine()  # setup_run resolves it to what this machine computes fast before building the backend
     assert engine("--model.autocast", "bfloat16")["dtype"] == "bfloat16"
-    custom = engine("--rollout.vllm_dtype", "float16", "--rollout.vllm_gpu_memory_utilization", "0.5",
-                    "--rollout.vllm_engine_kwargs", "{max_model_len: 1024, enforce_eager: true}")
+    custom = engine("--vllm.dtype", "float16", "--vllm.gpu_memory_utilization", "0.5",
+                    "--vllm.engine_kwargs", "{max_model_len: 1024, enforce_eager: true}")
     assert custom["dtype"] == "float16" and custom["gpu_memory_utilization"] == 0.5
     assert custom["max_model_len"] == 1024 and custom["enforce_eager"] is True
     for overrides, key in [
-        (["--rollout.vllm_engine_kwargs", "{dtype: half}"], "rollout.vllm_engine_kwargs"),
-        (["--rollout.vllm_gpu_memory_utilization", "0"], "rollout.vllm_gpu_memory_utilization"),
-        (["--rollout.vllm_dtype", "fp8"], "rollout.vllm_dtype"),
+        (["--vllm.engine_kwargs", "{dtype: half}"], "vllm.engine_kwargs"),
+        (["--vllm.gpu_memory_utilization", "0"], "vllm.gpu_memory_utilization"),
+        (["--vllm.dtype", "fp8"], "vllm.dtype"),
     ]:
         with pytest.raises(ValueError, match=key):
             load_config(GRPOConfig, overrides=overrides)
@@ -366,6 +370,73 @@ def test_a_registered_engine_is_what_rollout_backend_names(monkeypatch):
     with pytest.raises(ValueError, match="unknown rollout.backend 'nope': choose one of 'hf', 'static', 'vllm', 'mine'"):
         make_rollout_backend(load_config(GRPOConfig, overrides=["--rollout.backend", "nope"]))
     assert environment.ROLLOUT_ENGINES["vllm"].own_weights and not environment.ROLLOUT_ENGINES["hf"].own_weights
+
+
+@dataclass
+class BeamEngineConfig:
+    """A third-party engine's own keys: the config's [beams] section, defined outside algos/config.py."""
+    width: int = 1  # beams kept per row (1: plain sampling)
+    stop_text: str = "###"
+
+    def validate(self) -> None:
+        require(self.width >= 1, "beams.width", f"must be >= 1, got {self.width}")
+
+
+@pytest.fixture
+def beam_engine():
+    """A toy engine "beams" registered with its section as any engine is; what it was built with, listed."""
+    from algos.config import ENGINE_SECTIONS
+    from algos.rollout import ROLLOUT_ENGINES, RolloutEngine
+
+    built = []
+    ROLLOUT_ENGINES.register("beams", RolloutEngine(lambda config, sampling, multiturn: built.append(config) or "backend",
+                                                    section=BeamEngineConfig))
+    yield built
+    del ROLLOUT_ENGINES["beams"], ENGINE_SECTIONS["beams"]
+
+
+def test_a_registered_engine_brings_its_own_section(beam_engine, tmp_path, capsys):
+    """An engine's keys are a section of their own ([beams]), parsed, validated by name, listed by --help, saved in
+    config.yaml and checked on --resume, with no edit to algos/config.py."""
+    from algos.algorithms.grpo import GRPOConfig
+    from algos.config import load_config, save_config
+    from algos.rollout import make_rollout_backend
+    from algos.run.checkpoint import CONFIG_FILE
+    from algos.run.directory import check_resumable
+    from rlvr_cli import main
+
+    (tmp_path / "run.toml").write_text('[rollout]\nbackend = "beams"\n\n[beams]\nstop_text = "12"\n')
+    config = load_config(GRPOConfig, tmp_path / "run.toml", overrides=["--beams.width", "4", "--run.steps", "3"])
+    assert config.engine_sections["beams"] == BeamEngineConfig(width=4, stop_text="12")
+    assert config.engine_sections["vllm"].gpu_memory_utilization == 0.3  # the other engines' at their defaults
+    assert make_rollout_backend(config) == "backend" and beam_engine == [config]
+    assert load_config(GRPOConfig, overrides=["--beams.stop_text", "12"]).engine_sections["beams"].stop_text == "12"
+    with pytest.raises(ValueError, match="config beams.width: must be >= 1, got 0"):
+        load_config(GRPOConfig, overrides=["--beams.width", "0"])
+    with pytest.raises(ValueError, match=r"unknown config key 'beams.widht' \(did you mean beams.width\?"):
+        load_config(GRPOConfig, overrides=["--beams.widht", "2"])
+    with pytest.raises(ValueError, match=r"unknown config key 'width' \(did you mean beams.width\?"):
+        load_config(GRPOConfig, overrides=["--width", "2"])  # never a bare key: no engine makes one ambiguous
+
+    with pytest.raises(SystemExit):
+        main(["train", "--algo", "grpo", "--help"])
+    assert re.search(r"^beams:\n  width +int +1\n  stop_text +str +\"###\"$", capsys.readouterr().out, re.M)
+
+    checkpoint = tmp_path / "run" / "checkpoint-2"
+    checkpoint.mkdir(parents=True)
+    save_config(config, checkpoint / CONFIG_FILE)
+    assert yaml.safe_load((checkpoint / CONFIG_FILE).read_text())["beams"] == {"width": 4, "stop_text": "12"}
+    assert load_config(GRPOConfig, checkpoint / CONFIG_FILE) == config
+    check_resumable(config, checkpoint)
+    wider = load_config(GRPOConfig, checkpoint / CONFIG_FILE, overrides=["--beams.width", "8"])
+    with pytest.raises(ValueError, match="beams.width: 4 -> 8"):
+        check_resumable(wider, checkpoint)
+    # a run saved before the engine was registered did not sample with it: its keys read as given
+    saved = yaml.safe_load((checkpoint / CONFIG_FILE).read_text())
+    del saved["beams"]
+    saved["rollout"]["backend"] = "hf"
+    (checkpoint / CONFIG_FILE).write_text(yaml.safe_dump(saved))
+    check_resumable(wider, checkpoint)
 
 
 def test_every_built_in_engine_keeps_the_whole_protocol():

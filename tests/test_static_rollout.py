@@ -13,7 +13,7 @@ from test_rollout import RaggedArithmetic  # prompts of different lengths: left 
 
 from algos.config import RolloutConfig
 from algos.rollout import ROLLOUT_ENGINES, HFRollout, make_rollout_backend, resolve_rollout_backend, row_seeds
-from algos.rollout.static import FixedKVCache, StaticRollout, additive_mask, fuse_rms_norms
+from algos.rollout.static import FixedKVCache, StaticEngineConfig, StaticRollout, additive_mask, fuse_rms_norms
 from rlvr_env import TokenVectorEnv
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
@@ -190,8 +190,8 @@ def test_bad_settings_are_named():
         StaticRollout(graph="fast")
     with pytest.raises(ValueError, match="check_every"):
         StaticRollout(check_every=0)
-    config = RolloutConfig(decode_graph="always")
-    with pytest.raises(ValueError, match="rollout.decode_graph"):
+    config = StaticEngineConfig(decode_graph="always")
+    with pytest.raises(ValueError, match="static.decode_graph"):
         config.validate()
 
 
@@ -220,7 +220,7 @@ def test_the_static_engine_is_built_from_the_config(tmp_path):
     from algos.algorithms.grpo import GRPOConfig
     from algos.config import load_config
 
-    config = load_config(GRPOConfig, overrides={"rollout.backend": "static", "rollout.decode_graph": "eager",
+    config = load_config(GRPOConfig, overrides={"rollout.backend": "static", "static.decode_graph": "eager",
                                                 "model.autocast": "bfloat16", "rollout.top_k": "4"})
     backend = make_rollout_backend(config)
     assert isinstance(backend, StaticRollout)

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from algos.config import ENGINE_SECTIONS
 from algos.core.variants import Registry
 from algos.rollout.environment import is_multiturn_task
 from algos.system.runtime import resolve_device
@@ -31,7 +32,10 @@ class RolloutEngine:
     imports, checked before a run loads its model, with ``install`` saying how to get it. ``refuses``: a model's
     transformers config -> why the engine cannot sample that model exactly, or None (every model).
     ``samples_while_training``: it can sample on a thread of its own, from a copy of the policy, while the learner
-    updates (rollout.max_staleness >= 1: algos/run/rollout_pipeline.py)."""
+    updates (rollout.max_staleness >= 1: algos/run/rollout_pipeline.py). ``section``: the dataclass of the engine's
+    own keys (static.py's StaticEngineConfig), the config's top-level section named as the engine, each field
+    commented, its validate() naming each key in full ("vllm.dtype"); ``build`` reads it as
+    ``config.engine_sections[name]``."""
     build: Callable[[Any, dict[str, Any], bool], Any]
     plays_multiturn: bool = False
     own_weights: bool = False
@@ -39,6 +43,7 @@ class RolloutEngine:
     install: str = ""
     refuses: Callable[[Any], str | None] | None = None
     samples_while_training: bool = False
+    section: type | None = None
 
     def check_available(self, name: str) -> None:
         """ValueError naming rollout.backend when what the engine imports is not installed."""
@@ -46,9 +51,21 @@ class RolloutEngine:
             raise ValueError(f"config rollout.backend = {name!r} needs {self.requires}: {self.install}")
 
 
+class EngineRegistry(Registry):
+    """rollout.backend -> its RolloutEngine; registering one records its section in algos.config.ENGINE_SECTIONS,
+    whence config files, --key overrides, `rlvr train --help`, config.yaml and --resume read it (the config layer
+    cannot import the engines)."""
+
+    def register(self, name: str, engine: RolloutEngine) -> RolloutEngine:
+        super().register(name, engine)
+        if engine.section is not None:
+            ENGINE_SECTIONS.register(name, engine.section)
+        return engine
+
+
 # rollout.backend -> its engine. A new engine is one registration (ROLLOUT_ENGINES.register("name", RolloutEngine(...)))
 # in a module imported before the run starts: config validation, the run's checks and the rollout correction read it.
-ROLLOUT_ENGINES = Registry("rollout.backend")
+ROLLOUT_ENGINES = EngineRegistry("rollout.backend")
 
 
 def resolve_rollout_backend(config, device: torch.device) -> str:

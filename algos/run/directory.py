@@ -5,7 +5,8 @@ that config: the config given for it may differ only in RESUME_OVERRIDES (how lo
 how it reports, where and in what precision it computes); any other difference, or a key the stored config lacks
 (written before the key existed, so what the run did there is unknown), is refused by name. A whole section the
 stored config lacks that was off before it existed (SECTIONS_OFF_BY_DEFAULT: warm_start) reads as off: its switch
-at its default, its other keys as given (an off section's settings did nothing).
+at its default, its other keys as given (an off section's settings did nothing); so does a rollout engine's section
+it lacks (ENGINE_SECTIONS: an engine registered after the run was saved, which did not sample it).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from algos.config import from_dict, load_file, save_config, to_dict, with_renamed_keys
+from algos.config import ENGINE_SECTIONS, from_dict, load_file, save_config, to_dict, with_renamed_keys
 from algos.model.loading import resolve_model_path
 from algos.run import checkpoint as ckpt
 from algos.system.paths import checkpoint_step, latest_checkpoint, list_checkpoints
@@ -35,10 +36,10 @@ RESUME_OVERRIDES = frozenset({
     "run.overwrite_output_dir", "run.full_determinism", "model.device", "model.autocast", "env.eval_batch_size",
     # A second evaluation under another prompt only reports.
     "env.transfer_eval_kwargs", "env.transfer_eval_chat_template",
-    "rollout.vllm_gpu_memory_utilization", "rollout.vllm_engine_kwargs",
+    "vllm.gpu_memory_utilization", "vllm.engine_kwargs",
     # Which engine samples follows the device, as the precision does ("auto": static on a GPU, hf on a CPU): a run
     # started on a CPU may go on on a GPU. Every engine samples the trainer's row seeds from the same policy.
-    "rollout.backend", "rollout.decode_graph",
+    "rollout.backend", "static.decode_graph",
     # So does whether the training forwards run compiled layers ("auto": on a one-process GPU run): the same
     # log-probs up to float rounding.
     "model.compile_layers",
@@ -108,8 +109,8 @@ def check_resumable(config: Any, checkpoint: Path) -> None:
         raise ValueError(f"cannot resume {checkpoint}: {saved} is not a {type(config).__name__} ({error})") from None
     given = _values_by_key(to_dict(config))
     stored = _values_by_key({section: fields for section, fields in raw.items() if isinstance(fields, dict)})
-    unsaved_sections = SECTIONS_OFF_BY_DEFAULT.keys() - raw.keys()
-    switches = {SECTIONS_OFF_BY_DEFAULT[section] for section in unsaved_sections}  # at their defaults in trained_with
+    unsaved_sections = (SECTIONS_OFF_BY_DEFAULT.keys() | ENGINE_SECTIONS.keys()) - raw.keys()
+    switches = {key for section, key in SECTIONS_OFF_BY_DEFAULT.items() if section in unsaved_sections}  # at defaults
     trained_with.update({key: value for key, value in given.items()
                          if key.partition(".")[0] in unsaved_sections and key not in switches})
     if missing := sorted(key for key in given if key not in stored and key not in RESUME_OVERRIDES
