@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from test_rollout_pipeline import TIMES, final_weights, overrides  # the colocated tests' run, which split mode repeats
 
 from algos.algorithms.grpo import GRPOConfig, train
 from algos.config import DistributedConfig, load_config
@@ -20,8 +20,6 @@ from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 RLVR = str(Path(sys.executable).with_name("rlvr"))
-TASK = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
-TIMES = ("step_time_s", "async/learner_wait_s", "async/engine_wait_s", "async/draw_s")
 
 
 @pytest.fixture(scope="module")
@@ -33,15 +31,6 @@ def tiny_model_dir(tmp_path_factory):
     return path
 
 
-def overrides(model_dir, output_dir, **extra) -> dict[str, str]:
-    """Four GRPO steps, a checkpoint after each; the entropy bonus moves the weights at every step."""
-    return {"model.path": str(model_dir), "model.autocast": "null", "env.kwargs": TASK, "env.max_new_tokens": "4",
-            "env.use_chat_template": "false", "env.eval_size": "4", "optim.lr": "1e-2", "loss.entropy_coef": "0.1",
-            "run.output_dir": str(output_dir), "run.progress": "false", "run.tensorboard": "false",
-            "run.plots": "false", "rollout.prompts_per_step": "2", "rollout.group_size": "2", "grpo.beta": "0",
-            "grpo.overlong_cache": "2", "run.steps": "4", "run.save_every": "1", "run.keep_last": "4", **extra}
-
-
 def split_run(settings: dict[str, str], *extra: str) -> None:
     """`rlvr train --algo grpo` under torchrun: 2 processes, one of them a rollout rank."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--no-python",
@@ -50,10 +39,6 @@ def split_run(settings: dict[str, str], *extra: str) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-4000:]
-
-
-def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
-    return load_file(run_dir / "checkpoint-4" / "model" / "model.safetensors")
 
 
 def without_times(run_dir: Path) -> list[dict]:
