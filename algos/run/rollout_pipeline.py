@@ -158,7 +158,7 @@ class BackgroundRollouts:
         if any is left to draw."""
         if step + 1 + self.max_staleness > self.last_step:
             return
-        staged = [param.detach().clone() for param in self.policy.parameters() if param.requires_grad]
+        staged = [param.detach().clone() for param in _trainable(self.policy)]
         if self._stream is not None:  # the copies are made before the actor's stream reads them
             torch.cuda.current_stream(self.device).synchronize()
         with self._condition:
