@@ -262,8 +262,6 @@ def matmul_floor_s(work: dict, model_dir: str, autocast: str | None) -> tuple[fl
 
 def bench_autocast(args, model_dir: str) -> tuple[str | None, str]:
     """--precision as model.autocast, and why (for "auto", what algos.system.hardware picks on this machine)."""
-    import types
-
     import torch
     from transformers import AutoConfig
 
@@ -272,7 +270,7 @@ def bench_autocast(args, model_dir: str) -> tuple[str | None, str]:
     if args.precision != "auto":
         return PRECISIONS[args.precision], f"--precision {args.precision}"
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    choice = resolve_autocast("auto", device, types.SimpleNamespace(config=AutoConfig.from_pretrained(model_dir)))
+    choice = resolve_autocast("auto", device, AutoConfig.from_pretrained(model_dir))
     return choice.autocast, f"auto: {choice.reason}"
 
 

@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict:
     first = next(iter(configs.values()))
     device = resolve_device(first.model.device)
     model, tokenizer = load_policy(model_dir, dtype=DTYPES[first.model.dtype], device=device)
-    resolve_precision(first, device, model)  # model.autocast "auto" -> what this machine computes fastest in
+    resolve_precision(first, device, model.config)  # model.autocast "auto" -> what this machine computes fastest in
     records, report = {}, {}
     for name, config in configs.items():
         config.model = first.model

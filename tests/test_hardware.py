@@ -126,10 +126,10 @@ def test_auto_on_another_device_type_is_fp32():
 def test_the_probe_measures_the_models_own_shape():
     tokenizer = build_char_tokenizer()
     model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2)
-    rows, hidden, intermediate = hardware.probe_shape(model)
+    rows, hidden, intermediate = hardware.probe_shape(model.config)
     assert (rows, hidden, intermediate) == (64, 32, model.config.intermediate_size)
     assert hardware.probe_shape(None) == (64, 576, 2304)  # no model: SmolLM2-135M's hidden size, a 4x MLP
-    speedup, measured = hardware.cpu_half_speed("bfloat16", model)
+    speedup, measured = hardware.cpu_half_speed("bfloat16", model.config)
     assert speedup > 0 and measured.startswith(f"64x32 @ 32x{intermediate}: ") and measured.endswith(" ms float32")
     assert hardware.cpu_matmul_ms("float32", 4, 8, 8) > 0
 
@@ -326,7 +326,7 @@ def test_another_device_keeps_an_explicit_half_dtype():
 
 
 def test_cpu_choices_are_whole_measure_the_given_model_and_hold_at_their_thresholds(monkeypatch):
-    model = object()
+    model = object()  # the model's config: passed through to the probe as it is
     measured = []
 
     def half_speed(dtype, probe_model):
@@ -355,8 +355,9 @@ def test_cpu_choices_are_whole_measure_the_given_model_and_hold_at_their_thresho
 def test_resolve_precision_measures_on_the_runs_model(monkeypatch):
     seen = []
     monkeypatch.setattr(hardware, "resolve_autocast",
-                        lambda requested, device, model=None: seen.append(model) or hardware.Precision(requested, None, "x"))
+                        lambda requested, device, model_config=None: seen.append(model_config)
+                        or hardware.Precision(requested, None, "x"))
     config = load_config(GRPOConfig)
-    model = object()
-    hardware.resolve_precision(config, CPU, model)
-    assert seen == [model] and config.model.autocast is None
+    model_config = object()
+    hardware.resolve_precision(config, CPU, model_config)
+    assert seen == [model_config] and config.model.autocast is None

@@ -197,6 +197,7 @@ class DPOTrainer:
         self.run = setup_run(config, resume=resume, backend=backend, keep_reference=True)
         require(d.online or d.pairs_per_step % self.run.world.size == 0, "dpo.pairs_per_step",
                 f"{d.pairs_per_step} pairs do not split across {self.run.world.size} processes (torchrun's world size)")
+        config = self.run.config  # resolved: every "auto" as this run takes it
         self.config, self.model, self.tokenizer = config, self.run.model, self.run.tokenizer
         self.env, self.backend, self.scaler = self.run.env, self.run.backend, self.run.scaler
         self.forward = self.run.wrap(policy=self.model)

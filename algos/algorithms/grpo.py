@@ -298,6 +298,7 @@ class GRPOTrainer:
         g = config.grpo
         self.run = setup_run(config, resume=resume, backend=backend, keep_reference=g.beta > 0,
                              check_task=lambda task: _check_process_rewards(config, task))
+        config = self.run.config  # resolved: every "auto" as this run takes it
         self.config, self.model, self.tokenizer, self.ref_model = config, self.run.model, self.run.tokenizer, self.run.ref_model
         self.env, self.backend, self.scaler = self.run.env, self.run.backend, self.run.scaler
         self.forward = self.run.wrap(policy=self.model)  # every training forward goes through it (DDP, FSDP2)

@@ -206,6 +206,7 @@ class PPOTrainer:
         if p.reward_source == "model":  # before setup_run writes (or deletes) anything
             _check_reward_model(p)
         self.run = setup_run(config, resume=resume, backend=backend, keep_reference=p.kl_coef > 0)
+        config = self.run.config  # resolved: every "auto" as this run takes it
         self.config, self.policy, self.tokenizer, self.ref_model = config, self.run.model, self.run.tokenizer, self.run.ref_model
         self.env, self.backend, self.scaler = self.run.env, self.run.backend, self.run.scaler
         self.critic = build_value_model(self.policy, p.value_model) if p.value_model != "none" else None

@@ -195,6 +195,15 @@ def _resolve_dtype(dtype):
     return resolved
 
 
+def load_model_config(path_or_alias: str | os.PathLike = DEFAULT_MODEL_ALIAS):
+    """The transformers config of the model ``load_policy`` would load (a PEFT adapter directory: its base model's),
+    read without its weights: what a run resolves its engine and precision from before it loads."""
+    from transformers import AutoConfig
+
+    path = resolve_model_path(path_or_alias)
+    return load_model_config(_adapter_base(path)) if _is_adapter_dir(path) else AutoConfig.from_pretrained(path)
+
+
 def load_policy(path_or_alias: str | os.PathLike = DEFAULT_MODEL_ALIAS, dtype=None, device=None):
     """Load ``(model, tokenizer)`` from ``"default"`` or a local directory.
 

@@ -137,7 +137,7 @@ def evaluate_saved_model(config, path, eval_set=None) -> float:
     world = init_distributed(config.distributed, config.model.device)
     device = resolve_device(device_for(world, config.model.device))
     model, tokenizer = load_policy(path, dtype=DTYPES[config.model.dtype], device=device)
-    resolve_precision(config, device, model)
+    resolve_precision(config, device, model.config)
     config.model.autocast = broadcast_from_main(config.model.autocast)
     with mixed_precision(config.model, device):
         return evaluate(model, tokenizer, config, make_rollout_backend(config), device=device, eval_set=eval_set)

@@ -12,25 +12,22 @@ import copy
 import json
 import logging
 import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 from algos.config import require
-from algos.model.compiled import compile_decoder_layers, resolve_compile_layers
+from algos.model.compiled import compile_decoder_layers
 from algos.model.dither import dither_to_grid
-from algos.model.loading import DEFAULT_MODEL_ALIAS, load_policy, resolve_model_path
+from algos.model.loading import load_policy
 from algos.model.lora import apply_lora, has_lora
 from algos.model.policy import check_lm_head
 from algos.rollout import (
     ROLLOUT_ENGINES,
     RolloutBackend,
     build_task,
-    engine_for_model,
     make_env,
     make_rollout_backend,
-    resolve_rollout_backend,
 )
 from algos.run import warm_start
 from algos.run.alarms import HealthMonitor
@@ -43,20 +40,12 @@ from algos.run.evaluation import (
     warn_if_eval_reads_training_data,
 )
 from algos.run.reporting import MetricsLogger, SilentLogger
+from algos.run.resolve import resolve_run_config
 from algos.run.setup import RunSetup
-from algos.system.distributed import (
-    broadcast_to_launch,
-    device_for,
-    init_distributed,
-    launched_world,
-    run_on_main,
-    whole_weights,
-)
-from algos.system.hardware import resolve_precision
+from algos.system.distributed import init_distributed, run_on_main, whole_weights
 from algos.system.paths import latest_checkpoint
-from algos.system.runtime import DTYPES, grad_scaler, mixed_precision, resolve_device, seed_everything
+from algos.system.runtime import DTYPES, grad_scaler, mixed_precision, seed_everything
 from rlvr_env.curriculum import StepSchedule
-from rlvr_env.registry import spelled_id
 
 log = logging.getLogger("rlvr")
 
@@ -69,13 +58,15 @@ def setup_run(
     keep_reference: bool = False,
     check_task: Callable[[Any], None] | None = None,
 ) -> RunSetup:
-    """Validate ``config``, join the torchrun process group when launched by one, build its task (``check_task``
-    may refuse it), seed, load and check the policy, then open the run directory (rank 0); then the reference model
-    (``keep_reference``), an env of this rank's share of rollout.prompts_per_step x rollout.group_size rows and the
-    rollout backend (default: the one config.rollout names, e.g. a ScriptedRollout)."""
+    """Validate ``config``, join the torchrun process group when launched by one and resolve the config (a copy:
+    algos/run/resolve.py), then build its task (``check_task`` may refuse it), seed, load and check the policy, and
+    open the run directory (rank 0); then the reference model (``keep_reference``), an env of this rank's share of
+    rollout.prompts_per_step x rollout.group_size rows and the rollout backend (default: the one config.rollout
+    names, e.g. a ScriptedRollout). The RunSetup holds the resolved config."""
     config.validate()
     world = init_distributed(config.distributed, config.model.device)
-    config.distributed.world_size = launched_world().size  # recorded in config.yaml: how the run ran
+    resolved = resolve_run_config(config, world, custom_backend=backend is not None)
+    config, device, machine = resolved.config, resolved.device, resolved.machine
     count, group_size = config.rollout.prompts_per_step, config.rollout.group_size
     require(count % world.size == 0, "rollout.prompts_per_step", f"{count} prompts do not split across {world.size} "
             f"processes (torchrun's world size): make it a multiple of {world.size}; each rank samples "
@@ -85,17 +76,10 @@ def setup_run(
     task, eval_set = build_task(config), eval_task(config)  # the evaluation set once: a dataset's file is read once
     if check_task is not None:
         check_task(task)
-    device = resolve_device(device_for(world, config.model.device))
-    picked_engine = config.rollout.backend == "auto"
-    engine = resolve_rollout_backend(config, device)  # recorded even where ``backend`` replaces the engine
-    if backend is None:
-        ROLLOUT_ENGINES[engine].check_available(engine)
-    check_overlap(config, engine, world.size, custom_backend=backend is not None)
+    check_overlap(config, world.size, custom_backend=backend is not None)
     seed_everything(config.run.seed, config.run.full_determinism)
     model, tokenizer = load_policy(config.model.path, dtype=DTYPES[config.model.dtype], device=device)
     check_lm_head(model, len(tokenizer))  # also refuses an LM head that is not a bias-free Linear
-    if picked_engine:  # "auto" gives way to "hf" for a model its pick cannot sample exactly
-        engine_for_model(config, model.config)
     lora = getattr(config, "lora", None)
     if lora is not None and lora.r > 0:
         require(not (keep_reference and config.warm_start.steps), "lora.r",
@@ -110,18 +94,12 @@ def setup_run(
         if not model.supports_gradient_checkpointing:
             raise ValueError(f"config model.gradient_checkpointing: {type(model).__name__} does not support it")
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    record_resolved_names(config)
-    machine = resolve_precision(config, device, model)  # "auto" -> what this machine computes fast
-    config.model.autocast = broadcast_to_launch(config.model.autocast)  # every rank computes as rank 0 measured
     if config.model.dither_weights and config.model.autocast is not None:
         moved, total = dither_to_grid(model, DTYPES[config.model.autocast], seed=config.run.seed)
         machine["dithered_weights"] = moved
         if moved:
             log.info(f"weights: {moved:,} of {total:,} trainable matrix weights lay on {config.model.autocast}'s grid, "
                      f"moved inside half a grid step so that its forwards see small updates (model.dither_weights)")
-    config.model.compile_layers = resolve_compile_layers(config.model.compile_layers, device, world_size=world.size,
-                                                         gradient_checkpointing=config.model.gradient_checkpointing)
-    machine["compiled_layers"] = config.model.compile_layers == "on"
     if machine["compiled_layers"]:
         compile_decoder_layers(model)
     layers = "compiled (torch.compile, rows whole)" if machine["compiled_layers"] else "eager"
@@ -153,11 +131,11 @@ def setup_run(
     )
 
 
-def check_overlap(config: Any, engine: str, world_size: int, *, custom_backend: bool) -> None:
+def check_overlap(config: Any, world_size: int, *, custom_backend: bool) -> None:
     """rollout.max_staleness >= 1 needs an engine that samples beside training (RolloutEngine.samples_while_training;
     a backend passed in is taken to) and, for now, one process: the actor's collectives would interleave with the
     learner's."""
-    staleness = config.rollout.max_staleness
+    staleness, engine = config.rollout.max_staleness, config.rollout.backend
     if not staleness:
         return
     require(custom_backend or ROLLOUT_ENGINES[engine].samples_while_training, "rollout.max_staleness",
@@ -166,17 +144,6 @@ def check_overlap(config: Any, engine: str, world_size: int, *, custom_backend: 
     require(world_size == 1 or config.distributed.rollout_ranks, "rollout.max_staleness",
             f"= {staleness} overlaps in one process, or in split mode (distributed.rollout_ranks), and torchrun "
             f"started {world_size} processes that each sample and learn: set distributed.rollout_ranks, or this to 0")
-
-
-def record_resolved_names(config: Any) -> None:
-    """Write into ``config`` what its names resolve to now, so the saved config.yaml replays this run: a model.path
-    that is a checkpoint or run directory becomes the model directory it names (so the KL reference, a resume and
-    vllm keep these weights when that other run saves newer checkpoints), env.id its one spelling."""
-    model_dir = resolve_model_path(config.model.path)
-    if config.model.path != DEFAULT_MODEL_ALIAS and Path(config.model.path).expanduser().resolve() != model_dir.resolve():
-        warnings.warn(f"model.path {config.model.path} resolves to {model_dir}; the run records that", stacklevel=3)
-        config.model.path = str(model_dir)
-    config.env.id = spelled_id(config.env.id)  # "arithmetic" -> "rlvr/Arithmetic-v0"; a task module's "mod:" kept
 
 
 class Agent(Protocol):

@@ -45,9 +45,10 @@ def cpu_bf16_units() -> list[str]:
     return [name for key, name in (("avx512_bf16", "AVX512-BF16"), ("amx_bf16", "AMX-BF16")) if capabilities.get(key)]
 
 
-def probe_shape(model: torch.nn.Module | None) -> tuple[int, int, int]:
-    """(rows, hidden, intermediate): a 64-token slice through the model's MLP up-projection, its commonest matmul."""
-    config = getattr(model, "config", None)
+def probe_shape(model_config: Any | None) -> tuple[int, int, int]:
+    """(rows, hidden, intermediate): a 64-token slice through the MLP up-projection of a model of this transformers
+    config (its text model's), its commonest matmul."""
+    config = model_config.get_text_config() if model_config is not None else None
     hidden = getattr(config, "hidden_size", None) or 576
     return 64, hidden, getattr(config, "intermediate_size", None) or 4 * hidden
 
@@ -72,20 +73,21 @@ def cpu_matmul_ms(dtype: str, rows: int, inner: int, cols: int) -> float:
     return min(times)
 
 
-def cpu_half_speed(dtype: str, model: torch.nn.Module | None) -> tuple[float, str]:
+def cpu_half_speed(dtype: str, model_config: Any | None) -> tuple[float, str]:
     """(fp32 time / ``dtype`` time, the measurement in words) for a matmul of the model's own shape on this CPU."""
-    shape = probe_shape(model)
+    shape = probe_shape(model_config)
     half, full = cpu_matmul_ms(dtype, *shape), cpu_matmul_ms("float32", *shape)
     rows, inner, cols = shape
     return full / half, f"{rows}x{inner} @ {inner}x{cols}: {half:.2f} ms {dtype} vs {full:.2f} ms float32"
 
 
-def resolve_autocast(requested: str | None, device: torch.device, model: torch.nn.Module | None = None) -> Precision:
+def resolve_autocast(requested: str | None, device: torch.device, model_config: Any | None = None) -> Precision:
     """The autocast dtype a run uses on ``device`` for model.autocast = ``requested``.
 
     "auto": bf16 where the device computes it natively (a CUDA GPU with bf16, i.e. Ampere or newer; a CPU
     with AVX512-BF16 or AMX whose bf16 matmul measures faster than fp32), fp16 with loss scaling on a GPU
-    without bf16, fp32 elsewhere. An explicit half dtype is kept, with one warning where it is emulated.
+    without bf16, fp32 elsewhere. An explicit half dtype is kept, with one warning where it is emulated. A CPU
+    measures on the shape of the model ``model_config`` (a transformers config) describes: probe_shape.
     """
     if requested is None:
         return Precision(None, None, "model.autocast = null: fp32 matmuls")
@@ -107,7 +109,7 @@ def resolve_autocast(requested: str | None, device: torch.device, model: torch.n
 
     units = cpu_bf16_units()
     if requested == "auto":
-        speedup, measured = cpu_half_speed("bfloat16", model)
+        speedup, measured = cpu_half_speed("bfloat16", model_config)
         if not units:
             return Precision(requested, None, f"this CPU has neither AVX512-BF16 nor AMX, so bf16 is emulated "
                                               f"({measured}): fp32 matmuls")
@@ -115,7 +117,7 @@ def resolve_autocast(requested: str | None, device: torch.device, model: torch.n
             return Precision(requested, "bfloat16", f"CPU {'/'.join(units)}: bf16 runs natively ({measured})")
         return Precision(requested, None, f"torch reports {'/'.join(units)}, but bf16 measured no faster than fp32 "
                                           f"({measured}; oneDNN may be capped, e.g. ONEDNN_MAX_CPU_ISA): fp32 matmuls")
-    speedup, measured = cpu_half_speed(requested, model)
+    speedup, measured = cpu_half_speed(requested, model_config)
     if speedup < 1 / BF16_SPEEDUP_NEEDED:
         warn_emulated(f"model.autocast = {requested!r} is {1 / speedup:.0f}x slower than fp32 on this CPU ({measured}; "
                       f"bf16 units reported: {', '.join(units) or 'none'}): use model.autocast = 'auto' or null")
@@ -190,10 +192,10 @@ def choose_attention_kernels(device: torch.device) -> str:
     return "flash / memory-efficient (cuDNN off)"
 
 
-def resolve_precision(config: Any, device: torch.device, model: torch.nn.Module | None = None) -> dict[str, Any]:
+def resolve_precision(config: Any, device: torch.device, model_config: Any | None = None) -> dict[str, Any]:
     """Resolve config.model.autocast in place (so config.yaml records what ran), choose the attention kernels, log
     the machine and the choices, and return them for the run directory's machine.json."""
-    precision = resolve_autocast(config.model.autocast, device, model)
+    precision = resolve_autocast(config.model.autocast, device, model_config)
     config.model.autocast = precision.autocast
     machine = describe_machine(device)
     attention = choose_attention_kernels(device)
