@@ -126,6 +126,21 @@ def run_worker(algo: str, output_dir: Path, model, ranks: int, *extra: str, **se
     return [json.loads(line) for line in (output_dir / "weights.jsonl").read_text().splitlines()]
 
 
+@pytest.fixture(scope="module")
+def one_process(sft_model, tmp_path_factory):
+    """run_worker's one-process run of (algo, settings), run once per module: the reference both strategies meet."""
+    runs: dict[tuple, tuple[list[dict], Path]] = {}
+
+    def reference(algo: str, **settings) -> tuple[list[dict], Path]:
+        key = (algo, *sorted(settings.items()))
+        if key not in runs:
+            output_dir = tmp_path_factory.mktemp(f"one-{algo}")
+            runs[key] = run_worker(algo, output_dir, sft_model, 1, **settings), output_dir
+        return runs[key]
+
+    return reference
+
+
 def largest_difference(a: dict, b: dict) -> float:
     """The largest relative difference between two weight summaries (worker.weights_summary): each sum's difference
     over its scale (the sum of |terms|: a signed sum's terms cancel, and rounding scales with them, not with it)."""
@@ -139,8 +154,8 @@ def moved(records: list[dict]) -> float:
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
 @pytest.mark.parametrize("algo", ["grpo", "dapo", "ppo"])
-def test_two_ranks_train_the_weights_one_process_trains(algo, strategy, sft_model, tmp_path):
-    one = run_worker(algo, tmp_path / "one", sft_model, 1)
+def test_two_ranks_train_the_weights_one_process_trains(algo, strategy, sft_model, one_process, tmp_path):
+    one, one_dir = one_process(algo)
     two = run_worker(algo, tmp_path / "two", sft_model, 2, **{"distributed.strategy": strategy})
     assert [r["step"] for r in two] == [1, 2, 3] and not any(r["skipped"] for r in one + two)
     differences = [largest_difference(a["weights"], b["weights"]) for a, b in zip(one, two)]
@@ -153,24 +168,24 @@ def test_two_ranks_train_the_weights_one_process_trains(algo, strategy, sft_mode
     assert saved["distributed"]["world_size"] == 2 and saved["distributed"]["strategy"] == strategy
     # rank 0's transformers export holds the trained weights whole
     export = load_file(latest_checkpoint(tmp_path / "two") / "model" / "model.safetensors")
-    reference = load_file(latest_checkpoint(tmp_path / "one") / "model" / "model.safetensors")
+    reference = load_file(latest_checkpoint(one_dir) / "model" / "model.safetensors")
     assert export.keys() == reference.keys()
     assert max((export[k] - reference[k]).abs().max().item() for k in export) < TOLERANCE
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
-def test_two_ranks_train_the_lora_adapter_one_process_trains(strategy, sft_model, tmp_path):
+def test_two_ranks_train_the_lora_adapter_one_process_trains(strategy, sft_model, one_process, tmp_path):
     """LoRA under DDP and FSDP2: only the adapters have gradients to reduce, and 2 ranks end where one process does,
     the KL reference (the adapter disabled) included; rank 0 exports the adapter whole."""
     lora = {"lora.r": "4", "lora.alpha": "8", "optim.lr": "1e-2", "grpo.beta": "0.04"}
-    one = run_worker("grpo", tmp_path / "one", sft_model, 1, **lora)
+    one, one_dir = one_process("grpo", **lora)
     two = run_worker("grpo", tmp_path / "two", sft_model, 2, **{"distributed.strategy": strategy, **lora})
     differences = [largest_difference(a["weights"], b["weights"]) for a, b in zip(one, two)]
     print(f"grpo lora {strategy}: 1 vs 2 ranks, largest relative difference per step {differences}; moved {moved(one):.3g}")
     assert [r["step"] for r in two] == [1, 2, 3] and max(differences) < TOLERANCE
     assert moved(one) > max(1e-3, 100 * max(differences))
-    export, reference = (load_file(latest_checkpoint(tmp_path / run) / "model" / "adapter_model.safetensors")
-                         for run in ("two", "one"))
+    export, reference = (load_file(latest_checkpoint(run) / "model" / "adapter_model.safetensors")
+                         for run in (tmp_path / "two", one_dir))
     assert export.keys() == reference.keys() and all("lora_" in k for k in export)
     assert max((export[k] - reference[k]).abs().max().item() for k in export) < TOLERANCE
 
@@ -184,16 +199,16 @@ def test_a_non_finite_loss_on_one_rank_skips_the_step_on_every_rank(sft_model, t
 
 
 @pytest.mark.parametrize("first, then", [(2, 1), (1, 2)])
-def test_a_checkpoint_resumes_on_another_number_of_ranks(first, then, sft_model, tmp_path):
+def test_a_checkpoint_resumes_on_another_number_of_ranks(first, then, sft_model, one_process, tmp_path):
     """Steps 1-2 on ``first`` ranks, step 3 resumed on ``then`` through the `rlvr` command: the weights of the
     uninterrupted one-process run. Under FSDP2 the checkpoint is sharded; it loads whole into one process."""
     settings = {**ALGORITHM_SETTINGS["grpo"], "distributed.strategy": "fsdp2"}
-    run_worker("grpo", tmp_path / "whole", sft_model, 1)
+    whole_dir = one_process("grpo")[1]
     run_worker("grpo", tmp_path / "cut", sft_model, first, **settings, **{"run.steps": "2"})
     launch([RLVR, "train", "--algo", "grpo", "--resume", *overrides(sft_model, tmp_path / "cut", **settings)], then)
     assert [p.name for p in list_checkpoints(tmp_path / "cut")] == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
     resumed = load_file(latest_checkpoint(tmp_path / "cut") / "model" / "model.safetensors")
-    whole = load_file(latest_checkpoint(tmp_path / "whole") / "model" / "model.safetensors")
+    whole = load_file(latest_checkpoint(whole_dir) / "model" / "model.safetensors")
     assert max((resumed[k] - whole[k]).abs().max().item() for k in whole) < TOLERANCE
     assert load_config_file(tmp_path / "cut" / "config.yaml")["distributed"]["world_size"] == then
 
