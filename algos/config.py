@@ -309,8 +309,8 @@ class DistributedConfig:
     backend: str = "auto"  # torch.distributed backend: "auto" = nccl on CUDA, gloo on CPU
     timeout_s: float = 1800.0  # a collective waiting longer raises instead of hanging (torch's default: 10 min)
     # Split mode (algos/run/rollout_pipeline.py): the last rollout_ranks of torchrun's processes only generate (each
-    # step's batch, by the weights rollout.max_staleness names, sent to the learner with its version); the others
-    # learn. 0: every rank samples and learns. One learner rank for now.
+    # step's batch, by the weights rollout.max_staleness names, each learner sent its share with the version); the
+    # others learn, under distributed.strategy among themselves. 0: every rank samples and learns.
     rollout_ranks: int = 0
 
     def validate(self) -> None:

@@ -17,7 +17,7 @@ from algos.config import load_config
 from algos.rollout import ROLLOUT_ENGINES, RolloutEngine
 from algos.rollout.hf import HFRollout
 from algos.run.reporting import read_metrics
-from algos.run.rollout_pipeline import drawing_version
+from algos.run.rollout_pipeline import DrawnBatch, drawing_version, kept_in_flight, row_shares
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
 TASK = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
@@ -70,6 +70,56 @@ def without_times(run_dir):
 
 def final_weights(run_dir):
     return load_file(run_dir / "checkpoint-4" / "model" / "model.safetensors")
+
+
+def test_a_batch_is_shared_among_learners_in_whole_units_the_first_shares_the_larger():
+    """Split mode's row_shares: 5 groups of 2 rows among 2 learners -> 3 groups and 2, every tensor and per-row list cut
+    alike, a tuple looked into, an int kept; a learner left without a unit gets None."""
+    rows = torch.arange(10)
+    batch = ({"ids": rows.view(10, 1).repeat(1, 3), "texts": [str(i) for i in range(10)]}, rows.float(), 7)
+    first, second = row_shares(batch, 2, 2)
+    assert torch.equal(first[0]["ids"][:, 0], torch.arange(6)) and first[0]["texts"] == ["0", "1", "2", "3", "4", "5"]
+    assert torch.equal(second[1], torch.arange(6, 10).float()) and second[2] == 7
+    assert [share[1].tolist() for share in row_shares(batch, 3, 2)] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert row_shares((rows[:2],), 2, 2)[1] is None and row_shares(None, 3, 2) == [None, None, None]
+    with pytest.raises(ValueError, match="a batch of 10 rows does not split into whole units of 4 rows"):
+        row_shares(batch, 2, 4)
+    with pytest.raises(ValueError, match="a batch's list of 3 items is not one per row"):
+        row_shares((rows, ["a", "b", "c"]), 2, 2)
+
+
+def test_a_rollout_rank_sends_each_learner_its_share_of_the_steps_it_draws(monkeypatch):
+    """RolloutServer (split mode, rollout rank 1 of 2, two learners, k = 1): it draws steps 2 and 4 whole, by the
+    weights of steps 0 and 2 (received between them), and sends learner 0 the first two groups of 2 rows and learner 1
+    the last two, each with the batch's version and metrics."""
+    from types import SimpleNamespace
+
+    from algos.run import rollout_pipeline as pipeline
+
+    sent, weights_received = [], []
+    monkeypatch.setattr(pipeline, "receive_object", lambda peer: {"start_step": 0, "first_to_draw": 1})
+    monkeypatch.setattr(pipeline, "_receive_weights", lambda into, peer: weights_received.append(peer))
+    monkeypatch.setattr(pipeline, "split_learners", lambda: 2)
+    monkeypatch.setattr(pipeline, "send_object", lambda value, peer: sent.append((peer, value)))
+    config = SimpleNamespace(rollout=SimpleNamespace(max_staleness=1), run=SimpleNamespace(steps=4),
+                             distributed=SimpleNamespace(rollout_ranks=2))
+    server = pipeline.RolloutServer(lambda step: (torch.arange(8) + 100 * step, {"reward": float(step)}),
+                                    model=torch.nn.Linear(2, 2), config=config, rollout_rank=1, unit=2)
+    server.serve()
+    assert [(peer, drawn.step, drawn.version, drawn.batch.tolist(), drawn.metrics["reward"]) for peer, drawn in sent] == [
+        (0, 2, 0, [200, 201, 202, 203], 2.0), (1, 2, 0, [204, 205, 206, 207], 2.0),
+        (0, 4, 2, [400, 401, 402, 403], 4.0), (1, 4, 2, [404, 405, 406, 407], 4.0)]
+    assert weights_received == [0, 0]  # the start's weights, then step 2's for step 4, from the first learner
+
+
+def test_a_learner_resumes_its_own_share_of_the_batches_in_flight_and_drops_them_on_another_count():
+    saved = {"max_staleness": 1, "learners": 2,
+             "batches": [DrawnBatch(3, 1, [torch.zeros(2), torch.ones(2)], {"reward": 0.5})]}
+    kept, dropped = kept_in_flight(saved, 1, torch.device("cpu"), learner=1, learners=2)
+    assert dropped == 0 and torch.equal(kept[3].batch, torch.ones(2)) and kept[3].version == 1
+    assert kept_in_flight(saved, 1, torch.device("cpu"), learner=0, learners=3) == ({}, 1)  # another number of learners
+    colocated = {"max_staleness": 1, "batches": [DrawnBatch(3, 1, torch.ones(2), {})]}  # no shares: one learner's
+    assert torch.equal(kept_in_flight(colocated, 1, torch.device("cpu"))[0][3].batch, torch.ones(2))
 
 
 def test_the_drawing_weights_are_k_steps_behind_and_never_before_the_start():

@@ -1,6 +1,7 @@
-"""Split mode (distributed.rollout_ranks): under torchrun, rank 1 only draws the batches, rank 0 only learns and
-sends it the weights each batch is drawn by. The batches are those one process draws, so a split run ends on the
-weights of the one-process run: colocated k = 1 equals split k = 1, and split k = 0 the synchronous run, bitwise."""
+"""Split mode (distributed.rollout_ranks): under torchrun, the last rank only draws the batches, the others only learn
+and the first learner sends it the weights each batch is drawn by. The batches are those one process draws, so a split
+run ends on the weights of the one-process run: colocated k = 1 equals split k = 1, and split k = 0 the synchronous
+run, bitwise with one learner; two learners (DDP, FSDP2) train on their shares of each batch as one process does."""
 
 import os
 import shutil
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from test_rollout_pipeline import TIMES, final_weights, overrides  # the colocated tests' run, which split mode repeats
 
 from algos.algorithms.grpo import GRPOConfig, train
@@ -31,9 +33,9 @@ def tiny_model_dir(tmp_path_factory):
     return path
 
 
-def split_run(settings: dict[str, str], *extra: str) -> None:
-    """`rlvr train --algo grpo` under torchrun: 2 processes, one of them a rollout rank."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "--no-python",
+def split_run(settings: dict[str, str], *extra: str, processes: int = 2) -> None:
+    """`rlvr train --algo grpo` under torchrun: ``processes`` processes, the last of them a rollout rank."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", "--no-python",
                RLVR, "train", "--algo", "grpo", *[f"--{key}={value}" for key, value in settings.items()],
                "--distributed.rollout_ranks=1", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
@@ -73,14 +75,35 @@ def test_a_split_k0_run_ends_on_the_synchronous_runs_weights(tiny_model_dir, tmp
     assert all(torch.equal(want[key], value) for key, value in final_weights(tmp_path / "split").items())
 
 
-@pytest.mark.parametrize(("processes", "rollout_ranks", "message"), [
-    ("2", 2, "= 2 leaves no learner among torchrun's 2 processes: at most 1"),
-    ("3", 1, "split mode trains on one learner rank for now: set it to 2"),
-])
-def test_a_split_without_a_learner_or_with_several_is_refused_by_key(monkeypatch, processes, rollout_ranks, message):
-    monkeypatch.setenv("WORLD_SIZE", processes)
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_two_learners_train_on_their_shares_as_one_process_trains_and_resume_bitwise(strategy, tiny_model_dir, tmp_path):
+    """3 processes: ranks 0 and 1 learn (DDP or FSDP2 between them), rank 2 draws each step whole and sends each
+    learner its prompts' groups. The one-process k = 1 run's batches, so its weights to float rounding (the order of
+    the learners' reduction) and its metrics; cut back to checkpoint-2 (both learners' shares of batch 3 in it), it
+    resumes to the same weights bitwise."""
+    settings = overrides(tiny_model_dir, tmp_path / "split", **{"rollout.max_staleness": "1",
+                                                                 "distributed.strategy": strategy})
+    split_run(settings, processes=3)
+    train(load_config(GRPOConfig, overrides={**settings, "run.output_dir": str(tmp_path / "one")}))
+    want, got = final_weights(tmp_path / "one"), final_weights(tmp_path / "split")
+    assert max((want[key] - got[key]).abs().max().item() for key in want) < 1e-5
+    start = load_file(tiny_model_dir / "model.safetensors")
+    assert max((want[key] - start[key]).abs().max().item() for key in want) > 1e-3  # not untrained copies
+    split, one = without_times(tmp_path / "split"), without_times(tmp_path / "one")
+    assert [record.keys() for record in split] == [record.keys() for record in one]
+    assert all(abs(a[key] - b[key]) < 1e-5 for a, b in zip(split, one) for key in a if isinstance(a[key], float))
+
+    for step in (3, 4):
+        shutil.rmtree(tmp_path / "split" / f"checkpoint-{step}")
+    split_run(settings, "--resume", processes=3)
+    assert all(torch.equal(got[key], value) for key, value in final_weights(tmp_path / "split").items())
+
+
+def test_a_split_without_a_learner_is_refused_by_key(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
-    with pytest.raises(ValueError, match=f"config distributed.rollout_ranks: {message}"):
-        init_distributed(DistributedConfig(rollout_ranks=rollout_ranks), "cpu")
+    with pytest.raises(ValueError, match="config distributed.rollout_ranks: = 2 leaves no learner among torchrun's 2 "
+                                         "processes: at most 1"):
+        init_distributed(DistributedConfig(rollout_ranks=2), "cpu")
     with pytest.raises(ValueError, match="distributed.rollout_ranks: must be >= 0"):
         DistributedConfig(rollout_ranks=-1).validate()

@@ -204,7 +204,8 @@ class DPOTrainer:
         self.optimizer, self.scheduler, self.start_step, state = self.run.optimization()
         self.micro_batch_sizer = MicroBatchSizer(config.loss, self.run.device, self.forward)
         # online: each step's pairs drawn ahead under rollout.max_staleness (algos/run/rollout_pipeline.py)
-        self.rollouts = rollout_pipeline(self.run, self.online_batch, self.start_step, state.get("rollouts"))
+        self.rollouts = rollout_pipeline(self.run, self.online_batch, self.start_step, state.get("rollouts"),
+                                         unit=2)  # a pair's two rows stay together
         self._rows: dict[int, tuple[warm_start.Row, warm_start.Row]] = {}  # offline: a dataset row's tokenized pair
         self._reference: dict[int, tuple[float, float]] = {}  # offline: its reference log-probs, computed once
 

@@ -309,7 +309,7 @@ class GRPOTrainer:
         # rollout.max_staleness: each step's batch drawn ahead, on a thread of its own (algos/run/rollout_pipeline.py)
         # (collect looked up at each call: a trainer whose collect is wrapped after construction draws through it)
         self.rollouts = rollout_pipeline(self.run, lambda step, **where: self.collect(step, **where), self.start_step,
-                                         state.get("rollouts"))
+                                         state.get("rollouts"), unit=config.rollout.group_size)
 
     # ------------------------------------------------------------ sampling
 

@@ -234,7 +234,8 @@ class PPOTrainer:
             self.kl_controller.load_state_dict(state["kl_controller"])
         # rollout.max_staleness: each step's rows sampled and scored ahead (algos/run/rollout_pipeline.py); the
         # log-probs, values and KL that make the batch are the learner's, at training time (prepare)
-        self.rollouts = rollout_pipeline(self.run, self.draw, self.start_step, state.get("rollouts"))
+        self.rollouts = rollout_pipeline(self.run, self.draw, self.start_step, state.get("rollouts"),
+                                         unit=config.rollout.group_size)  # a group's baseline is its learner's
 
     def _parameter_groups(self) -> list[dict]:
         """AdamW's groups: the policy's trainable weights (optim.lr) and the critic's own (ppo.critic_lr, default 10x)."""

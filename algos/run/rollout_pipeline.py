@@ -14,13 +14,16 @@ The loss's rollout correction (loss.rollout_correction; "auto" is "tis" here) we
 with the log-probs recorded at sampling, which is what makes a stale batch usable.
 
 In split mode (distributed.rollout_ranks = M under torchrun) the actor is another process: rollout rank j draws the
-steps t with (t - 1) % M == j (RolloutServer, run by run_training in place of the loop) and sends each batch with its
-version to the learner (RemoteRollouts), which sends it the weights each batch is drawn by, point-to-point. The
-same steps, seeds and weights: a split run's batches are the colocated run's, bitwise.
+steps t with (t - 1) % M == j (RolloutServer, run by run_training in place of the loop), the whole step as one process
+draws it, and sends each of the L learner ranks (RemoteRollouts) its share of the rows with the batch's version; the
+first learner sends it the weights each batch is drawn by, point-to-point. The same steps, seeds and weights: a split
+run's batches are the colocated one-process run's, bitwise, and its L learners (DDP or FSDP2 among themselves) train
+on them as one process does.
 
-A checkpoint at step s holds the batches s + 1 .. s + k already drawn (``state``): re-drawing them would need the
-weights of steps s - k .. s - 1, which no checkpoint keeps. A run resumed under another k drops them (counted in
-``async/dropped_batches``) and draws from its checkpoint's weights on.
+A checkpoint at step s holds the batches s + 1 .. s + k already drawn (``state``; in split mode every learner's share
+of them): re-drawing them would need the weights of steps s - k .. s - 1, which no checkpoint keeps. A run resumed
+under another k, or on another number of learners, drops them (counted in ``async/dropped_batches``) and draws from its
+checkpoint's weights on.
 """
 
 from __future__ import annotations
@@ -38,11 +41,20 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from algos.system.distributed import receive_object, rollout_peer, send_object, split_mode
+from algos.system.distributed import (
+    current_world,
+    gather_objects,
+    receive_object,
+    rollout_peer,
+    send_object,
+    split_learners,
+    split_mode,
+    whole_weights,
+)
 from algos.system.runtime import mixed_precision
 
 log = logging.getLogger("rlvr")
-LEARNER = 0  # torchrun's rank of split mode's learner (one learner rank for now)
+LEARNER = 0  # torchrun's rank of split mode's first learner, which sends the weights
 
 # collect(step, policy=..., backend=...) -> (the step's batch, its rollout metrics): an algorithm's sampling of one
 # step (GRPO's rounds, rewards and advantages); policy and backend None: the run's own
@@ -65,19 +77,67 @@ class DrawnBatch:
     metrics: dict[str, float]
 
 
-def kept_in_flight(saved: dict[str, Any] | None, max_staleness: int,
-                   device: torch.device) -> tuple[dict[int, DrawnBatch], int]:
+def kept_in_flight(saved: dict[str, Any] | None, max_staleness: int, device: torch.device,
+                   learner: int = 0, learners: int = 1) -> tuple[dict[int, DrawnBatch], int]:
     """A checkpoint's batches in flight (a pipeline's state(), read onto the CPU) -> (those kept by step, on
-    ``device``; how many were dropped): kept when drawn under this rollout.max_staleness, all dropped (and said) when
-    drawn under another."""
+    ``device``; how many were dropped): kept when drawn under this rollout.max_staleness (and, split, for as many
+    learners: this one, ``learner`` of ``learners``, takes its share), all dropped (and said) otherwise."""
     if not saved:
         return {}, 0
-    if saved["max_staleness"] == max_staleness:
-        return {drawn.step: dataclasses.replace(drawn, batch=_map_tensors(drawn.batch, lambda t: t.to(device)))
-                for drawn in saved["batches"]}, 0
+    saved_learners = saved.get("learners", 1)
+    if saved["max_staleness"] == max_staleness and saved_learners == learners:
+        return {drawn.step: dataclasses.replace(drawn, batch=_map_tensors(
+            drawn.batch[learner] if "learners" in saved else drawn.batch, lambda t: t.to(device)))
+            for drawn in saved["batches"]}, 0
+    shared = f" for {saved_learners} learner ranks, and {learners} learn now" if saved_learners != learners else ""
     log.warning(f"rollout.max_staleness = {max_staleness}: the checkpoint's {len(saved['batches'])} batches in flight "
-                f"were drawn under {saved['max_staleness']}; dropped, drawn again from the checkpoint's weights")
+                f"were drawn under {saved['max_staleness']}{shared}; dropped, drawn again from the checkpoint's weights")
     return {}, len(saved["batches"])
+
+
+def row_shares(batch: Any, parts: int, unit: int) -> list[Any]:
+    """``batch`` cut into ``parts`` contiguous shares of whole units of ``unit`` rows (a prompt's group, a preference
+    pair), as even as the units allow, the first shares the larger: every tensor and list in it is cut along its first
+    dimension, its rows (tuples, mappings and dataclasses are looked into, other values kept). None (no rows) and a
+    share without rows are None."""
+    if batch is None:
+        return [None] * parts
+    rows = _row_count(batch)
+    if rows % unit:
+        raise ValueError(f"a batch of {rows} rows does not split into whole units of {unit} rows")
+    units = rows // unit
+    bounds = [unit * (part * (units // parts) + min(part, units % parts)) for part in range(parts + 1)]
+    return [_map_rows(batch, slice(start, stop), rows) if stop > start else None
+            for start, stop in zip(bounds, bounds[1:])]
+
+
+def _row_count(value: Any) -> int:
+    """The rows of a batch: its first tensor's first dimension."""
+    found: list[int] = []
+    _map_tensors(value, lambda tensor: found.append(tensor.shape[0]) if not found else None)
+    if not found:
+        raise ValueError("a batch without a tensor has no rows to share among learners")
+    return found[0]
+
+
+def _map_rows(value: Any, rows: slice, count: int) -> Any:
+    """``value`` with its tensors and lists (each of ``count`` rows) cut to ``rows``."""
+    if isinstance(value, torch.Tensor):
+        return value[rows]
+    if isinstance(value, list):
+        if len(value) != count:
+            raise ValueError(f"a batch's list of {len(value)} items is not one per row ({count} rows)")
+        return value[rows]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        copied = copy.copy(value)
+        for item in dataclasses.fields(value):
+            object.__setattr__(copied, item.name, _map_rows(getattr(value, item.name), rows, count))
+        return copied
+    if isinstance(value, dict):
+        return {key: _map_rows(item, rows, count) for key, item in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_map_rows(item, rows, count) for item in value)
+    return value
 
 
 def async_metrics(step: int, drawn: DrawnBatch, dropped: int, learner_wait: float, engine_wait: float) -> dict:
@@ -260,11 +320,16 @@ def _map_tensors(value: Any, function: Callable[[torch.Tensor], Any]) -> Any:
     return value
 
 
-def _send_weights(weights: list[torch.Tensor], peer: int) -> list:
-    """The trainable tensors to torchrun's rank ``peer``, without waiting (gloo sends the CPU's copies): the
-    transfers' works and tensors, to keep until done."""
+def _sendable_copies(weights: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Copies of the trainable tensors to send (on the CPU under gloo): copies, because the optimizer changes the
+    weights in place, and FSDP2 frees whole ones, while a send without waiting may still read them."""
     on_cpu = dist.get_backend() == "gloo"
-    tensors = [weight.detach().cpu() if on_cpu else weight.detach().contiguous() for weight in weights]
+    return [weight.detach().to("cpu" if on_cpu else weight.device, copy=True).contiguous() for weight in weights]
+
+
+def _send_weights(tensors: list[torch.Tensor], peer: int) -> list:
+    """``tensors`` (_sendable_copies) to torchrun's rank ``peer``, without waiting: the transfers' works and tensors,
+    to keep until done."""
     return [(dist.isend(tensor, peer), tensor) for tensor in tensors]
 
 
@@ -283,16 +348,19 @@ def _trainable(model: torch.nn.Module) -> list[torch.Tensor]:
 
 
 class RemoteRollouts:
-    """Split mode (distributed.rollout_ranks = M), the learner's side: step t's batch comes from rollout rank
-    (t - 1) % M, drawn there by the weights drawing_version names, which this learner sends that rank after the
-    optimizer step that made them (without waiting). The batches arrive in their steps' order from each rank."""
+    """Split mode (distributed.rollout_ranks = M), a learner's side: its share of step t's batch comes from rollout
+    rank (t - 1) % M, drawn there by the weights drawing_version names, which the first learner sends that rank after
+    the optimizer step that made them (without waiting; every learner holds the same weights). The shares arrive in
+    their steps' order from each rank."""
 
-    def __init__(self, *, policy: torch.nn.Module, config: Any, device: torch.device, start_step: int,
-                 last_step: int, saved: dict[str, Any] | None = None) -> None:
-        self.policy, self.device = policy, device
+    def __init__(self, *, policy: torch.nn.Module, forward: torch.nn.Module, config: Any, device: torch.device,
+                 start_step: int, last_step: int, saved: dict[str, Any] | None = None) -> None:
+        self.policy, self.forward, self.device = policy, forward, device
         self.max_staleness, self.start_step, self.last_step = config.rollout.max_staleness, start_step, last_step
         self.rollout_ranks = config.distributed.rollout_ranks
-        self._drawn, self._dropped = kept_in_flight(saved, self.max_staleness, device)
+        world = current_world()
+        self.learners, self.sends_weights = world.size, world.rank == 0
+        self._drawn, self._dropped = kept_in_flight(saved, self.max_staleness, device, world.rank, world.size)
         self._first_to_draw = max(self._drawn, default=start_step) + 1
         self._sending: list = []  # weights on their way: (work, tensor), kept until done
         self._started = False
@@ -301,16 +369,27 @@ class RemoteRollouts:
         return rollout_peer((step - 1) % self.rollout_ranks)
 
     def _start(self) -> None:
-        """Tell every rollout rank where the run starts, and send it the weights it starts from."""
+        """Tell every rollout rank where the run starts, and send it the weights it starts from (the first learner)."""
         if self._started:
             return
         self._started = True
-        for index in range(self.rollout_ranks):
-            send_object({"start_step": self.start_step, "first_to_draw": self._first_to_draw}, rollout_peer(index))
-            self._sending += _send_weights(_trainable(self.policy), rollout_peer(index))
+        peers = [rollout_peer(index) for index in range(self.rollout_ranks)]
+        if self.sends_weights:
+            for peer in peers:
+                send_object({"start_step": self.start_step, "first_to_draw": self._first_to_draw}, peer)
+        self._send_weights_to(peers)
+
+    def _send_weights_to(self, peers: list[int]) -> None:
+        """The policy's trainable weights, whole, from the first learner to ``peers``; every learner calls it (under
+        FSDP2 all of them gather the weights whole)."""
+        with whole_weights(self.forward):
+            weights = _sendable_copies(_trainable(self.policy)) if self.sends_weights else []
+        self._sending = [(work, tensor) for work, tensor in self._sending if not work.is_completed()]
+        for peer in peers if self.sends_weights else []:
+            self._sending += _send_weights(weights, peer)
 
     def _receive(self, step: int) -> None:
-        """Take batches from step ``step``'s rank until step ``step``'s is here."""
+        """Take this learner's shares from step ``step``'s rank until step ``step``'s is here."""
         while step not in self._drawn:
             drawn = receive_object(self._peer(step))
             self._drawn[drawn.step] = dataclasses.replace(drawn, batch=_map_tensors(drawn.batch,
@@ -326,18 +405,23 @@ class RemoteRollouts:
                                           drawn.metrics.pop("async/engine_wait_s", 0.0))
 
     def weights_after(self, step: int) -> None:
-        """Send the weights of optimizer step ``step`` to the rank that draws the batch they draw, if one is left."""
+        """Send the weights of optimizer step ``step`` to the rank that draws the batch they draw, if one is left (the
+        first learner sends; every learner calls it)."""
         drawn_by = step + 1 + self.max_staleness
         if self._first_to_draw <= drawn_by <= self.last_step:
-            self._sending = [(work, tensor) for work, tensor in self._sending if not work.is_completed()]
-            self._sending += _send_weights(_trainable(self.policy), self._peer(drawn_by))
+            self._send_weights_to([self._peer(drawn_by)])
 
     def state(self, step: int) -> dict[str, Any]:
+        """What a checkpoint at ``step`` keeps: the batches drawn for the steps after it, each with every learner's
+        share (gathered: the first learner writes the checkpoint). Every learner calls it."""
         wanted = range(step + 1, min(step + self.max_staleness, self.last_step) + 1)
         self._start()
         for later in wanted:
             self._receive(later)
-        return {"max_staleness": self.max_staleness, "batches": [self._drawn[later] for later in wanted]}
+        shares = gather_objects([_map_tensors(self._drawn[later].batch, lambda t: t.cpu()) for later in wanted])
+        batches = [dataclasses.replace(self._drawn[later], batch=[mine[index] for mine in shares])
+                   for index, later in enumerate(wanted)]
+        return {"max_staleness": self.max_staleness, "learners": self.learners, "batches": batches}
 
     def close(self) -> None:
         """Wait for the weights still on their way."""
@@ -347,12 +431,14 @@ class RemoteRollouts:
 
 
 class RolloutServer:
-    """Split mode, a rollout rank's side: draws the steps (t - 1) % M == its index names, each by the weights
-    drawing_version names (received from the learner, copied into this rank's own model between batches), and sends
-    each batch to the learner with its version. Run by run_training in place of the training loop."""
+    """Split mode, a rollout rank's side: draws the steps (t - 1) % M == its index names, each whole (as one process
+    draws it) by the weights drawing_version names (received from the first learner, copied into this rank's own model
+    between batches), and sends each learner its share of the rows (row_shares, whole units of ``unit`` rows) with the
+    batch's version. Run by run_training in place of the training loop."""
 
-    def __init__(self, collect: Collect, *, model: torch.nn.Module, config: Any, rollout_rank: int) -> None:
-        self.collect, self.model, self.rollout_rank = collect, model, rollout_rank
+    def __init__(self, collect: Collect, *, model: torch.nn.Module, config: Any, rollout_rank: int,
+                 unit: int) -> None:
+        self.collect, self.model, self.rollout_rank, self.unit = collect, model, rollout_rank, unit
         self.max_staleness, self.last_step = config.rollout.max_staleness, config.run.steps
         self.rollout_ranks = config.distributed.rollout_ranks
 
@@ -361,6 +447,7 @@ class RolloutServer:
         trainable = _trainable(self.model)
         _receive_weights(trainable, LEARNER)
         version = plan["start_step"]
+        learners = split_learners()
         for step in range(plan["first_to_draw"], self.last_step + 1):
             if (step - 1) % self.rollout_ranks != self.rollout_rank:
                 continue
@@ -373,21 +460,26 @@ class RolloutServer:
             with torch.no_grad():
                 batch, metrics = self.collect(step)
             metrics.update({"async/engine_wait_s": waited, "async/draw_s": time.perf_counter() - started})
-            send_object(DrawnBatch(step, version, _map_tensors(batch, lambda t: t.cpu()), metrics), LEARNER)
+            on_cpu = _map_tensors(batch, lambda t: t.cpu())
+            for learner, share in enumerate(row_shares(on_cpu, learners, self.unit)):
+                send_object(DrawnBatch(step, version, share, metrics), learner)
 
     def close(self) -> None:
         """Nothing to wait for: each batch was sent whole."""
 
 
-def rollout_pipeline(run: Any, collect: Collect, start_step: int, saved: dict[str, Any] | None = None) -> Any:
+def rollout_pipeline(run: Any, collect: Collect, start_step: int, saved: dict[str, Any] | None = None, *,
+                     unit: int = 1) -> Any:
     """The pipeline a trainer draws its batches through: SynchronousRollouts under rollout.max_staleness 0, else
-    BackgroundRollouts with its own copy of the run's backend. ``saved``: a resumed checkpoint's state()."""
+    BackgroundRollouts with its own copy of the run's backend; in split mode a rollout rank's RolloutServer or a
+    learner's RemoteRollouts. ``saved``: a resumed checkpoint's state(). ``unit``: rows a learner's share keeps
+    together in split mode (a prompt's group, a preference pair)."""
     config = run.config
     if run.world.rollout_rank is not None:
-        return RolloutServer(collect, model=run.model, config=config, rollout_rank=run.world.rollout_rank)
+        return RolloutServer(collect, model=run.model, config=config, rollout_rank=run.world.rollout_rank, unit=unit)
     if split_mode():
-        return RemoteRollouts(policy=run.model, config=config, device=run.device, start_step=start_step,
-                              last_step=config.run.steps, saved=saved)
+        return RemoteRollouts(policy=run.model, forward=run.forward, config=config, device=run.device,
+                              start_step=start_step, last_step=config.run.steps, saved=saved)
     if config.rollout.max_staleness == 0:
         return SynchronousRollouts(collect)
     return BackgroundRollouts(collect, policy=run.model, backend=copy.deepcopy(run.backend), config=config,

@@ -86,9 +86,6 @@ def init_distributed(cfg, device_name: str) -> World:
         require(cfg.rollout_ranks < world.size, "distributed.rollout_ranks",
                 f"= {cfg.rollout_ranks} leaves no learner among torchrun's {world.size} processes: at most "
                 f"{world.size - 1}")
-        require(world.size - cfg.rollout_ranks == 1, "distributed.rollout_ranks",
-                f"split mode trains on one learner rank for now: set it to {world.size - 1} (torchrun started "
-                f"{world.size} processes), or 0 for every rank to sample and learn")
     uses_cuda = device_name.startswith("cuda") or (device_name == "auto" and torch.cuda.is_available())
     backend = cfg.backend if cfg.backend != "auto" else ("nccl" if uses_cuda else "gloo")
     if uses_cuda:
@@ -118,6 +115,12 @@ def learner_group():
     return _LEARNER_GROUP
 
 
+def _collective_group():
+    """The process group this process's collectives run in: in split mode a learner's are the learners' (the rollout
+    ranks never join them), else the default group (None)."""
+    return _LEARNER_GROUP if _SPLIT_WORLD is not None and _SPLIT_WORLD.rollout_rank is None else None
+
+
 def split_mode() -> bool:
     """Whether this run is split (distributed.rollout_ranks under torchrun): some ranks only generate."""
     return _SPLIT_WORLD is not None
@@ -125,7 +128,12 @@ def split_mode() -> bool:
 
 def rollout_peer(rollout_rank: int) -> int:
     """torchrun's rank of split mode's rollout rank ``rollout_rank``: the learners come first."""
-    return dist.get_world_size() - _ROLLOUT_RANKS + rollout_rank
+    return split_learners() + rollout_rank
+
+
+def split_learners() -> int:
+    """How many ranks learn in split mode: torchrun's ranks 0 .. split_learners() - 1."""
+    return dist.get_world_size() - _ROLLOUT_RANKS
 
 
 def device_for(world: World, device_name: str) -> str:
@@ -143,7 +151,7 @@ def _reduce(values: Sequence[float], op) -> list[float]:
     if current_world().size == 1:
         return [float(v) for v in values]
     tensor = torch.tensor([float(v) for v in values], dtype=torch.float64, device=_collective_device())
-    dist.all_reduce(tensor, op=op)
+    dist.all_reduce(tensor, op=op, group=_collective_group())
     return tensor.tolist()
 
 
@@ -168,8 +176,8 @@ def gather_objects(value: Any) -> list[Any]:
     """[value of rank 0, value of rank 1, ...] on every rank (picklable values; ``[value]`` in one process)."""
     if current_world().size == 1:
         return [value]
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, value)
+    gathered: list[Any] = [None] * current_world().size
+    dist.all_gather_object(gathered, value, group=_collective_group())
     return gathered
 
 
@@ -197,7 +205,7 @@ def broadcast_from_main(value: Any) -> Any:
     if current_world().size == 1:
         return value
     holder = [value]
-    dist.broadcast_object_list(holder, src=0)
+    dist.broadcast_object_list(holder, src=0, group=_collective_group())  # src: torchrun's rank 0, a learner
     return holder[0]
 
 
@@ -250,7 +258,7 @@ def leave() -> None:
 
 def barrier() -> None:
     if current_world().size > 1:
-        dist.barrier()
+        dist.barrier(group=_collective_group())
 
 
 class TrainingForward(torch.nn.Module):
@@ -290,16 +298,21 @@ def wrap(forward: TrainingForward, world: World, strategy: str, device: torch.de
 
         # Buffers (rotary tables) are constants: syncing them at every forward adds collectives, nothing else.
         return DistributedDataParallel(forward, device_ids=[device] if device.type == "cuda" else None,
-                                       forward_sync_buffers=False, find_unused_parameters=some_frozen)
+                                       forward_sync_buffers=False, find_unused_parameters=some_frozen,
+                                       process_group=_collective_group())
+    from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     # FSDP2 does not broadcast initial weights: make every rank start from rank 0's (a value head seeded per rank).
+    group = _collective_group()
     for tensor in forward.state_dict().values():
-        dist.broadcast(tensor.data if hasattr(tensor, "data") else tensor, src=0)
+        dist.broadcast(tensor.data if hasattr(tensor, "data") else tensor, src=0, group=group)
     policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype else MixedPrecisionPolicy()
+    # sharded over the learners only in split mode (a mesh of their group), else over every rank (FSDP2's default)
+    mesh = {"mesh": DeviceMesh.from_group(group, device.type)} if group is not None else {}
     for layer in decoder_layers(forward):
-        fully_shard(layer, mp_policy=policy)
-    sharded = fully_shard(forward, mp_policy=policy)
+        fully_shard(layer, mp_policy=policy, **mesh)
+    sharded = fully_shard(forward, mp_policy=policy, **mesh)
     with torch.no_grad():  # FSDP2 sets its state up at the root's first forward: before a rollout calls a layer alone
         sharded(lambda: None)
     sharded.reshard()  # the root keeps its weights whole after a forward; the optimizer must see the shards
