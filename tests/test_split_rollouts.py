@@ -107,3 +107,18 @@ def test_a_split_without_a_learner_is_refused_by_key(monkeypatch):
         init_distributed(DistributedConfig(rollout_ranks=2), "cpu")
     with pytest.raises(ValueError, match="distributed.rollout_ranks: must be >= 0"):
         DistributedConfig(rollout_ranks=-1).validate()
+
+
+def test_a_rollout_rank_keeps_no_reference_and_writes_nothing(tiny_model_dir, tmp_path, monkeypatch):
+    """A rollout rank's trainer (as torchrun's last rank sets it up) samples with the policy and keeps no KL reference,
+    which only the learners use, and opens no run directory."""
+    from algos.algorithms.grpo import GRPOTrainer
+    from algos.run import loop
+    from algos.run.rollout_pipeline import RolloutServer
+    from algos.system.distributed import World
+
+    monkeypatch.setattr(loop, "init_distributed", lambda *args: World(0, 1, rollout_rank=0))
+    settings = overrides(tiny_model_dir, tmp_path / "run", **{"grpo.beta": "0.04", "distributed.rollout_ranks": "1"})
+    trainer = GRPOTrainer(load_config(GRPOConfig, overrides=settings))
+    assert trainer.ref_model is None and isinstance(trainer.rollouts, RolloutServer)
+    assert not (tmp_path / "run").exists()

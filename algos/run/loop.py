@@ -114,7 +114,9 @@ def setup_run(
     checkpoint = run_on_main(open_on_main) if world.rollout_rank is None else None
     # From the initial weights, before any checkpoint is loaded: the KL anchor does not follow training. A warm-started
     # run's is the warm-started policy: set after the warm start (warm_start.save_warm_started), read back on a resume.
-    # Under LoRA the reference is the policy itself with its adapter disabled: no second copy of the weights.
+    # Under LoRA the reference is the policy itself with its adapter disabled: no second copy of the weights. A rollout
+    # rank (split mode) only samples and scores, the learners compute every KL: it keeps none.
+    keep_reference = keep_reference and world.rollout_rank is None
     ref_model = (model if has_lora(model) else copy.deepcopy(model).eval().requires_grad_(False)) if keep_reference else None
     if ref_model is not None and ref_model is not model and machine["compiled_layers"]:
         compile_decoder_layers(ref_model)

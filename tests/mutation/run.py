@@ -73,6 +73,7 @@ MODULES: dict[str, list[str]] = {
                           *RESUME, "tests/test_alarms.py", "tests/test_warm_start.py", "tests/test_recipes.py",
                           "tests/test_run_dir.py"],
     "algos/run/alarms.py": ["tests/test_alarms.py"],
+    "algos/run/resolve.py": ["tests/test_run_resolve.py", "tests/test_grpo_loop.py", "tests/test_run_dir.py"],
     "algos/run/rollout_pipeline.py": ["tests/test_rollout_pipeline.py", "tests/test_dpo.py"],
     "algos/model/attention.py": ["tests/test_grpo_machinery.py", "tests/test_rollout.py"],
     "algos/model/compiled.py": ["tests/test_grpo_machinery.py", "tests/test_hardware.py"],
