@@ -2,7 +2,10 @@
 ranks hold identical weights, and optionally making one rank's loss non-finite at one step.
 
     torchrun --standalone --nproc_per_node=2 tests/distributed_worker.py ALGO [--nan-on-rank R --nan-at-step S] \
-        [--section.key value ...]
+        [--section.key value ...] [--then ALGO ...]
+
+Each `--then` starts another run, trained after the one before it in the same processes: one launch (and one set of
+imports) for many runs.
 
 Every rank's weights after step s are summarised as the float64 sums of |w|, of w * (index + 1) and of
 |w| * (index + 1) (the scale of the second, whose terms cancel) over each tensor (the whole tensor: under FSDP2 each
@@ -16,6 +19,7 @@ import json
 import math
 import os
 import signal
+import sys
 from pathlib import Path
 
 import torch
@@ -40,6 +44,21 @@ def weights_summary(modules: torch.nn.Module) -> dict[str, list[float]]:
 
 
 def main() -> None:
+    argv = sys.argv[1:]
+    runs = [[]]
+    for arg in argv:
+        if arg == "--then":
+            runs.append([])
+        else:
+            runs[-1].append(arg)
+    try:
+        for run in runs:
+            train(run)
+    finally:
+        leave()
+
+
+def train(argv: list[str]) -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("algo", choices=sorted(TRAINERS))
     parser.add_argument("--nan-on-rank", type=int)
@@ -47,7 +66,7 @@ def main() -> None:
     parser.add_argument("--kill-rank", type=int)  # SIGKILL this rank inside the update of --kill-at-step
     parser.add_argument("--kill-at-step", type=int)
     parser.add_argument("--resume", action="store_true")
-    args, rest = parser.parse_known_args()
+    args, rest = parser.parse_known_args(argv)
     trainer_type, config_type, preset = TRAINERS[args.algo]
     config = load_config(config_type, overrides=parse_overrides(rest), preset=preset)
     trainer = trainer_type(config, resume=args.resume)
@@ -90,10 +109,7 @@ def main() -> None:
             return update(*a, **k)
 
         trainer.update = killed_update
-    try:
-        trainer.train()
-    finally:
-        leave()
+    trainer.train()
 
 
 if __name__ == "__main__":

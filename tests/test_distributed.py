@@ -126,19 +126,36 @@ def run_worker(algo: str, output_dir: Path, model, ranks: int, *extra: str, **se
     return [json.loads(line) for line in (output_dir / "weights.jsonl").read_text().splitlines()]
 
 
+def run_workers(runs: list[tuple[str, Path, dict]], model, ranks: int) -> dict[Path, list[dict]]:
+    """Several (algo, output_dir, settings) runs, one after the other in one launch (the worker's --then: one set of
+    imports and one process group for all): {output_dir: its weights.jsonl records}."""
+    args: list[str] = []
+    for algo, output_dir, settings in runs:
+        args += [*(["--then"] if args else []), algo,
+                 *overrides(model, output_dir, **{**ALGORITHM_SETTINGS[algo], **settings})]
+    launch([str(WORKER), *args], ranks, timeout=RUN_TIMEOUT_S * len(runs))
+    return {output_dir: [json.loads(line) for line in (output_dir / "weights.jsonl").read_text().splitlines()]
+            for _, output_dir, _ in runs}
+
+
+LORA = {"lora.r": "4", "lora.alpha": "8", "optim.lr": "1e-2", "grpo.beta": "0.04"}
+# The runs trained on one process and on 2 ranks under each strategy: name -> (algo, settings)
+COMPARED = {"grpo": ("grpo", {}), "dapo": ("dapo", {}), "ppo": ("ppo", {}), "grpo-lora": ("grpo", LORA)}
+
+
 @pytest.fixture(scope="module")
-def one_process(sft_model, tmp_path_factory):
-    """run_worker's one-process run of (algo, settings), run once per module: the reference both strategies meet."""
-    runs: dict[tuple, tuple[list[dict], Path]] = {}
-
-    def reference(algo: str, **settings) -> tuple[list[dict], Path]:
-        key = (algo, *sorted(settings.items()))
-        if key not in runs:
-            output_dir = tmp_path_factory.mktemp(f"one-{algo}")
-            runs[key] = run_worker(algo, output_dir, sft_model, 1, **settings), output_dir
-        return runs[key]
-
-    return reference
+def compared_runs(sft_model, tmp_path_factory):
+    """Every COMPARED run on one process (one launch) and on 2 ranks under DDP and FSDP2 (one torchrun launch):
+    {(name, "one" | strategy): (weights records, output dir)}."""
+    root = tmp_path_factory.mktemp("compared")
+    planned = {(name, where): (algo, root / f"{name}-{where}",
+                               settings if where == "one" else {**settings, "distributed.strategy": where})
+               for name, (algo, settings) in COMPARED.items() for where in ("one", "ddp", "fsdp2")}
+    records = {}
+    for ranks, places in ((1, ("one",)), (2, ("ddp", "fsdp2"))):
+        runs = [run for (_, where), run in planned.items() if where in places]
+        records.update(run_workers(runs, sft_model, ranks))
+    return {key: (records[output_dir], output_dir) for key, (_, output_dir, _) in planned.items()}
 
 
 def largest_difference(a: dict, b: dict) -> float:
@@ -154,38 +171,35 @@ def moved(records: list[dict]) -> float:
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
 @pytest.mark.parametrize("algo", ["grpo", "dapo", "ppo"])
-def test_two_ranks_train_the_weights_one_process_trains(algo, strategy, sft_model, one_process, tmp_path):
-    one, one_dir = one_process(algo)
-    two = run_worker(algo, tmp_path / "two", sft_model, 2, **{"distributed.strategy": strategy})
+def test_two_ranks_train_the_weights_one_process_trains(algo, strategy, compared_runs):
+    (one, one_dir), (two, two_dir) = compared_runs[algo, "one"], compared_runs[algo, strategy]
     assert [r["step"] for r in two] == [1, 2, 3] and not any(r["skipped"] for r in one + two)
     differences = [largest_difference(a["weights"], b["weights"]) for a, b in zip(one, two)]
     print(f"{algo} {strategy}: 1 vs 2 ranks, largest relative difference per step {differences}; moved {moved(one):.3g}")
     assert max(differences) < TOLERANCE
     assert moved(one) > max(1e-3, 100 * max(differences))  # the comparison is not between untrained copies
-    metrics = [json.loads(line) for line in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    metrics = [json.loads(line) for line in (two_dir / "metrics.jsonl").read_text().splitlines()]
     assert metrics[0]["world_size"] == 2 and metrics[0]["distributed_strategy"] == strategy
-    saved = load_config_file(tmp_path / "two" / "config.yaml")
+    saved = load_config_file(two_dir / "config.yaml")
     assert saved["distributed"]["world_size"] == 2 and saved["distributed"]["strategy"] == strategy
     # rank 0's transformers export holds the trained weights whole
-    export = load_file(latest_checkpoint(tmp_path / "two") / "model" / "model.safetensors")
+    export = load_file(latest_checkpoint(two_dir) / "model" / "model.safetensors")
     reference = load_file(latest_checkpoint(one_dir) / "model" / "model.safetensors")
     assert export.keys() == reference.keys()
     assert max((export[k] - reference[k]).abs().max().item() for k in export) < TOLERANCE
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
-def test_two_ranks_train_the_lora_adapter_one_process_trains(strategy, sft_model, one_process, tmp_path):
+def test_two_ranks_train_the_lora_adapter_one_process_trains(strategy, compared_runs):
     """LoRA under DDP and FSDP2: only the adapters have gradients to reduce, and 2 ranks end where one process does,
     the KL reference (the adapter disabled) included; rank 0 exports the adapter whole."""
-    lora = {"lora.r": "4", "lora.alpha": "8", "optim.lr": "1e-2", "grpo.beta": "0.04"}
-    one, one_dir = one_process("grpo", **lora)
-    two = run_worker("grpo", tmp_path / "two", sft_model, 2, **{"distributed.strategy": strategy, **lora})
+    (one, one_dir), (two, two_dir) = compared_runs["grpo-lora", "one"], compared_runs["grpo-lora", strategy]
     differences = [largest_difference(a["weights"], b["weights"]) for a, b in zip(one, two)]
     print(f"grpo lora {strategy}: 1 vs 2 ranks, largest relative difference per step {differences}; moved {moved(one):.3g}")
     assert [r["step"] for r in two] == [1, 2, 3] and max(differences) < TOLERANCE
     assert moved(one) > max(1e-3, 100 * max(differences))
     export, reference = (load_file(latest_checkpoint(run) / "model" / "adapter_model.safetensors")
-                         for run in (tmp_path / "two", one_dir))
+                         for run in (two_dir, one_dir))
     assert export.keys() == reference.keys() and all("lora_" in k for k in export)
     assert max((export[k] - reference[k]).abs().max().item() for k in export) < TOLERANCE
 
@@ -199,11 +213,11 @@ def test_a_non_finite_loss_on_one_rank_skips_the_step_on_every_rank(sft_model, t
 
 
 @pytest.mark.parametrize("first, then", [(2, 1), (1, 2)])
-def test_a_checkpoint_resumes_on_another_number_of_ranks(first, then, sft_model, one_process, tmp_path):
+def test_a_checkpoint_resumes_on_another_number_of_ranks(first, then, sft_model, compared_runs, tmp_path):
     """Steps 1-2 on ``first`` ranks, step 3 resumed on ``then`` through the `rlvr` command: the weights of the
     uninterrupted one-process run. Under FSDP2 the checkpoint is sharded; it loads whole into one process."""
     settings = {**ALGORITHM_SETTINGS["grpo"], "distributed.strategy": "fsdp2"}
-    whole_dir = one_process("grpo")[1]
+    whole_dir = compared_runs["grpo", "one"][1]
     run_worker("grpo", tmp_path / "cut", sft_model, first, **settings, **{"run.steps": "2"})
     launch([RLVR, "train", "--algo", "grpo", "--resume", *overrides(sft_model, tmp_path / "cut", **settings)], then)
     assert [p.name for p in list_checkpoints(tmp_path / "cut")] == ["checkpoint-1", "checkpoint-2", "checkpoint-3"]
