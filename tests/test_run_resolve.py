@@ -4,6 +4,9 @@ as it was, the trainer and config.yaml hold the copy, and the copy comes from th
 from __future__ import annotations
 
 import copy
+import dataclasses
+import shutil
+import warnings
 
 import pytest
 import torch
@@ -11,8 +14,11 @@ import torch
 from algos.algorithms.grpo import GRPOConfig, GRPOTrainer
 from algos.config import load_config, load_file, to_dict
 from algos.model import loading
+from algos.rollout import ROLLOUT_ENGINES
 from algos.run import loop
+from algos.run import resolve as resolve_module
 from algos.run.resolve import resolve_run_config
+from algos.system import hardware
 from algos.system.distributed import init_distributed
 from rlvr_env.testing import saved_tiny_model
 
@@ -82,3 +88,55 @@ def test_a_peft_adapter_directory_resolves_from_its_base_models_config(tiny_mode
     get_peft_model(model, LoraConfig(r=2, target_modules="all-linear")).save_pretrained(tmp_path / "adapter")
     assert not (tmp_path / "adapter" / "config.json").exists()  # an adapter only: its base named in adapter_config.json
     assert loading.load_model_config(tmp_path / "adapter").to_dict() == loading.load_model_config(tiny_model_dir).to_dict()
+
+
+def resolve(config):
+    config.validate()
+    return resolve_run_config(config, init_distributed(config.distributed, config.model.device))
+
+
+def test_a_run_directory_as_model_path_resolves_to_its_latest_models_directory_and_says_so(tiny_model_dir, tmp_path):
+    run_dir = tmp_path / "earlier"
+    shutil.copytree(tiny_model_dir, run_dir / "checkpoint-3" / "model")
+    with pytest.warns(UserWarning, match=f"model.path {run_dir} resolves to {run_dir / 'checkpoint-3' / 'model'}"):
+        run = resolve(auto_config(run_dir, tmp_path / "run"))
+    assert run.config.model.path == str(run_dir / "checkpoint-3" / "model")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a model directory itself, or the embedded model's alias: kept, said nothing
+        assert resolve(auto_config(tiny_model_dir, tmp_path / "run")).config.model.path == str(tiny_model_dir)
+
+
+def test_auto_picks_the_engine_from_the_models_config_and_an_explicit_engine_is_kept(tiny_model_dir, tmp_path,
+                                                                                         monkeypatch):
+    seen = []
+
+    def engine_for_model(config, model_config):
+        seen.append(model_config.hidden_size)
+        config.rollout.backend = "hf"
+        return "hf"
+
+    monkeypatch.setattr(resolve_module, "resolve_rollout_backend", lambda config, device: "static")  # as on a GPU
+    monkeypatch.setattr(resolve_module, "engine_for_model", engine_for_model)
+    assert resolve(auto_config(tiny_model_dir, tmp_path / "run")).config.rollout.backend == "hf"
+    assert seen == [32]  # the model's own config: hidden size 32
+    resolve(auto_config(tiny_model_dir, tmp_path / "run", **{"rollout.backend": "static"}))
+    assert seen == [32]  # an engine the config names is not second-guessed
+
+
+def test_a_missing_engine_is_refused_unless_the_caller_brings_its_backend(tiny_model_dir, tmp_path, monkeypatch):
+    missing = dataclasses.replace(ROLLOUT_ENGINES["vllm"], requires="a_module_that_is_not_installed")
+    monkeypatch.setitem(ROLLOUT_ENGINES, "vllm", missing)
+    config = auto_config(tiny_model_dir, tmp_path / "run", **{"rollout.backend": "vllm"})
+    with pytest.raises(ValueError, match="config rollout.backend = 'vllm' needs a_module_that_is_not_installed"):
+        resolve(config)
+    world = init_distributed(config.distributed, config.model.device)
+    assert resolve_run_config(config, world, custom_backend=True).config.rollout.backend == "vllm"
+
+
+def test_the_precision_is_measured_on_the_models_shapes_and_compiled_layers_are_recorded(tiny_model_dir, tmp_path,
+                                                                                             monkeypatch):
+    probed = []
+    monkeypatch.setattr(hardware, "cpu_half_speed", lambda dtype, model_config: probed.append(model_config) or (1.0, "x"))
+    run = resolve(auto_config(tiny_model_dir, tmp_path / "run", **{"model.compile_layers": "on"}))
+    assert [config.hidden_size for config in probed] == [32]
+    assert run.config.model.compile_layers == "on" and run.machine["compiled_layers"] is True
