@@ -16,6 +16,7 @@ from algos.algorithms.ppo import PPOConfig, PPOTrainer
 from algos.config import load_config
 from algos.rollout import ROLLOUT_ENGINES, RolloutEngine
 from algos.rollout.hf import HFRollout
+from algos.run import loop
 from algos.run.reporting import read_metrics
 from algos.run.rollout_pipeline import DrawnBatch, drawing_version, kept_in_flight, row_shares
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
@@ -188,7 +189,7 @@ def test_a_resume_under_another_staleness_drops_the_batches_in_flight_and_counts
     assert resumed[3]["async/staleness"] == 0 and resumed[4]["async/staleness"] == 1  # drawn from checkpoint-2 on
 
 
-def test_bad_staleness_settings_are_refused_by_key(tiny_model_dir, tmp_path):
+def test_bad_staleness_settings_are_refused_by_key(tiny_model_dir, tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"rollout.max_staleness.* must be >= 0"):
         load_config(GRPOConfig, overrides={"rollout.max_staleness": "-1"}).validate()
     with pytest.raises(ValueError, match=r"rollout.max_staleness.*offline DPO samples none"):
@@ -197,9 +198,12 @@ def test_bad_staleness_settings_are_refused_by_key(tiny_model_dir, tmp_path):
     try:
         config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{
             "rollout.max_staleness": "1", "rollout.backend": "no-overlap"}))
-        with pytest.raises(ValueError, match=r"rollout.max_staleness.*'no-overlap' cannot: use 'hf', 'static'"):
+        with pytest.raises(ValueError, match=r"rollout.max_staleness.*'no-overlap' cannot: use 'hf', 'static', split mode"):
             GRPOTrainer(config)
         assert not tmp_path.exists() or not any(tmp_path.iterdir())  # refused before the run directory is made
+        with monkeypatch.context() as split:  # split mode: the engine samples in a rollout rank's own process
+            split.setattr(loop, "split_mode", lambda: True)
+            loop.check_overlap(config, 1, custom_backend=False)
     finally:
         del ROLLOUT_ENGINES["no-overlap"]
 

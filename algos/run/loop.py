@@ -42,7 +42,7 @@ from algos.run.evaluation import (
 from algos.run.reporting import MetricsLogger, SilentLogger
 from algos.run.resolve import resolve_run_config
 from algos.run.setup import RunSetup
-from algos.system.distributed import init_distributed, run_on_main, whole_weights
+from algos.system.distributed import init_distributed, run_on_main, split_mode, whole_weights
 from algos.system.paths import latest_checkpoint
 from algos.system.runtime import DTYPES, grad_scaler, mixed_precision, seed_everything
 from rlvr_env.curriculum import StepSchedule
@@ -134,15 +134,16 @@ def setup_run(
 
 
 def check_overlap(config: Any, world_size: int, *, custom_backend: bool) -> None:
-    """rollout.max_staleness >= 1 needs an engine that samples beside training (RolloutEngine.samples_while_training;
-    a backend passed in is taken to) and, for now, one process: the actor's collectives would interleave with the
-    learner's."""
+    """rollout.max_staleness >= 1 in one process needs an engine that samples beside training
+    (RolloutEngine.samples_while_training; a backend passed in is taken to; in split mode any engine samples, in its own
+    process) and, for now, one process: the actor's collectives would interleave with the learner's."""
     staleness, engine = config.rollout.max_staleness, config.rollout.backend
     if not staleness:
         return
-    require(custom_backend or ROLLOUT_ENGINES[engine].samples_while_training, "rollout.max_staleness",
+    require(custom_backend or split_mode() or ROLLOUT_ENGINES[engine].samples_while_training, "rollout.max_staleness",
             f"= {staleness} samples on a thread beside training, which rollout.backend = {engine!r} cannot: use "
-            f"{', '.join(repr(name) for name, e in ROLLOUT_ENGINES.items() if e.samples_while_training)}, or set it to 0")
+            f"{', '.join(repr(name) for name, e in ROLLOUT_ENGINES.items() if e.samples_while_training)}, split mode "
+            f"(torchrun with distributed.rollout_ranks, where every engine samples in a process of its own), or set it to 0")
     require(world_size == 1 or config.distributed.rollout_ranks, "rollout.max_staleness",
             f"= {staleness} overlaps in one process, or in split mode (distributed.rollout_ranks), and torchrun "
             f"started {world_size} processes that each sample and learn: set distributed.rollout_ranks, or this to 0")
