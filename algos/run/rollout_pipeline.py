@@ -122,22 +122,12 @@ def _row_count(value: Any) -> int:
 
 def _map_rows(value: Any, rows: slice, count: int) -> Any:
     """``value`` with its tensors and lists (each of ``count`` rows) cut to ``rows``."""
-    if isinstance(value, torch.Tensor):
-        return value[rows]
-    if isinstance(value, list):
-        if len(value) != count:
-            raise ValueError(f"a batch's list of {len(value)} items is not one per row ({count} rows)")
-        return value[rows]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        copied = copy.copy(value)
-        for item in dataclasses.fields(value):
-            object.__setattr__(copied, item.name, _map_rows(getattr(value, item.name), rows, count))
-        return copied
-    if isinstance(value, dict):
-        return {key: _map_rows(item, rows, count) for key, item in value.items()}
-    if isinstance(value, tuple):
-        return tuple(_map_rows(item, rows, count) for item in value)
-    return value
+    def cut(item: Any) -> Any:
+        if isinstance(item, list) and len(item) != count:
+            raise ValueError(f"a batch's list of {len(item)} items is not one per row ({count} rows)")
+        return item[rows] if isinstance(item, (torch.Tensor, list)) else _LOOK_INSIDE
+
+    return _rebuilt(value, cut)
 
 
 def async_metrics(step: int, drawn: DrawnBatch, dropped: int, learner_wait: float, engine_wait: float) -> dict:
@@ -302,22 +292,38 @@ class BackgroundRollouts:
             yield
 
 
-def _map_tensors(value: Any, function: Callable[[torch.Tensor], Any]) -> Any:
-    """``value`` (a dataclass, mapping, list or tuple of them, nested) with ``function`` applied to every tensor
-    (a result of None keeps the tensor)."""
-    if isinstance(value, torch.Tensor):
-        mapped = function(value)
-        return value if mapped is None else mapped
+_LOOK_INSIDE = object()  # what _rebuilt's ``leaf`` answers for a value it leaves to be looked into
+
+
+def _rebuilt(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``value`` rebuilt through ``leaf``, asked first of it and then of every item found by looking into dataclasses,
+    mappings, lists and tuples (nested): its answer replaces the value, or _LOOK_INSIDE looks into it (any other value
+    is kept)."""
+    mapped = leaf(value)
+    if mapped is not _LOOK_INSIDE:
+        return mapped
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         copied = copy.copy(value)
         for item in dataclasses.fields(value):
-            object.__setattr__(copied, item.name, _map_tensors(getattr(value, item.name), function))
+            object.__setattr__(copied, item.name, _rebuilt(getattr(value, item.name), leaf))
         return copied
     if isinstance(value, dict):
-        return {key: _map_tensors(item, function) for key, item in value.items()}
+        return {key: _rebuilt(item, leaf) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_map_tensors(item, function) for item in value)
+        return type(value)(_rebuilt(item, leaf) for item in value)
     return value
+
+
+def _map_tensors(value: Any, function: Callable[[torch.Tensor], Any]) -> Any:
+    """``value`` (a dataclass, mapping, list or tuple of them, nested) with ``function`` applied to every tensor
+    (a result of None keeps the tensor)."""
+    def apply(item: Any) -> Any:
+        if not isinstance(item, torch.Tensor):
+            return _LOOK_INSIDE
+        mapped = function(item)
+        return item if mapped is None else mapped
+
+    return _rebuilt(value, apply)
 
 
 def _sendable_copies(weights: list[torch.Tensor]) -> list[torch.Tensor]:
