@@ -205,11 +205,24 @@ def test_a_section_given_in_part_keeps_its_algorithms_defaults_for_the_rest(tmp_
     assert load_config(GRPOConfig, overrides={"loss.entropy_coef": "0.01"}).loss.aggregation == "seq-mean-token-mean"
 
 
-def test_a_moved_key_is_read_under_its_old_name_from_flags_files_and_old_checkpoints(tmp_path):
+def checkpoint_written_before_a_move(tmp_path, config, move_back):
+    """tmp_path/checkpoint-2 whose config.yaml is ``config`` as a release before some keys moved wrote it: saved, then
+    ``move_back`` (given the saved sections, changed in place) puts the moved keys back where that release kept them."""
     import yaml
 
-    from algos.algorithms.ppo import PPOConfig
     from algos.run.checkpoint import CONFIG_FILE
+
+    checkpoint = tmp_path / "checkpoint-2"
+    checkpoint.mkdir()
+    save_config(config, checkpoint / CONFIG_FILE)
+    saved = yaml.safe_load((checkpoint / CONFIG_FILE).read_text())
+    move_back(saved)
+    (checkpoint / CONFIG_FILE).write_text(yaml.safe_dump(saved))
+    return checkpoint
+
+
+def test_a_moved_key_is_read_under_its_old_name_from_flags_files_and_old_checkpoints(tmp_path):
+    from algos.algorithms.ppo import PPOConfig
     from algos.run.directory import check_resumable
 
     with pytest.warns(FutureWarning, match="grpo.max_episode_tokens is now rollout.max_episode_tokens"):
@@ -223,12 +236,8 @@ def test_a_moved_key_is_read_under_its_old_name_from_flags_files_and_old_checkpo
         load_config(PPOConfig, tmp_path / "both.yaml")
     # a checkpoint written before the key moved: its config.yaml says grpo.max_episode_tokens
     config = load_config(GRPOConfig, overrides={"rollout.max_episode_tokens": "70", "run.steps": "4"})
-    checkpoint = tmp_path / "checkpoint-2"
-    checkpoint.mkdir()
-    save_config(config, checkpoint / CONFIG_FILE)
-    saved = yaml.safe_load((checkpoint / CONFIG_FILE).read_text())
-    saved["grpo"]["max_episode_tokens"] = saved["rollout"].pop("max_episode_tokens")
-    (checkpoint / CONFIG_FILE).write_text(yaml.safe_dump(saved))
+    checkpoint = checkpoint_written_before_a_move(
+        tmp_path, config, lambda saved: saved["grpo"].update(max_episode_tokens=saved["rollout"].pop("max_episode_tokens")))
     with pytest.warns(FutureWarning):
         check_resumable(config, checkpoint)
     with pytest.warns(FutureWarning), pytest.raises(ValueError, match="rollout.max_episode_tokens: 70 -> 80"):
@@ -238,9 +247,6 @@ def test_a_moved_key_is_read_under_its_old_name_from_flags_files_and_old_checkpo
 def test_the_engines_keys_are_read_under_their_old_rollout_names(tmp_path):
     """rollout.decode_graph and rollout.vllm_* moved into their engines' sections ([static], [vllm]); flags, files and
     a checkpoint's config.yaml written before still say the old names."""
-    import yaml
-
-    from algos.run.checkpoint import CONFIG_FILE
     from algos.run.directory import check_resumable
 
     with pytest.warns(FutureWarning) as caught:
@@ -255,13 +261,11 @@ def test_the_engines_keys_are_read_under_their_old_rollout_names(tmp_path):
     assert len(caught) == 2 and "rollout.vllm_engine_kwargs is now vllm.engine_kwargs" in str(caught[1].message)
     assert (vllm.gpu_memory_utilization, vllm.engine_kwargs) == (0.5, {"enforce_eager": True})
     # a checkpoint written before the keys moved resumes, and a changed vllm dtype is still named
-    checkpoint = tmp_path / "checkpoint-2"
-    checkpoint.mkdir()
-    save_config(config, checkpoint / CONFIG_FILE)
-    saved = yaml.safe_load((checkpoint / CONFIG_FILE).read_text())
-    saved["rollout"]["decode_graph"] = saved.pop("static")["decode_graph"]
-    saved["rollout"].update({f"vllm_{name}": value for name, value in saved.pop("vllm").items()})
-    (checkpoint / CONFIG_FILE).write_text(yaml.safe_dump(saved))
+    def move_back(saved):
+        saved["rollout"]["decode_graph"] = saved.pop("static")["decode_graph"]
+        saved["rollout"].update({f"vllm_{name}": value for name, value in saved.pop("vllm").items()})
+
+    checkpoint = checkpoint_written_before_a_move(tmp_path, config, move_back)
     with pytest.warns(FutureWarning):
         check_resumable(config, checkpoint)
     with pytest.warns(FutureWarning), pytest.raises(ValueError, match="vllm.dtype: 'float16' -> 'bfloat16'"):
@@ -273,11 +277,8 @@ def test_the_sampling_twins_are_one_rollout_key_read_under_every_old_name(tmp_pa
     """grpo.prompts_per_step / grpo.group_size and ppo.prompts_per_step / ppo.samples_per_prompt were twins; they are
     rollout.prompts_per_step and rollout.group_size for every algorithm, each algorithm keeping its defaults, and an
     old checkpoint's config.yaml resumes."""
-    import yaml
-
     from algos.algorithms.dpo import DPOConfig
     from algos.algorithms.ppo import PPOConfig
-    from algos.run.checkpoint import CONFIG_FILE
     from algos.run.directory import check_resumable
 
     assert (GRPOConfig().rollout.prompts_per_step, GRPOConfig().rollout.group_size) == (8, 8)
@@ -294,13 +295,11 @@ def test_the_sampling_twins_are_one_rollout_key_read_under_every_old_name(tmp_pa
     assert len(caught) == 2 and "grpo.group_size is now rollout.group_size" in "; ".join(str(w.message) for w in caught)
     assert (grpo.rollout.prompts_per_step, grpo.rollout.group_size) == (4, 2)
     # a checkpoint written before the keys moved resumes, and a changed group size is still named
-    checkpoint = tmp_path / "checkpoint-2"
-    checkpoint.mkdir()
-    save_config(grpo, checkpoint / CONFIG_FILE)
-    saved = yaml.safe_load((checkpoint / CONFIG_FILE).read_text())
-    for name in ("prompts_per_step", "group_size"):
-        saved["grpo"][name] = saved["rollout"].pop(name)
-    (checkpoint / CONFIG_FILE).write_text(yaml.safe_dump(saved))
+    def move_back(saved):
+        for name in ("prompts_per_step", "group_size"):
+            saved["grpo"][name] = saved["rollout"].pop(name)
+
+    checkpoint = checkpoint_written_before_a_move(tmp_path, grpo, move_back)
     with pytest.warns(FutureWarning):
         check_resumable(grpo, checkpoint)
     with pytest.warns(FutureWarning), pytest.raises(ValueError, match="rollout.group_size: 2 -> 3"):

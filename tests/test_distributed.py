@@ -120,10 +120,19 @@ def launch(command: list[str], ranks: int, timeout: float = RUN_TIMEOUT_S) -> su
     return done
 
 
-def run_worker(algo: str, output_dir: Path, model, ranks: int, *extra: str, **settings) -> list[dict]:
-    args = overrides(model, output_dir, **{**ALGORITHM_SETTINGS[algo], **settings})
-    launch([str(WORKER), algo, *extra, *args], ranks)
+def worker_args(algo: str, output_dir: Path, model, *extra: str, **settings) -> list[str]:
+    """The worker's arguments for one run of ``algo`` (its ALGORITHM_SETTINGS, then ``settings``)."""
+    return [algo, *extra, *overrides(model, output_dir, **{**ALGORITHM_SETTINGS[algo], **settings})]
+
+
+def weight_records(output_dir: Path) -> list[dict]:
+    """The worker's weights.jsonl of a run: a record per step."""
     return [json.loads(line) for line in (output_dir / "weights.jsonl").read_text().splitlines()]
+
+
+def run_worker(algo: str, output_dir: Path, model, ranks: int, *extra: str, **settings) -> list[dict]:
+    launch([str(WORKER), *worker_args(algo, output_dir, model, *extra, **settings)], ranks)
+    return weight_records(output_dir)
 
 
 def run_workers(runs: list[tuple[str, Path, dict]], model, ranks: int) -> dict[Path, list[dict]]:
@@ -131,11 +140,9 @@ def run_workers(runs: list[tuple[str, Path, dict]], model, ranks: int) -> dict[P
     imports and one process group for all): {output_dir: its weights.jsonl records}."""
     args: list[str] = []
     for algo, output_dir, settings in runs:
-        args += [*(["--then"] if args else []), algo,
-                 *overrides(model, output_dir, **{**ALGORITHM_SETTINGS[algo], **settings})]
+        args += [*(["--then"] if args else []), *worker_args(algo, output_dir, model, **settings)]
     launch([str(WORKER), *args], ranks, timeout=RUN_TIMEOUT_S * len(runs))
-    return {output_dir: [json.loads(line) for line in (output_dir / "weights.jsonl").read_text().splitlines()]
-            for _, output_dir, _ in runs}
+    return {output_dir: weight_records(output_dir) for _, output_dir, _ in runs}
 
 
 LORA = {"lora.r": "4", "lora.alpha": "8", "optim.lr": "1e-2", "grpo.beta": "0.04"}
@@ -247,12 +254,11 @@ def test_one_rank_killed_mid_step_loses_nothing_past_the_last_checkpoint(sft_mod
     """SIGKILL of rank 1 inside step 3's update: torchrun stops the run; resumed from checkpoint-2, it ends where
     an uninterrupted run does."""
     uninterrupted = run_worker("grpo", tmp_path / "whole", sft_model, 2, **{"run.steps": "4"})
-    args = overrides(sft_model, tmp_path / "cut", **ALGORITHM_SETTINGS["grpo"], **{"run.steps": "4"})
-    killed = subprocess.run([*torchrun(2), str(WORKER), "grpo", "--kill-rank", "1", "--kill-at-step", "3", *args],
+    killed = subprocess.run([*torchrun(2), str(WORKER), *worker_args("grpo", tmp_path / "cut", sft_model, "--kill-rank",
+                                                                     "1", "--kill-at-step", "3", **{"run.steps": "4"})],
                             env=ENV, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
     assert killed.returncode != 0 and latest_checkpoint(tmp_path / "cut").name == "checkpoint-2"
-    launch([str(WORKER), "grpo", "--resume", *args], 2)
-    resumed = [json.loads(line) for line in (tmp_path / "cut" / "weights.jsonl").read_text().splitlines()]
+    resumed = run_worker("grpo", tmp_path / "cut", sft_model, 2, "--resume", **{"run.steps": "4"})
     assert [r["step"] for r in resumed] == [1, 2, 3, 4]  # the killed run's steps 1-2, then the resumed 3-4
     assert resumed[-1]["weights"] == uninterrupted[-1]["weights"]
 

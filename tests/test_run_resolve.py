@@ -39,6 +39,12 @@ def auto_config(model_path, output_dir, **extra):
         "model.compile_layers": "auto", **extra})
 
 
+def resolve(config, **options):
+    """resolve_run_config of ``config`` (validated) in this process's world."""
+    config.validate()
+    return resolve_run_config(config, init_distributed(config.distributed, config.model.device), **options)
+
+
 def test_the_config_given_stays_as_it_was_and_the_run_and_its_config_yaml_hold_the_resolved_copy(tiny_model_dir,
                                                                                                    tmp_path):
     config = auto_config(tiny_model_dir, tmp_path / "run")
@@ -57,9 +63,9 @@ def test_the_config_given_stays_as_it_was_and_the_run_and_its_config_yaml_hold_t
 
 def test_a_run_resolves_before_any_weights_load(tiny_model_dir, tmp_path, monkeypatch):
     events = []
-    resolve, load = loop.resolve_run_config, loop.load_policy
-    monkeypatch.setattr(loop, "resolve_run_config", lambda *a, **k: events.append("resolve") or resolve(*a, **k))
-    monkeypatch.setattr(loop, "load_policy", lambda *a, **k: events.append("load") or load(*a, **k))
+    resolving, loading = loop.resolve_run_config, loop.load_policy
+    monkeypatch.setattr(loop, "resolve_run_config", lambda *a, **k: events.append("resolve") or resolving(*a, **k))
+    monkeypatch.setattr(loop, "load_policy", lambda *a, **k: events.append("load") or loading(*a, **k))
     GRPOTrainer(auto_config(tiny_model_dir, tmp_path / "run"))
     assert events == ["resolve", "load"]
 
@@ -72,8 +78,7 @@ def test_the_resolution_reads_the_models_config_and_no_weights(tiny_model_dir, t
 
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_weights)
     config = auto_config(tiny_model_dir, tmp_path / "run")
-    config.validate()
-    run = resolve_run_config(config, init_distributed(config.distributed, config.model.device))
+    run = resolve(config)
     assert run.device == torch.device("cpu") and run.config.rollout.backend == "hf"
     assert run.machine["compiled_layers"] is False and "precision" in run.machine
     assert run.config.model.autocast == run.machine["precision"]["autocast"]
@@ -88,11 +93,6 @@ def test_a_peft_adapter_directory_resolves_from_its_base_models_config(tiny_mode
     get_peft_model(model, LoraConfig(r=2, target_modules="all-linear")).save_pretrained(tmp_path / "adapter")
     assert not (tmp_path / "adapter" / "config.json").exists()  # an adapter only: its base named in adapter_config.json
     assert loading.load_model_config(tmp_path / "adapter").to_dict() == loading.load_model_config(tiny_model_dir).to_dict()
-
-
-def resolve(config):
-    config.validate()
-    return resolve_run_config(config, init_distributed(config.distributed, config.model.device))
 
 
 def test_a_run_directory_as_model_path_resolves_to_its_latest_models_directory_and_says_so(tiny_model_dir, tmp_path):
@@ -129,8 +129,7 @@ def test_a_missing_engine_is_refused_unless_the_caller_brings_its_backend(tiny_m
     config = auto_config(tiny_model_dir, tmp_path / "run", **{"rollout.backend": "vllm"})
     with pytest.raises(ValueError, match="config rollout.backend = 'vllm' needs a_module_that_is_not_installed"):
         resolve(config)
-    world = init_distributed(config.distributed, config.model.device)
-    assert resolve_run_config(config, world, custom_backend=True).config.rollout.backend == "vllm"
+    assert resolve(config, custom_backend=True).config.rollout.backend == "vllm"
 
 
 def test_the_precision_is_measured_on_the_models_shapes_and_compiled_layers_are_recorded(tiny_model_dir, tmp_path,

@@ -43,6 +43,15 @@ def split_run(settings: dict[str, str], *extra: str, processes: int = 2) -> None
     assert done.returncode == 0, done.stderr[-4000:]
 
 
+def cut_and_resumed_weights(settings: dict[str, str], processes: int = 2) -> dict[str, torch.Tensor]:
+    """The split run of ``settings`` cut back to checkpoint-2 (which keeps batch 3 in flight), resumed: its final
+    weights."""
+    for step in (3, 4):
+        shutil.rmtree(Path(settings["run.output_dir"]) / f"checkpoint-{step}")
+    split_run(settings, "--resume", processes=processes)
+    return final_weights(Path(settings["run.output_dir"]))
+
+
 def without_times(run_dir: Path) -> list[dict]:
     drop = (*TIMES, "world_size", "distributed_strategy")
     return [{key: value for key, value in record.items() if key not in drop} for record in read_metrics(run_dir)]
@@ -60,10 +69,7 @@ def test_a_split_k1_run_ends_on_the_colocated_runs_weights_and_resumes_bitwise(t
     staleness = [record["async/staleness"] for record in read_metrics(tmp_path / "split") if "async/staleness" in record]
     assert staleness == [0, 1, 1, 1]
 
-    for step in (3, 4):
-        shutil.rmtree(tmp_path / "split" / f"checkpoint-{step}")
-    split_run(settings, "--resume")
-    assert all(torch.equal(want[key], value) for key, value in final_weights(tmp_path / "split").items())
+    assert all(torch.equal(want[key], value) for key, value in cut_and_resumed_weights(settings).items())
 
 
 def test_a_split_k0_run_ends_on_the_synchronous_runs_weights(tiny_model_dir, tmp_path):
@@ -93,10 +99,7 @@ def test_two_learners_train_on_their_shares_as_one_process_trains_and_resume_bit
     assert [record.keys() for record in split] == [record.keys() for record in one]
     assert all(abs(a[key] - b[key]) < 1e-5 for a, b in zip(split, one) for key in a if isinstance(a[key], float))
 
-    for step in (3, 4):
-        shutil.rmtree(tmp_path / "split" / f"checkpoint-{step}")
-    split_run(settings, "--resume", processes=3)
-    assert all(torch.equal(got[key], value) for key, value in final_weights(tmp_path / "split").items())
+    assert all(torch.equal(got[key], value) for key, value in cut_and_resumed_weights(settings, processes=3).items())
 
 
 def test_a_split_without_a_learner_is_refused_by_key(monkeypatch):
