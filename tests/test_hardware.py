@@ -359,5 +359,6 @@ def test_resolve_precision_measures_on_the_runs_model(monkeypatch):
                         or hardware.Precision(requested, None, "x"))
     config = load_config(GRPOConfig)
     model_config = object()
-    hardware.resolve_precision(config, CPU, model_config)
+    machine = hardware.resolve_precision(config, CPU, model_config)
     assert seen == [model_config] and config.model.autocast is None
+    assert machine["attention_kernels"] == "torch's choice"  # a CPU keeps torch's kernels; machine.json says so
