@@ -139,3 +139,21 @@ def test_the_precision_is_measured_on_the_models_shapes_and_compiled_layers_are_
     run = resolve(auto_config(tiny_model_dir, tmp_path / "run", **{"model.compile_layers": "on"}))
     assert [config.hidden_size for config in probed] == [32]
     assert run.config.model.compile_layers == "on" and run.machine["compiled_layers"] is True
+
+
+def test_evaluating_a_saved_model_resolves_a_copy_as_training_does_for_the_directory_it_loads(tiny_model_dir, tmp_path,
+                                                                                                monkeypatch):
+    from algos.run import evaluation
+
+    resolved = []
+    monkeypatch.setattr(evaluation, "resolve_run_config",
+                        lambda config, world: resolved.append(resolve_run_config(config, world)) or resolved[-1])
+    config = auto_config("default", tmp_path / "run")  # a model.path evaluation does not load
+    config.validate()
+    given = copy.deepcopy(to_dict(config))
+    accuracy = evaluation.evaluate_saved_model(config, tiny_model_dir)
+    assert 0.0 <= accuracy <= 1.0
+    assert to_dict(config) == given  # "auto" left for the next caller, not overwritten by this evaluation's picks
+    [run] = resolved
+    assert run.config.model.path == str(tiny_model_dir)  # the directory evaluated, resolved from its own config
+    assert run.config.rollout.backend == "hf" and run.config.model.autocast == run.machine["precision"]["autocast"]

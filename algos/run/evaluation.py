@@ -10,9 +10,9 @@ import torch
 
 from algos.model.loading import load_policy
 from algos.rollout import build_task, make_env, make_rollout_backend
-from algos.system.distributed import broadcast_from_main, current_world, device_for, init_distributed, sum_over_ranks
-from algos.system.hardware import resolve_precision
-from algos.system.runtime import DTYPES, mixed_precision, resolve_device
+from algos.run.resolve import resolve_run_config
+from algos.system.distributed import current_world, init_distributed, sum_over_ranks
+from algos.system.runtime import DTYPES, mixed_precision
 from rlvr_env.data import DatasetTask
 from rlvr_env.token_vector_env import draw_problem_indices
 
@@ -133,11 +133,13 @@ def evaluate(model, tokenizer, config, backend, device: torch.device, eval_set=N
 
 def evaluate_saved_model(config, path, eval_set=None) -> float:
     """Greedy held-out accuracy of a saved model directory, in the dtype and precision of config.model;
-    ``eval_set`` as in ``evaluate``."""
+    ``eval_set`` as in ``evaluate``. The config is resolved as a training run's is (resolve_run_config, with
+    model.path = ``path``): precision measured on that model's shapes, rollout.backend "auto" as training picks it;
+    ``config`` itself is left as it is."""
     world = init_distributed(config.distributed, config.model.device)
-    device = resolve_device(device_for(world, config.model.device))
-    model, tokenizer = load_policy(path, dtype=DTYPES[config.model.dtype], device=device)
-    resolve_precision(config, device, model.config)
-    config.model.autocast = broadcast_from_main(config.model.autocast)
-    with mixed_precision(config.model, device):
-        return evaluate(model, tokenizer, config, make_rollout_backend(config), device=device, eval_set=eval_set)
+    saved = dataclasses.replace(config, model=dataclasses.replace(config.model, path=str(path)))
+    run = resolve_run_config(saved, world)
+    model, tokenizer = load_policy(run.config.model.path, dtype=DTYPES[run.config.model.dtype], device=run.device)
+    with mixed_precision(run.config.model, run.device):
+        return evaluate(model, tokenizer, run.config, make_rollout_backend(run.config), device=run.device,
+                        eval_set=eval_set)
