@@ -17,8 +17,8 @@ from test_rollout_pipeline import TIMES, final_weights, overrides  # the colocat
 from algos.algorithms.grpo import GRPOConfig, train
 from algos.config import DistributedConfig, load_config
 from algos.run.reporting import read_metrics
-from algos.system.distributed import init_distributed
-from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+from algos.system.distributed import World, init_distributed
+from rlvr_env.testing import biased_addition_model, build_char_tokenizer, build_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 RLVR = str(Path(sys.executable).with_name("rlvr"))
@@ -33,10 +33,10 @@ def tiny_model_dir(tmp_path_factory):
     return path
 
 
-def split_run(settings: dict[str, str], *extra: str, processes: int = 2) -> None:
-    """`rlvr train --algo grpo` under torchrun: ``processes`` processes, the last of them a rollout rank."""
+def split_run(settings: dict[str, str], *extra: str, processes: int = 2, algo: str = "grpo") -> None:
+    """`rlvr train --algo ALGO` under torchrun: ``processes`` processes, the last of them a rollout rank."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}", "--no-python",
-               RLVR, "train", "--algo", "grpo", *[f"--{key}={value}" for key, value in settings.items()],
+               RLVR, "train", "--algo", algo, *[f"--{key}={value}" for key, value in settings.items()],
                "--distributed.rollout_ranks=1", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
@@ -102,6 +102,61 @@ def test_two_learners_train_on_their_shares_as_one_process_trains_and_resume_bit
     assert all(torch.equal(got[key], value) for key, value in cut_and_resumed_weights(settings, processes=3).items())
 
 
+@pytest.mark.parametrize("algo", ["ppo", "online_dpo"])
+def test_ppo_and_online_dpo_on_two_learners_train_as_one_process_trains(algo, tmp_path):
+    """PPO (its critic's values and GAE computed by each learner on its share at training time) and online DPO (a
+    learner's share is whole pairs, or none) in split mode: 2 learners (DDP) and 1 rollout rank at k = 1 end on the
+    one-process run's weights to float rounding. The model samples right and wrong sums, so PPO's rewards differ and
+    online DPO draws pairs."""
+    from algos.algorithms import dpo, ppo
+
+    model = biased_addition_model(tmp_path / "model", steps=60)
+    settings = {key: value for key, value in overrides(model, tmp_path / "split", **{
+        "rollout.max_staleness": "1", "rollout.prompts_per_step": "4", "rollout.group_size": "4"}).items()
+        if not key.startswith("grpo.")}
+    # Adam's first step is ~lr * sign(g): a gradient component that cancels to ~0 would turn the learners' float
+    # rounding into a whole step, which a larger eps keeps to rounding's size; and at lr 1e-2 PPO's 8 Adam steps per
+    # step amplify rounding ~10x a step (1e-7 after step 1, 1.5e-4 after step 4), so a tenth of it
+    settings.update({"optim.adam_eps": "1e-4", "optim.lr": "1e-3"})
+    if algo == "ppo":
+        settings["ppo.critic_warmup_steps"] = "0"
+    split_run(settings, processes=3, algo=algo)
+    one = {**settings, "run.output_dir": str(tmp_path / "one")}
+    if algo == "ppo":
+        ppo.train(load_config(ppo.PPOConfig, overrides=one))
+    else:
+        dpo.train(load_config(dpo.DPOConfig, overrides=one, preset=dpo.PRESETS["online"]))
+    want, got = final_weights(tmp_path / "one"), final_weights(tmp_path / "split")
+    assert max((want[key] - got[key]).abs().max().item() for key in want) < 1e-4  # test_distributed's 1 vs 2 ranks
+    start = load_file(model / "model.safetensors")
+    assert max((want[key] - start[key]).abs().max().item() for key in want) > 1e-3  # not untrained copies
+    split, one_process = without_times(tmp_path / "split"), without_times(tmp_path / "one")
+    assert [record.keys() for record in split] == [record.keys() for record in one_process]
+    # a clipped share counts tokens, and one on the clip's edge flips with rounding (PPO's value_clip_frac: 1 of 256)
+    assert all(abs(a[key] - b[key]) < 1e-4 for a, b in zip(split, one_process) for key in a
+               if isinstance(a[key], float) and not key.endswith("clip_frac"))
+    if algo == "online_dpo":  # a step of one pair: one learner had none and joined the other's update (DDP) all the same
+        assert 1 in [record["dpo/pairs"] for record in split if "dpo/pairs" in record]
+
+
+@pytest.mark.parametrize("world", [World(0, 2), World(0, 1, rollout_rank=0)], ids=["learner", "rollout-rank"])
+def test_prompts_that_do_not_share_among_the_learners_are_refused_on_every_rank(world, tiny_model_dir, tmp_path,
+                                                                               monkeypatch):
+    """3 prompts for split mode's 2 learners: a learner refuses by key, and a rollout rank (a world of its own) refuses
+    alike rather than waiting for learners that left."""
+    from algos.algorithms.grpo import GRPOTrainer
+    from algos.run import loop
+
+    monkeypatch.setattr(loop, "init_distributed", lambda *args: world)
+    monkeypatch.setattr(loop, "split_mode", lambda: True)
+    monkeypatch.setattr(loop, "split_learners", lambda: 2)
+    settings = overrides(tiny_model_dir, tmp_path / "run", **{"rollout.prompts_per_step": "3",
+                                                                "distributed.rollout_ranks": "1"})
+    with pytest.raises(ValueError, match=r"config rollout.prompts_per_step: 3 prompts do not split across 2 learner "
+                                         r"processes \(torchrun's less distributed.rollout_ranks\): make it a multiple of 2"):
+        GRPOTrainer(load_config(GRPOConfig, overrides=settings))
+
+
 def test_a_split_without_a_learner_is_refused_by_key(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
@@ -118,7 +173,6 @@ def test_a_rollout_rank_keeps_no_reference_and_writes_nothing(tiny_model_dir, tm
     from algos.algorithms.grpo import GRPOTrainer
     from algos.run import loop
     from algos.run.rollout_pipeline import RolloutServer
-    from algos.system.distributed import World
 
     monkeypatch.setattr(loop, "init_distributed", lambda *args: World(0, 1, rollout_rank=0))
     settings = overrides(tiny_model_dir, tmp_path / "run", **{"grpo.beta": "0.04", "distributed.rollout_ranks": "1"})

@@ -42,7 +42,7 @@ from algos.run.evaluation import (
 from algos.run.reporting import MetricsLogger, SilentLogger
 from algos.run.resolve import resolve_run_config
 from algos.run.setup import RunSetup
-from algos.system.distributed import init_distributed, run_on_main, split_mode, whole_weights
+from algos.system.distributed import init_distributed, run_on_main, split_learners, split_mode, whole_weights
 from algos.system.paths import latest_checkpoint
 from algos.system.runtime import DTYPES, grad_scaler, mixed_precision, seed_everything
 from rlvr_env.curriculum import StepSchedule
@@ -68,11 +68,14 @@ def setup_run(
     resolved = resolve_run_config(config, world, custom_backend=backend is not None)
     config, device, machine = resolved.config, resolved.device, resolved.machine
     count, group_size = config.rollout.prompts_per_step, config.rollout.group_size
-    require(count % world.size == 0, "rollout.prompts_per_step", f"{count} prompts do not split across {world.size} "
-            f"processes (torchrun's world size): make it a multiple of {world.size}; each rank samples "
-            f"rollout.prompts_per_step / world size of them")
-    require(config.warm_start.batch_size % world.size == 0, "warm_start.batch_size",
-            f"must be a multiple of the {world.size} processes (torchrun's world size): each rank takes its share")
+    # the processes that learn, each on its share of a step: all of torchrun's, or split mode's learners (every rank
+    # checks the learners' count, so a rollout rank refuses what they refuse instead of waiting for them)
+    learners, which = ((split_learners(), "learner processes (torchrun's less distributed.rollout_ranks)") if split_mode()
+                       else (world.size, "processes (torchrun's world size)"))
+    require(count % learners == 0, "rollout.prompts_per_step", f"{count} prompts do not split across {learners} "
+            f"{which}: make it a multiple of {learners}; each learner trains on its share of them")
+    require(config.warm_start.batch_size % learners == 0, "warm_start.batch_size",
+            f"must be a multiple of the {learners} {which}: each takes its share")
     task, eval_set = build_task(config), eval_task(config)  # the evaluation set once: a dataset's file is read once
     if check_task is not None:
         check_task(task)
