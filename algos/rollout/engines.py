@@ -97,7 +97,6 @@ def make_rollout_backend(config):
     """
     cfg = config.rollout
     if cfg.backend == "auto":
-
         resolve_rollout_backend(config, resolve_device(config.model.device))
     engine = ROLLOUT_ENGINES[cfg.backend]
     multiturn = is_multiturn_task(config.env.id)
