@@ -110,7 +110,8 @@ def test_zero_shot_and_transfer_configs_change_only_the_eval_prompt():
     zero = zero_shot(config)
     assert zero.env.eval_kwargs == {**original, "few_shot": []} and zero.env.use_chat_template is True
     assert zero.env.kwargs == config.env.kwargs and config.env.eval_kwargs == original  # the config is untouched
-    assert transfer_eval_config(config).env.eval_kwargs == {**original, "few_shot": []}
+    assert transfer_eval_config(config).env.eval_kwargs == {**original, **config.env.transfer_eval_kwargs}
+    assert config.env.transfer_eval_kwargs["few_shot"] == []
     plain = load_config(GRPOConfig, overrides={"env.use_chat_template": "false"})
     assert transfer_eval_config(plain) is None
     only_template = transfer_eval_config(load_config(GRPOConfig, overrides={"env.transfer_eval_chat_template": "false"}))
@@ -118,17 +119,19 @@ def test_zero_shot_and_transfer_configs_change_only_the_eval_prompt():
 
 
 def test_a_transfer_evaluation_that_asks_what_the_main_one_asks_is_not_run_twice():
-    arithmetic = load_config(GRPOConfig, ARITHMETIC_RECIPE, {"env.eval_size": "20"})
+    examples_removed = {"env.eval_size": "20", "env.transfer_eval_kwargs": "{few_shot: []}"}
+    arithmetic = load_config(GRPOConfig, ARITHMETIC_RECIPE, examples_removed)
 
     def same(config):
         transfer = transfer_eval_config(config)
         return asks_the_same(config, eval_task(config), transfer, eval_task(transfer))
 
     assert same(arithmetic)  # its env.kwargs show no examples: removing them changes no prompt
-    assert not same(load_config(GRPOConfig, ARITHMETIC_RECIPE, {"env.eval_size": "20", "env.kwargs.few_shot_keep": "1.0"}))
+    assert not same(load_config(GRPOConfig, ARITHMETIC_RECIPE, {"env.eval_size": "20"}))  # as written: other words
+    assert not same(load_config(GRPOConfig, ARITHMETIC_RECIPE, {**examples_removed, "env.kwargs.few_shot_keep": "1.0"}))
     assert not same(load_config(GRPOConfig, ARITHMETIC_RECIPE, {  # the same prompts, scored another way
         "env.eval_size": "20", "env.transfer_eval_kwargs": "{few_shot: [], boxed_only: false}"}))
-    assert not same(load_config(GRPOConfig, ARITHMETIC_RECIPE, {"env.eval_size": "20",
+    assert not same(load_config(GRPOConfig, ARITHMETIC_RECIPE, {**examples_removed,
                                                               "env.transfer_eval_chat_template": "false"}))
     gsm8k = load_config(GRPOConfig, GSM8K_RECIPE, {"env.eval_size": "5"})  # few_shot_keep 1: the examples are shown
     assert not same(gsm8k)
@@ -170,7 +173,7 @@ def test_rlvr_eval_zero_shot_scores_the_bare_question_of_a_gsm8k_file(tiny_dir, 
 @pytest.mark.parametrize("recipe", [ARITHMETIC_RECIPE, GSM8K_RECIPE], ids=lambda p: p.stem)
 def test_a_recipe_loads_and_validates(recipe):
     config = load_config(GRPOConfig, recipe)
-    assert config.model.path == "default" and config.env.schedule and config.env.transfer_eval_kwargs == {"few_shot": []}
+    assert config.model.path == "default" and config.env.schedule and config.env.transfer_eval_kwargs["few_shot"] == []
     assert config.env.use_chat_template
     schedule = StepSchedule(config.env.schedule)
     end = schedule.at(config.run.steps)
@@ -196,6 +199,13 @@ def test_a_recipe_loads_and_validates(recipe):
         unscheduled = make_task(config.env.id, **config.env.kwargs)
         assert unscheduled.messages(problem) == [{"role": "user", "content": problem.prompt}]
         assert len(config.env.kwargs["kinds"]) == 3
+        # The transfer evaluation asks the same problems in words no training prompt uses (warm start, examples, RL)
+        transfer = make_task(config.env.id, **{**config.env.kwargs, **transfer_eval_config(config).env.eval_kwargs})
+        [asked] = transfer.messages(transfer.problem(0, 0))
+        assert asked["content"] != problem.prompt and problem.metadata["expression"] in asked["content"]
+        question = asked["content"].split(problem.metadata["expression"])[0]  # "Calculate "
+        assert question and all(question not in text for pair in config.env.kwargs["few_shot"] for text in pair)
+        assert not question.startswith(config.env.kwargs["prompt_template"].split("{")[0])
 
 
 def tiny_recipe_overrides(tiny_dir, output_dir, **more):
@@ -214,7 +224,8 @@ def test_the_arithmetic_recipe_runs_scheduled_and_logs_the_transfer_accuracy(tin
 
     evaluations, evaluate = [], loop.evaluate
     monkeypatch.setattr(loop, "evaluate", lambda *args, **kwargs: evaluations.append(1) or evaluate(*args, **kwargs))
-    config = load_config(GRPOConfig, ARITHMETIC_RECIPE, tiny_recipe_overrides(tiny_dir, tmp_path, **{"run.steps": "4"}))
+    config = load_config(GRPOConfig, ARITHMETIC_RECIPE, tiny_recipe_overrides(tiny_dir, tmp_path, **{
+        "run.steps": "4", "env.transfer_eval_kwargs": "{few_shot: []}"}))  # the examples removed: nothing else
     summary = grpo.train(config)
     assert len(evaluations) == 3  # steps 0, 2 and 4, each once: the transfer prompt asks what the main one asks
     assert {"eval_accuracy_before", "eval_accuracy_transfer_before", "eval_accuracy_after",
