@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rlvr_env.task import validate_prompt_template
+
 
 def render_prompt(messages: Sequence[dict[str, str]], tokenizer=None, use_chat_template: bool = True) -> str:
     """Chat turns -> prompt text: through the tokenizer's chat template when it has
@@ -52,6 +54,36 @@ def shown_few_shot(few_shot: Sequence[tuple[str, str]], keep: float, problem) ->
     key = [_FEW_SHOT_STREAM, int(problem.metadata.get("index", 0)), zlib.crc32(problem.prompt.encode("utf-8"))]
     draws = np.random.default_rng(key).random(len(few_shot))
     return [pair for pair, draw in zip(few_shot, draws) if draw < keep]
+
+
+# The stream of rewording draws (prompt_variants), apart from a task's problem draws so the numbers never change.
+_WORDING_STREAM = 0x5703
+
+
+def validate_prompt_variants(variants, chance, *placeholders: str) -> None:
+    """Raise ValueError naming prompt_variants (each a prompt template with every ``{placeholder}``) or
+    prompt_variant_chance (a number in [0, 1], above 0 only with variants to draw)."""
+    if not isinstance(variants, list) or not all(isinstance(v, str) for v in variants):
+        raise ValueError(f"prompt_variants must be a list of prompt templates, got {variants!r}")
+    for i, variant in enumerate(variants):
+        try:
+            validate_prompt_template(variant, *placeholders)
+        except ValueError as error:
+            raise ValueError(f"prompt_variants[{i}]: {error}") from None
+    if isinstance(chance, bool) or not isinstance(chance, (int, float)) or not 0.0 <= chance <= 1.0:
+        raise ValueError(f"prompt_variant_chance must be a number in [0, 1] (the chance a problem is reworded), got {chance!r}")
+    if chance > 0 and not variants:
+        raise ValueError(f"prompt_variant_chance = {chance} rewords problems, but prompt_variants is empty: list the wordings")
+
+
+def worded_template(template: str, variants: Sequence[str], chance: float, seed: int, index: int) -> str:
+    """The prompt template problem ``index`` (of ``seed``) is asked in: one of ``variants`` when its draw is below
+    ``chance`` (which one, drawn too), else ``template``. A pure function of (seed, index), drawn apart from the
+    problem's numbers; as ``chance`` rises, a reworded problem keeps its wording, so a schedule only adds rewordings."""
+    if chance <= 0.0 or not variants:
+        return template
+    draw, pick = np.random.default_rng([_WORDING_STREAM, seed, index]).random(2)
+    return variants[int(pick * len(variants))] if draw < chance else template
 
 
 def chat_turns(system_prompt: str | None, few_shot: Sequence[tuple[str, str]], prompt: str) -> list[dict[str, str]]:

@@ -94,6 +94,46 @@ def test_few_shot_keep_shows_each_example_by_a_per_problem_draw_that_only_shrink
     assert task.messages(problems[0])[-1] == {"role": "user", "content": problems[0].prompt}
 
 
+VARIANTS = ["Calculate {expression}.", "Work out {expression}, and box the result: \\boxed{{}}."]
+
+
+def test_a_problem_is_reworded_by_a_per_problem_draw_that_keeps_its_numbers_and_only_grows_with_the_chance():
+    """prompt_variants / prompt_variant_chance: each problem is asked in one of the variants with this chance (which
+    one, drawn too), its numbers and answer as prompt_template's; a reworded problem keeps its wording as the chance
+    rises; 0 (the default) is the task as before."""
+    plain = make_task("Arithmetic", kinds=[{"operators": "+"}, {"terms": 3, "operators": "+-"}])
+    asked = {}
+    for chance in (0.0, 0.3, 0.6, 1.0):
+        task = make_task("Arithmetic", kinds=[{"operators": "+"}, {"terms": 3, "operators": "+-"}],
+                         prompt_variants=VARIANTS, prompt_variant_chance=chance)
+        problems = [task.problem(i, 7) for i in range(400)]
+        assert [(p.answer, p.metadata) for p in problems] == [(q.answer, q.metadata) for q in
+                                                             (plain.problem(i, 7) for i in range(400))]
+        assert [p.prompt for p in problems] == [task.problem(i, 7).prompt for i in range(400)]  # repeatable
+        wordings = [next((v for v in VARIANTS if p.prompt == v.format(expression=p.metadata["expression"])), None)
+                    for p in problems]
+        asked[chance] = wordings
+        assert sum(w is not None for w in wordings) / 400 == pytest.approx(chance, abs=0.06)
+    assert all(p.prompt == q.prompt for p, q in zip((plain.problem(i, 7) for i in range(400)),
+                                                      (make_task("Arithmetic", kinds=plain.config.kinds,
+                                                                 prompt_variants=VARIANTS).problem(i, 7)
+                                                       for i in range(400))))
+    assert set(asked[1.0]) == set(VARIANTS)  # both wordings drawn
+    for low, high in ((0.0, 0.3), (0.3, 0.6), (0.6, 1.0)):
+        assert all(w_low is None or w_low == w_high for w_low, w_high in zip(asked[low], asked[high]))
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"prompt_variant_chance": 0.5}, "prompt_variant_chance = 0.5 rewords problems, but prompt_variants is empty"),
+    ({"prompt_variants": VARIANTS, "prompt_variant_chance": 1.5}, r"prompt_variant_chance must be a number in \[0, 1\]"),
+    ({"prompt_variants": ["Calculate it."]}, r"prompt_variants\[0\]: prompt_template must contain \{expression\}"),
+    ({"prompt_variants": "Calculate {expression}."}, "prompt_variants must be a list of prompt templates"),
+])
+def test_bad_prompt_variants_are_refused_by_name(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        make_task("Arithmetic", **kwargs)
+
+
 def test_gsm8k_takes_few_shot_keep_too():
     task = make_task("GSM8K", data_path=str(GSM8K_SAMPLE), few_shot=FEW_SHOT, few_shot_keep=0.0)
     assert task.size == 12 and task.messages(task.problem(0, 0)) == [{"role": "user", "content": task.problem(0, 0).prompt}]
@@ -206,6 +246,7 @@ def test_a_recipe_loads_and_validates(recipe):
         question = asked["content"].split(problem.metadata["expression"])[0]  # "Calculate "
         assert question and all(question not in text for pair in config.env.kwargs["few_shot"] for text in pair)
         assert not question.startswith(config.env.kwargs["prompt_template"].split("{")[0])
+        assert transfer.config.prompt_template not in config.env.kwargs.get("prompt_variants", [])  # nor RL's wordings
 
 
 def tiny_recipe_overrides(tiny_dir, output_dir, **more):

@@ -57,7 +57,8 @@ def transfer_eval_config(config):
     return with_eval_prompt(config, env.transfer_eval_kwargs, env.transfer_eval_chat_template)
 
 
-PROMPT_ONLY_FIELDS = ("few_shot", "few_shot_keep")  # task fields that change what is asked, never how it is scored
+# task fields that change what is asked, never how it is scored
+PROMPT_ONLY_FIELDS = ("few_shot", "few_shot_keep", "prompt_variants", "prompt_variant_chance")
 
 
 def asks_the_same(config, eval_set, other_config, other_set) -> bool:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from rlvr_env.answers import AnswerTask, validate_answer_weights
-from rlvr_env.prompting import validate_few_shot_keep
+from rlvr_env.prompting import validate_few_shot_keep, validate_prompt_variants, worded_template
 from rlvr_env.task import Problem, TaskConfig, validate_flags, validate_prompt_template
 
 OPERATORS = "+-*/"
@@ -44,6 +44,11 @@ class ArithmeticConfig(TaskConfig):
     # gold completions (a warm start's demonstrations) work each operation by place value: "87 - 23 = 87 - 20 - 3 =
     # 67 - 3 = 64", products as partial products; False: the expression and its value in one line
     worked_solutions: bool = False
+    # Other wordings of the question (prompt templates with {expression}), and the chance each problem is asked in one
+    # of them instead of prompt_template (drawn per problem, apart from its numbers): RL over several wordings, e.g.
+    # env.schedule raising the chance after a warm start on prompt_template alone
+    prompt_variants: list[str] = field(default_factory=list)
+    prompt_variant_chance: float = 0.0
 
     def validate(self) -> None:
         super().validate()
@@ -59,6 +64,7 @@ class ArithmeticConfig(TaskConfig):
         validate_flags(fallback_last_number=self.fallback_last_number, literal_answer=self.literal_answer,
                        boxed_only=self.boxed_only, worked_solutions=self.worked_solutions)
         validate_few_shot_keep(self.few_shot_keep)
+        validate_prompt_variants(self.prompt_variants, self.prompt_variant_chance, "expression")
 
     def kind_shape(self, kind: dict[str, Any]) -> tuple[Any, Any, Any]:
         """(digits, terms, operators) of one of ``kinds``: its own values, the config's where it leaves one out."""
@@ -218,7 +224,8 @@ class ArithmeticTask(AnswerTask):
         value = total + sign * product
         expression = " ".join([str(numbers[0])] + [f"{op} {n}" for op, n in zip(ops, numbers[1:])])
         return Problem(
-            prompt=cfg.prompt_template.format(expression=expression),
+            prompt=worded_template(cfg.prompt_template, cfg.prompt_variants, cfg.prompt_variant_chance, seed,
+                                   index).format(expression=expression),
             answer=str(int(value)),
             metadata={"index": index, "expression": expression, "digits": digits, "terms": terms},
         )
