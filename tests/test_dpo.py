@@ -280,6 +280,24 @@ def test_a_killed_offline_run_resumes_to_the_same_weights(tiny, tmp_path):
     assert full.keys() == cut.keys() and all(torch.equal(full[k], cut[k]) for k in full)
 
 
+def test_a_rank_without_pairs_joins_its_peers_micro_batches_with_a_zero_weight_pass(tiny, tmp_path, monkeypatch):
+    """Under DDP a rank whose prompts drew no pair (batch None) still runs a forward and backward for each of its
+    peers' micro-batches (tests/test_split_rollouts.py runs it on 2 learners): its loss is a zero-weight pass over one
+    row of pads, on the run's device, and the step is the peers'."""
+    from algos.algorithms import dpo
+
+    trainer = DPOTrainer(load_config(DPOConfig, overrides={**overrides(tiny, tmp_path / "run"), "dpo.dataset": "null"},
+                                     preset=PRESETS["online"]))
+    logp = trainer._token_logprobs(None, None)
+    assert logp.shape == (1, 1) and logp.device.type == "cpu" and logp.requires_grad
+    monkeypatch.setattr(dpo, "sum_over_ranks", lambda *values: (3, *values[1:]))  # a peer holds 3 pairs
+    monkeypatch.setattr(dpo, "padded_micro_batches", lambda slices: [None])  # and one micro-batch of them
+    before = [param.detach().clone() for param in trainer.model.parameters()]
+    metrics = trainer.update(None, None)
+    assert metrics["skipped_update"] == 0.0 and metrics["loss"] == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))  # zero gradient: no move (lr, Adam)
+
+
 def test_online_pairs_come_from_the_verifiers_ranking(tiny, tmp_path):
     """A scripted rollout: in each group of 4 one completion is right; "best_worst" pairs it with the first wrong one
     and "all" with every wrong one; a group all wrong gives no pair."""
