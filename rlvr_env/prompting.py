@@ -33,10 +33,15 @@ def uses_chat_template(tokenizer, use_chat_template: bool) -> bool:
 _FEW_SHOT_STREAM = 0x5F5E
 
 
+def validate_chance(value, name: str, meaning: str) -> None:
+    """Raise ValueError naming ``name`` unless ``value`` is a number in [0, 1] (``meaning``: the chance of what)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise ValueError(f"{name} must be a number in [0, 1] ({meaning}), got {value!r}")
+
+
 def validate_few_shot_keep(value) -> None:
     """Raise ValueError naming few_shot_keep unless it is a number in [0, 1]."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"few_shot_keep must be a number in [0, 1] (the chance each few-shot example is shown), got {value!r}")
+    validate_chance(value, "few_shot_keep", "the chance each few-shot example is shown")
 
 
 def shown_few_shot(few_shot: Sequence[tuple[str, str]], keep: float, problem) -> list[tuple[str, str]]:
@@ -70,8 +75,7 @@ def validate_prompt_variants(variants, chance, *placeholders: str) -> None:
             validate_prompt_template(variant, *placeholders)
         except ValueError as error:
             raise ValueError(f"prompt_variants[{i}]: {error}") from None
-    if isinstance(chance, bool) or not isinstance(chance, (int, float)) or not 0.0 <= chance <= 1.0:
-        raise ValueError(f"prompt_variant_chance must be a number in [0, 1] (the chance a problem is reworded), got {chance!r}")
+    validate_chance(chance, "prompt_variant_chance", "the chance a problem is reworded")
     if chance > 0 and not variants:
         raise ValueError(f"prompt_variant_chance = {chance} rewords problems, but prompt_variants is empty: list the wordings")
 

@@ -41,7 +41,7 @@ from algos.run import warm_start
 from algos.run.loop import run_training, setup_run
 from algos.run.reporting import MetricsLogger
 from algos.run.rollout_pipeline import rollout_pipeline
-from algos.system.distributed import micro_batch_inputs, padded_micro_batches, sum_over_ranks
+from algos.system.distributed import micro_batch_inputs, padded_micro_batches, sum_over_ranks, zero_weight_inputs
 from algos.system.memory import fixed_micro_batch_rows
 from algos.system.runtime import advance_schedule
 from rlvr_env.data import read_records
@@ -282,10 +282,10 @@ class DPOTrainer:
 
     def _token_logprobs(self, batch: warm_start.DemonstrationBatch | None, rows: slice | None, reference: bool = False):
         """[n, T] log-probs of a micro-batch's rows under the policy (through the wrapped module) or the reference."""
-        # a rank without pairs (batch None) runs only zero-weight passes (rows None), whose input needs only a device
-        ids, mask, width = ((batch.input_ids, batch.attention_mask, batch.prompt_width) if batch is not None
-                            else (torch.empty(0, 0, dtype=torch.long, device=self.run.device), None, 0))
-        inputs = micro_batch_inputs(ids, mask, width, rows, self.env.pad_id)
+        if batch is None:  # a rank without pairs runs only zero-weight passes (rows None)
+            inputs = zero_weight_inputs(self.env.pad_id, self.run.device)
+        else:
+            inputs = micro_batch_inputs(batch.input_ids, batch.attention_mask, batch.prompt_width, rows, self.env.pad_id)
         options = dict(chunk_size=self.config.loss.logprob_chunk_size, vocab_size=len(self.tokenizer))
         if reference:
             return self.run.reference(completion_logprobs, self.run.ref_model, *inputs, **options)[0]

@@ -376,10 +376,15 @@ def padded_micro_batches(slices: list[slice]) -> list[slice | None]:
     return [*slices, *([None] * (most - len(slices)))]
 
 
+def zero_weight_inputs(pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The zero-weight pass's input (a padded_micro_batches None): one row of two pad tokens with a one-token prompt."""
+    ids = torch.full((1, 2), pad_id, dtype=torch.long, device=device)
+    return ids, torch.ones_like(ids), 1
+
+
 def micro_batch_inputs(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_width: int, rows, pad_id: int):
-    """([n, P+T] ids, [n, P+T] mask, prompt width) of a micro-batch's ``rows``; for a padded_micro_batches None, one
-    row of two pad tokens with a one-token prompt: the zero-weight pass's input."""
+    """([n, P+T] ids, [n, P+T] mask, prompt width) of a micro-batch's ``rows``; for a padded_micro_batches None, the
+    zero-weight pass's input (zero_weight_inputs)."""
     if rows is None:
-        ids = torch.full((1, 2), pad_id, dtype=torch.long, device=input_ids.device)
-        return ids, torch.ones_like(ids), 1
+        return zero_weight_inputs(pad_id, input_ids.device)
     return input_ids[rows], attention_mask[rows], prompt_width
