@@ -13,6 +13,10 @@ VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 TORCH_VERSION ?= 2.13.0
 PYTEST_ARGS ?=
+# The suite runs in one pytest-xdist worker per core, whole files to a worker (their module fixtures, some of them
+# trained models, build once), each worker on one torch thread so that workers do not oversubscribe the cores.
+TEST_WORKERS ?= auto
+PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 .PHONY: setup sandbox lint test test-fast test-vllm demo bench mutation clean
 
@@ -52,13 +56,13 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 test: lint $(STAMP) sandbox test-vllm
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PYTEST) $(PYTEST_ARGS)
 
 test-vllm: $(VLLM_STAMP)
 	$(VLLM_PY) -m pytest -q -p no:cacheprovider tests/test_rollout_vllm.py
 
 test-fast: $(STAMP) sandbox
-	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(PYTEST) -m "not slow" $(PYTEST_ARGS)
 
 demo: $(STAMP) sandbox
 	$(PY) examples/demo.py
