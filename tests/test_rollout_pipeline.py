@@ -198,7 +198,7 @@ def test_bad_staleness_settings_are_refused_by_key(tiny_model_dir, tmp_path, mon
     try:
         config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{
             "rollout.max_staleness": "1", "rollout.backend": "no-overlap"}))
-        with pytest.raises(ValueError, match=r"rollout.max_staleness.*'no-overlap' cannot: use 'hf', 'static', split mode"):
+        with pytest.raises(ValueError, match=r"max_staleness.*'no-overlap' cannot: use 'hf', 'static', 'vllm', split mode"):
             GRPOTrainer(config)
         assert not tmp_path.exists() or not any(tmp_path.iterdir())  # refused before the run directory is made
         with monkeypatch.context() as split:  # split mode: the engine samples in a rollout rank's own process

