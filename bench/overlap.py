@@ -140,7 +140,8 @@ def main() -> None:
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise SystemExit(f"max_staleness {staleness}{' split' if split else ''} failed:\n{done.stderr[-3000:]}")
-        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        # the mode's JSON line (vllm's engine logs its shutdown to stdout after it)
+        rows.append(json.loads(next(line for line in reversed(done.stdout.splitlines()) if line.startswith("{"))))
     sync = rows[0]
     print(f"{'max_staleness':>13} {'mode':>9} {'step s':>8} {'x sync':>7} {'draw s':>8} {'update s':>9} "
           f"{'learner wait':>13} {'engine wait':>12}")
