@@ -226,7 +226,7 @@ def test_vllm_plays_multiturn_episodes_as_the_hf_rollout_does(tiny, eos_strength
         assert expected.turns.tolist() == ([1] * 4 if eos_strength == 0 else [3] * 4)
 
 
-@pytest.mark.timeout(240)  # without the lock, vllm's engine hangs under two threads' calls (~10 s with it)
+@pytest.mark.timeout(240)  # without the lock, vllm's engine hangs under two threads' calls (~1.5 s with it)
 def test_calls_from_two_threads_answer_what_they_answer_one_after_the_other(tiny):
     """rollout.max_staleness >= 1 shares the one engine (a deepcopy is the engine itself) between the actor thread
     and the learner's evaluations: each call copies its own model's weights in and generates under the engine's lock,
@@ -271,6 +271,7 @@ def test_a_k1_grpo_run_samples_on_vllm_beside_training_and_repeats(tiny, tmp_pat
     step old, the learner evaluates on the same engine after every step while the actor samples, and the same seed
     gives the same weights and metrics."""
     from safetensors.torch import load_file
+    from test_rollout_pipeline import TIMES, overrides  # the CPU pipeline tests' run, on this engine
 
     from algos.algorithms.grpo import GRPOConfig, GRPOTrainer
     from algos.config import load_config
@@ -281,15 +282,8 @@ def test_a_k1_grpo_run_samples_on_vllm_beside_training_and_repeats(tiny, tmp_pat
 
     def run(name):
         output_dir = tmp_path / name
-        config = load_config(GRPOConfig, overrides={
-            "model.path": model_dir, "model.autocast": "null", "env.max_new_tokens": "4",
-            "env.kwargs": '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", '
-                          '"format_weight": 0.0}',
-            "env.use_chat_template": "false", "env.eval_size": "4", "run.eval_every": "1", "optim.lr": "1e-2",
-            "loss.entropy_coef": "0.1", "rollout.prompts_per_step": "2", "rollout.group_size": "2",
-            "rollout.max_staleness": "1", "grpo.beta": "0", "grpo.overlong_cache": "2", "run.steps": "3",
-            "run.output_dir": str(output_dir), "run.progress": "false", "run.tensorboard": "false",
-            "run.plots": "false"})
+        config = load_config(GRPOConfig, overrides=overrides(model_dir, output_dir, **{
+            "run.steps": "3", "run.eval_every": "1", "rollout.max_staleness": "1"}))
         GRPOTrainer(config, backend=backend).train()
         steps = [record for record in read_metrics(output_dir) if "async/staleness" in record]
         return load_file(output_dir / "checkpoint-3" / "model" / "model.safetensors"), steps
@@ -303,6 +297,6 @@ def test_a_k1_grpo_run_samples_on_vllm_beside_training_and_repeats(tiny, tmp_pat
         (1, 0.0, 0.0), (2, 0.0, 1.0), (3, 1.0, 1.0)]
     assert all("eval_accuracy" in s for s in steps)  # evaluated while the actor held the engine or waited for it
     assert weights.keys() == again.keys() and all(torch.equal(weights[k], again[k]) for k in weights)
-    drop = ("step_time_s", "async/learner_wait_s", "async/engine_wait_s", "async/draw_s", "eval_time_s")
+    drop = (*TIMES, "eval_time_s")
     assert [{k: v for k, v in s.items() if k not in drop} for s in steps] == [
         {k: v for k, v in s.items() if k not in drop} for s in steps_again]
