@@ -88,7 +88,7 @@ MODULES: dict[str, list[str]] = {
                                "tests/test_grpo_cli.py", "tests/test_warm_start.py", *RESUME],
     "algos/run/warm_start.py": ["tests/test_warm_start.py"],
     "algos/run/reward_model.py": ["tests/test_reward_model.py"],
-    "algos/run/evaluation.py": ["tests/test_recipes.py", "tests/test_grpo_cli.py"],
+    "algos/run/evaluation.py": ["tests/test_evaluation.py", "tests/test_recipes.py", "tests/test_grpo_cli.py"],
     "algos/system/hardware.py": ["tests/test_hardware.py"],
     "algos/system/memory.py": ["tests/test_memory.py"],
     "algos/learn/engine.py": ["tests/test_learn_engine.py", "tests/test_warm_start.py", *CORE_USERS, *RESUME],
