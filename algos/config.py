@@ -214,6 +214,10 @@ class OptimConfig:
         require(self.schedule in ("constant", "linear", "cosine"), "optim.schedule", f"unknown {self.schedule!r}")
 
 
+# The scores run.metric_for_best_model may name: the held-out evaluations every run logs (algos/run/loop.py)
+BEST_MODEL_METRICS = ("eval_accuracy", "eval_accuracy_transfer")
+
+
 @dataclass
 class RunConfig:
     steps: int = 100  # optimizer steps (one rollout batch each)
@@ -234,9 +238,16 @@ class RunConfig:
     # A health alarm (algos/run/alarms.py, thresholds in the `alarms` section) saves a checkpoint and stops the run,
     # instead of only printing its line and logging alarm/<name> in metrics.jsonl.
     stop_on_alarm: bool = False
+    # Keep the best model the run held (transformers' metric_for_best_model with load_best_model_at_end, as a
+    # directory beside the last): "eval_accuracy" or "eval_accuracy_transfer" (env.transfer_eval_kwargs'); at every
+    # held-out evaluation (before, after the warm start, every eval_every steps, the end) that scores higher than all
+    # before it, the policy is written to output_dir/best_model (best.json: step, metric, value). None = off.
+    metric_for_best_model: str | None = None
 
     def validate(self) -> None:
         require(self.steps >= 1, "run.steps", "must be >= 1")
+        require(self.metric_for_best_model in (None, *BEST_MODEL_METRICS), "run.metric_for_best_model",
+                f"must be one of {BEST_MODEL_METRICS} (held-out scores) or null, got {self.metric_for_best_model!r}")
         require(self.save_every >= 0, "run.save_every", "must be >= 0")
         require(self.keep_last >= 1, "run.keep_last", "must be >= 1")
         require(self.eval_every >= 0, "run.eval_every", "must be >= 0")
@@ -423,6 +434,10 @@ class EvalConfig:
 
     def validate(self) -> None:
         validate_sections(self)
+        require(self.run.metric_for_best_model != "eval_accuracy_transfer" or self.env.transfer_eval_kwargs
+                or self.env.transfer_eval_chat_template is not None, "run.metric_for_best_model",
+                "eval_accuracy_transfer is scored only when env.transfer_eval_kwargs (or env.transfer_eval_chat_template) "
+                "sets a second evaluation")
 
 
 @dataclass
@@ -436,7 +451,7 @@ class TrainConfig(EvalConfig):
     lora: LoraConfig = field(default_factory=LoraConfig)
 
     def validate(self) -> None:
-        validate_sections(self)
+        super().validate()
         # AdamW's eps (1e-8) is 0 in float16, so a zero gradient gives 0/0 = NaN weights after one step that looks
         # applied (finite grad norm); and GradScaler refuses to unscale float16 gradients under float16 autocast.
         require(self.model.dtype != "float16", "model.dtype",

@@ -23,6 +23,8 @@ from algos.system.paths import checkpoint_step, latest_checkpoint, list_checkpoi
 
 # the policy after the warm start (algos/run/warm_start.py): a transformers directory, the KL reference
 WARM_START_DIR = "warm_start"
+# the best model the run held (run.metric_for_best_model: algos/run/best_model.py)
+BEST_MODEL_DIR = "best_model"
 
 # Sections a config saved before they existed lacks, each with the key whose default turns it off (what such a run
 # did: no warm start): its resume reads them off instead of refusing their keys as unknown.
@@ -34,8 +36,9 @@ SECTIONS_OFF_BY_DEFAULT = {"warm_start": "warm_start.steps"}
 RESUME_OVERRIDES = frozenset({
     "run.steps", "run.save_every", "run.keep_last", "run.eval_every", "run.progress", "run.tensorboard", "run.plots",
     "run.overwrite_output_dir", "run.full_determinism", "model.device", "model.autocast", "env.eval_batch_size",
-    # A second evaluation under another prompt only reports.
-    "env.transfer_eval_kwargs", "env.transfer_eval_chat_template",
+    # A second evaluation under another prompt only reports; which evaluation's policy is kept as best_model only
+    # saves a copy.
+    "env.transfer_eval_kwargs", "env.transfer_eval_chat_template", "run.metric_for_best_model",
     "vllm.gpu_memory_utilization", "vllm.engine_kwargs",
     # Which engine samples follows the device, as the precision does ("auto": static on a GPU, hf on a CPU): a run
     # started on a CPU may go on on a GPU. Every engine samples the trainer's row seeds from the same policy.
@@ -94,6 +97,7 @@ def _clear_for_a_fresh_start(config: Any, output_dir: Path, latest: Path) -> Non
     for checkpoint in list_checkpoints(output_dir):
         shutil.rmtree(checkpoint)
     shutil.rmtree(output_dir / WARM_START_DIR, ignore_errors=True)  # the earlier run's KL reference
+    shutil.rmtree(output_dir / BEST_MODEL_DIR, ignore_errors=True)  # and its best model
 
 
 def check_resumable(config: Any, checkpoint: Path) -> None:

@@ -31,7 +31,8 @@ from algos.rollout import (
 )
 from algos.run import warm_start
 from algos.run.alarms import HealthMonitor
-from algos.run.directory import open_run_dir
+from algos.run.best_model import BestModel
+from algos.run.directory import BEST_MODEL_DIR, open_run_dir
 from algos.run.evaluation import (
     asks_the_same,
     eval_task,
@@ -201,10 +202,10 @@ def held_out_evaluation(run: RunSetup, backend: RolloutBackend) -> Callable[[], 
     return held_out_accuracy
 
 
-def before_training(run: RunSetup, logger: MetricsLogger, held_out_accuracy: Callable[[], dict[str, float]]) -> dict:
+def before_training(run: RunSetup, logger: MetricsLogger, held_out_accuracy: Callable[[int], dict[str, float]]) -> dict:
     """A fresh run's step 0: the held-out accuracy before, then the warm start (warm_start.steps) and the accuracy
     after it -> the summary's *_before and *_warm_start entries."""
-    scores = held_out_accuracy()
+    scores = held_out_accuracy(0)
     summary = {f"{key}_before": value for key, value in scores.items()}
     # The first record says how the run ran (config.yaml records it too; a resume may run on another number of ranks).
     strategy = run.config.distributed.strategy if run.world.size > 1 else "none"
@@ -214,7 +215,7 @@ def before_training(run: RunSetup, logger: MetricsLogger, held_out_accuracy: Cal
         # step 0 and warms up again from the initial weights; one resumed from checkpoint-k holds warm-started
         # weights and skips it.
         warm_start_policy(run, logger)
-        scores = {f"{key}_warm_start": value for key, value in held_out_accuracy().items()}
+        scores = {f"{key}_warm_start": value for key, value in held_out_accuracy(0).items()}
         summary.update(scores)
         logger.log(0, scores)
     return summary
@@ -232,10 +233,17 @@ def run_training(agent: Agent) -> dict[str, Any]:
         with mixed_precision(run.config.model, run.device):
             agent.rollouts.serve()
         return {"output_dir": str(run.output_dir)}
-    held_out_accuracy = held_out_evaluation(run, agent.backend)
+    evaluate_policy = held_out_evaluation(run, agent.backend)
     logger_type = MetricsLogger if run.world.is_main else SilentLogger
     logger = logger_type(run.output_dir, cfg.steps, start_step=agent.start_step, tensorboard=cfg.tensorboard,
                          progress=cfg.progress, headline=getattr(agent, "headline_metrics", None))
+    best = BestModel(run, resumed=agent.start_step > 0)
+
+    def held_out_accuracy(step: int) -> dict[str, float]:  # each evaluation's policy may be the best model yet
+        scores = evaluate_policy()
+        if (saved := best.offer(step, scores)) is not None:
+            logger.write(f"step {step}: best {saved['metric']} yet, {saved['value']:.3g}: policy saved to best_model/")
+        return scores
     summary: dict[str, Any] = {"output_dir": str(run.output_dir)}
     monitor = HealthMonitor(run.config.alarms)
     step = agent.start_step
@@ -249,10 +257,10 @@ def run_training(agent: Agent) -> dict[str, Any]:
                 # env.schedule: the task config this step's batch was drawn under (RunSetup.sample sets it)
                 metrics.update({f"schedule/{key}": value for key, value in run.schedule.at(step).items()})
                 if cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:
-                    metrics.update(held_out_accuracy())
+                    metrics.update(held_out_accuracy(step))
                 metrics["step_time_s"] = time.perf_counter() - started
                 if step == cfg.steps:
-                    scores = held_out_accuracy()
+                    scores = held_out_accuracy(step)
                     metrics.update(scores)
                     summary.update({f"{key}_after": value for key, value in scores.items()})
                 alarms = monitor.check(step, metrics)  # every rank sees the same (global) metrics and decides alike
@@ -272,6 +280,8 @@ def run_training(agent: Agent) -> dict[str, Any]:
         last = latest_checkpoint(run.output_dir)
         where = f"{last.name} is the last checkpoint; --resume continues from it" if last else "no checkpoint was saved yet"
         raise KeyboardInterrupt(f"interrupted during step {step}; {where}") from interrupt
+    if best.best is not None:
+        summary["best_model"] = {"path": str(run.output_dir / BEST_MODEL_DIR), **best.best}
     summary["plot"] = logger.close(plot=cfg.plots)
     return summary
 
