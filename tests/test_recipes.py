@@ -247,6 +247,9 @@ def test_a_recipe_loads_and_validates(recipe):
         assert question and all(question not in text for pair in config.env.kwargs["few_shot"] for text in pair)
         assert not question.startswith(config.env.kwargs["prompt_template"].split("{")[0])
         assert transfer.config.prompt_template not in config.env.kwargs.get("prompt_variants", [])  # nor RL's wordings
+        # RL asks most of its problems in those other wordings; the warm start and the evaluation ask env.kwargs' own
+        assert end["prompt_variant_chance"] >= 0.5 and not config.env.kwargs.get("prompt_variant_chance")
+        assert config.run.metric_for_best_model == "eval_accuracy"  # the own wording picks best_model, not the transfer
 
 
 def tiny_recipe_overrides(tiny_dir, output_dir, **more):
