@@ -86,6 +86,32 @@ def test_a_fresh_run_without_the_metric_keeps_no_earlier_runs_best_model(tiny_mo
     assert "best_model" not in summary and not (tmp_path / "best_model").exists()
 
 
+def test_a_fresh_run_starts_over_from_what_a_killed_run_left(tiny_model_dir, tmp_path, scripted_scores):
+    """No checkpoint, so nothing to resume: an earlier best_model (however good) and half-written copies give way."""
+    (tmp_path / "best_model").mkdir(parents=True)
+    (tmp_path / "best_model" / "best.json").write_text('{"metric": "eval_accuracy", "value": 0.9, "step": 3}')
+    for leftover in (".best_model.tmp", ".best_model.stale"):
+        (tmp_path / leftover).mkdir()
+        (tmp_path / leftover / "junk.txt").write_text("half written")
+    scripted_scores += [0.25, 0.125]
+    train(best_model_config(tiny_model_dir, tmp_path, steps=1))
+
+    assert json.loads((tmp_path / "best_model" / "best.json").read_text())["value"] == 0.25
+    assert not (tmp_path / "best_model" / "junk.txt").exists() and not list(tmp_path.glob(".best_model*"))
+
+
+def test_a_resume_that_changes_the_metric_starts_its_best_model_over(tiny_model_dir, tmp_path, scripted_scores):
+    other_wording = {"env.transfer_eval_kwargs": '{"prompt_template": "{expression} ="}'}
+    scripted_scores += [0.5, 0.125, 0.25, 0.25]  # (own, other wording) before and at step 1
+    train(best_model_config(tiny_model_dir, tmp_path, steps=1, **other_wording))
+    scripted_scores += [0.25, 0.1875]  # step 2: below the own wording's best, the best yet on the other
+    train(best_model_config(tiny_model_dir, tmp_path, steps=2, **other_wording, **{
+        "run.metric_for_best_model": "eval_accuracy_transfer", "run.overwrite_output_dir": "false"}), resume=True)
+
+    best = json.loads((tmp_path / "best_model" / "best.json").read_text())
+    assert best == {"metric": "eval_accuracy_transfer", "value": 0.1875, "step": 2}
+
+
 @pytest.mark.parametrize(("metric", "error"), [
     ("eval_loss", "run.metric_for_best_model: must be one of ('eval_accuracy', 'eval_accuracy_transfer')"),
     ("eval_accuracy_transfer", "run.metric_for_best_model: eval_accuracy_transfer is scored only when "
