@@ -132,6 +132,10 @@ class EnvConfig:
             self._check_task_fields(changes, "env.schedule", self.kwargs)
         self._check_task_fields(self.transfer_eval_kwargs, "env.transfer_eval_kwargs", {**self.kwargs, **self.eval_kwargs})
 
+    def has_transfer_eval(self) -> bool:
+        """Whether runs log eval_accuracy_transfer: transfer_eval_kwargs or transfer_eval_chat_template is set."""
+        return bool(self.transfer_eval_kwargs) or self.transfer_eval_chat_template is not None
+
     def _check_task_fields(self, changes: dict[str, Any], key: str, base: dict[str, Any]) -> None:
         """Refuse, naming ``key``, task config ``changes`` that env.id's config class has no field for or
         does not validate, on top of ``base``: before a run starts, not at its first step. Skipped when env.id
@@ -434,8 +438,8 @@ class EvalConfig:
 
     def validate(self) -> None:
         validate_sections(self)
-        require(self.run.metric_for_best_model != "eval_accuracy_transfer" or self.env.transfer_eval_kwargs
-                or self.env.transfer_eval_chat_template is not None, "run.metric_for_best_model",
+        require(self.run.metric_for_best_model != "eval_accuracy_transfer" or self.env.has_transfer_eval(),
+                "run.metric_for_best_model",
                 "eval_accuracy_transfer is scored only when env.transfer_eval_kwargs (or env.transfer_eval_chat_template) "
                 "sets a second evaluation")
 

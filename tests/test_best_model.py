@@ -10,18 +10,14 @@ from safetensors.torch import load_file
 from algos.algorithms.grpo import GRPOConfig, train
 from algos.config import load_config
 from algos.run import loop
-from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+from rlvr_env.testing import ADDITION_KWARGS, saved_tiny_model
 
-TASK = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
+TASK = json.dumps(ADDITION_KWARGS)
 
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    tokenizer = build_char_tokenizer()
-    build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return saved_tiny_model(tmp_path_factory.mktemp("tiny") / "model", hidden_size=32, num_layers=1, num_heads=2)
 
 
 def best_model_config(model_dir, output_dir, steps, **extra):

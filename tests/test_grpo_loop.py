@@ -20,7 +20,7 @@ from algos.core import POLICY_LOSSES
 from algos.core.advantages import group_advantages, process_advantages
 from algos.run.reporting import read_metrics
 from algos.system.paths import latest_checkpoint, list_checkpoints
-from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+from rlvr_env.testing import saved_tiny_model
 
 TASK = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
 THREE_DIGITS = TASK.replace('"digits": 1', '"digits": 3')  # sums an untrained model never guesses
@@ -28,11 +28,7 @@ THREE_DIGITS = TASK.replace('"digits": 1', '"digits": 3')  # sums an untrained m
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    tokenizer = build_char_tokenizer()
-    build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return saved_tiny_model(tmp_path_factory.mktemp("tiny") / "model", hidden_size=32, num_layers=1, num_heads=2)
 
 
 def overrides(model_dir, output_dir, **extra):

@@ -15,18 +15,14 @@ from algos.model.policy import completion_logprobs
 from algos.run.reporting import read_metrics
 from algos.system.memory import activation_cost
 from rlvr_cli import main as rlvr_main
-from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+from rlvr_env.testing import build_char_tokenizer, build_tiny_model, saved_tiny_model
 
 TASK_KWARGS = {"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}="}
 
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    tokenizer = build_char_tokenizer()
-    build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return saved_tiny_model(tmp_path_factory.mktemp("tiny") / "model", hidden_size=32, num_layers=1, num_heads=2)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from algos.rollout.hf import HFRollout
 from algos.run import loop
 from algos.run.reporting import read_metrics
 from algos.run.rollout_pipeline import DrawnBatch, drawing_version, kept_in_flight, row_shares
-from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+from rlvr_env.testing import saved_tiny_model
 
 TASK = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
 TIMES = ("step_time_s", "async/learner_wait_s", "async/engine_wait_s", "async/draw_s")
@@ -27,11 +27,7 @@ TIMES = ("step_time_s", "async/learner_wait_s", "async/engine_wait_s", "async/dr
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    tokenizer = build_char_tokenizer()
-    build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return saved_tiny_model(tmp_path_factory.mktemp("tiny") / "model", hidden_size=32, num_layers=1, num_heads=2)
 
 
 def overrides(model_dir, output_dir, **extra):

@@ -18,7 +18,7 @@ from algos.algorithms.grpo import GRPOConfig, train
 from algos.config import DistributedConfig, load_config
 from algos.run.reporting import read_metrics
 from algos.system.distributed import World, init_distributed
-from rlvr_env.testing import biased_addition_model, build_char_tokenizer, build_tiny_model
+from rlvr_env.testing import biased_addition_model, saved_tiny_model
 
 ROOT = Path(__file__).resolve().parents[1]
 RLVR = str(Path(sys.executable).with_name("rlvr"))
@@ -26,11 +26,7 @@ RLVR = str(Path(sys.executable).with_name("rlvr"))
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny") / "model"
-    tokenizer = build_char_tokenizer()
-    build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return saved_tiny_model(tmp_path_factory.mktemp("tiny") / "model", hidden_size=32, num_layers=1, num_heads=2)
 
 
 def split_run(settings: dict[str, str], *extra: str, processes: int = 2, algo: str = "grpo") -> None:

@@ -52,7 +52,7 @@ def transfer_eval_config(config):
     """The config of training's second held-out evaluation (metric eval_accuracy_transfer): env.eval_kwargs
     updated by env.transfer_eval_kwargs, under env.transfer_eval_chat_template; None when neither is set."""
     env = config.env
-    if not env.transfer_eval_kwargs and env.transfer_eval_chat_template is None:
+    if not env.has_transfer_eval():
         return None
     return with_eval_prompt(config, env.transfer_eval_kwargs, env.transfer_eval_chat_template)
 
