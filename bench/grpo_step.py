@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -162,6 +163,15 @@ def run_raw(args) -> dict:
         times.append((generated - started, now() - generated))
     gen, train = times[-1]
     return {"generate_s": gen, "train_s": train, "step_s": gen + train, **peak_memory(baseline)}
+
+
+def exit_reason(returncode: int) -> str:
+    """A contender's exit status in words: a SIGKILL is most often the kernel's OOM killer (raw's full-vocabulary
+    logits of 64 rows x 128 new tokens take ~24 GB), which leaves no Python traceback to read."""
+    if returncode >= 0:
+        return f"exit status {returncode}"
+    name = signal.Signals(-returncode).name
+    return f"killed by {name}" + (": out of memory?" if name == "SIGKILL" else "")
 
 
 def run_ours(args) -> dict:
@@ -365,7 +375,7 @@ def main() -> None:
             continue
         proc = subprocess.run([*base, "--only", name], capture_output=True, text=True)
         if proc.returncode != 0:
-            print(f"{name}: failed\n{proc.stderr[-1500:]}", file=sys.stderr)
+            print(f"{name}: failed ({exit_reason(proc.returncode)})\n{proc.stderr[-1500:]}", file=sys.stderr)
             continue
         results[name] = json.loads(proc.stdout.strip().splitlines()[-1])
         print(f"{name}: {json.dumps(results[name])}", file=sys.stderr, flush=True)  # kept if a later contender hangs

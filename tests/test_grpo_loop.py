@@ -18,7 +18,7 @@ from algos.algorithms.grpo import DAPO_PRESET, GRPOConfig, GRPOTrainer, train
 from algos.config import load_config
 from algos.core import POLICY_LOSSES
 from algos.core.advantages import group_advantages, process_advantages
-from algos.run.reporting import read_metrics
+from algos.run.reporting import read_metrics, without_wall_times
 from algos.system.paths import latest_checkpoint, list_checkpoints
 from rlvr_env.testing import saved_tiny_model
 
@@ -70,27 +70,34 @@ def test_sigkilled_run_resumes_to_the_same_parameters_bitwise(tiny_model_dir, tm
     got = load_file(final["killed"] / "model" / "model.safetensors")
     assert want.keys() == got.keys()
     assert all(torch.equal(want[k], got[k]) for k in want)
-    drop = ("step_time_s",)
-    strip = lambda rows: [{k: v for k, v in r.items() if k not in drop} for r in rows]  # noqa: E731
-    assert strip(read_metrics(tmp_path / "killed")) == strip(read_metrics(tmp_path / "full"))
+    assert without_wall_times(read_metrics(tmp_path / "killed")) == without_wall_times(read_metrics(tmp_path / "full"))
 
 
 @pytest.mark.parametrize("tensorboard", [False, True])
 def test_a_runs_summary_names_its_directory_and_curves_and_its_step_times_are_each_steps_own(tiny_model_dir, tmp_path,
                                                                                           tensorboard):
     """run_training's summary holds output_dir and the curves' PNG (run.plots); step_time_s is each step's own wall
-    time, so the steps' sum fits in the run's; run.tensorboard writes event files or none."""
+    time, so the steps' sum fits in the run's, and its parts fit in it: drawing the batch (time/rollout_s), the rest of
+    the step (time/update_s) and, on a step that evaluates, the evaluation (time/eval_s; the last step's comes after
+    its step_time_s); run.tensorboard writes event files or none."""
     pytest.importorskip("tensorboard")
     config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{
-        "run.steps": "2", "run.plots": "true", "run.tensorboard": str(tensorboard).lower(), "grpo.num_iterations": "1"}))
+        "run.steps": "3", "run.eval_every": "2", "run.plots": "true", "run.tensorboard": str(tensorboard).lower(),
+        "grpo.num_iterations": "1"}))
     started = time.perf_counter()
     summary = train(config)
     elapsed = time.perf_counter() - started
     assert summary["output_dir"] == str(tmp_path)
     assert summary["plot"] == tmp_path / "curves.png" and summary["plot"].is_file()
     records = read_metrics(tmp_path)
-    times = [record["step_time_s"] for record in records if "step_time_s" in record]
-    assert len(times) == 2 and 0 < min(times) and sum(times) < elapsed
+    steps = [record for record in records if "step_time_s" in record]
+    assert len(steps) == 3 and sum(record["step_time_s"] for record in steps) < elapsed
+    for record in steps:
+        evaluated = record["time/eval_s"] if record["step"] == 2 else 0.0
+        assert 0 < record["time/rollout_s"] and 0 < record["time/update_s"]
+        assert record["time/rollout_s"] + record["time/update_s"] + evaluated <= record["step_time_s"]
+    assert [record["step"] for record in steps if "time/eval_s" in record] == [2, 3]
+    assert 0 < steps[-1]["time/eval_s"] < elapsed - sum(record["step_time_s"] for record in steps)
     assert (records[0]["world_size"], records[0]["distributed_strategy"]) == (1, "none")  # one process: no strategy ran
     assert any((tmp_path / "tensorboard").glob("events.*")) == tensorboard
 

@@ -12,7 +12,7 @@ from algos.algorithms import ppo
 from algos.config import load_config
 from algos.learn.stats import UpdateStats
 from algos.model.policy import completion_logprobs
-from algos.run.reporting import read_metrics
+from algos.run.reporting import read_metrics, without_wall_times
 from algos.system.memory import activation_cost
 from rlvr_cli import main as rlvr_main
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model, saved_tiny_model
@@ -146,9 +146,7 @@ def test_kill_and_resume_matches_an_uninterrupted_run(tiny_model_dir, tmp_path, 
         assert torch.equal(a, b)
     assert straight.kl_controller == resumed.kl_controller
     assert straight.kl_controller.coef != 0.05  # PPO-Penalty moved the coefficient
-    drop = ("step_time_s",)
-    rows = [[{k: v for k, v in r.items() if k not in drop} for r in read_metrics(tmp_path / name)]
-            for name in ("straight", "resumed")]
+    rows = [without_wall_times(read_metrics(tmp_path / name)) for name in ("straight", "resumed")]
     assert rows[0] == rows[1]
 
 

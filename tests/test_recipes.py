@@ -14,7 +14,7 @@ from algos.algorithms.grpo import GRPOConfig
 from algos.config import load_config
 from algos.run.directory import check_resumable
 from algos.run.evaluation import asks_the_same, eval_task, evaluate_saved_model, transfer_eval_config, zero_shot
-from algos.run.reporting import read_metrics
+from algos.run.reporting import read_metrics, without_wall_times
 from rlvr_cli import main
 from rlvr_env import make_task
 from rlvr_env.curriculum import StepSchedule
@@ -319,10 +319,7 @@ def test_a_resumed_scheduled_run_repeats_the_uninterrupted_one(tiny_dir, tmp_pat
     train(tmp_path / "cut", 2)
     train(tmp_path / "cut", 4, resume=True)
 
-    def strip(records):
-        return [{k: v for k, v in r.items() if k != "step_time_s"} for r in records]
-
-    assert strip(read_metrics(tmp_path / "cut")) == strip(read_metrics(tmp_path / "whole"))
+    assert without_wall_times(read_metrics(tmp_path / "cut")) == without_wall_times(read_metrics(tmp_path / "whole"))
 
 
 def test_a_resume_may_change_the_transfer_prompt_but_not_the_schedule(tiny_dir, tmp_path):

@@ -13,7 +13,7 @@ from reference_helpers import save_tiny_model
 from algos.algorithms import grpo, ppo
 from algos.algorithms.grpo import GRPOConfig
 from algos.config import load_config
-from algos.run.reporting import read_metrics
+from algos.run.reporting import read_metrics, without_wall_times
 
 TASK = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
 COMMON = {
@@ -102,9 +102,7 @@ def test_a_killed_run_resumes_to_the_uninterrupted_runs_state(algo, model_dir, t
     resumed.train()
 
     assert_same(trainer_state(straight), trainer_state(resumed))
-    drop = ("step_time_s",)
-    rows = [[{k: v for k, v in r.items() if k not in drop} for r in read_metrics(tmp_path / name)]
-            for name in ("straight", "resumed")]
+    rows = [without_wall_times(read_metrics(tmp_path / name)) for name in ("straight", "resumed")]
     assert rows[0] == rows[1]
     # The state really moved: the schedule decayed, loss scaling counted its finite steps, the KL coefficient adapted.
     lrs = [r["lr"] for r in rows[0] if "lr" in r]

@@ -17,12 +17,11 @@ from algos.config import load_config
 from algos.rollout import ROLLOUT_ENGINES, RolloutEngine
 from algos.rollout.hf import HFRollout
 from algos.run import loop
-from algos.run.reporting import read_metrics
+from algos.run.reporting import read_metrics, without_wall_times
 from algos.run.rollout_pipeline import DrawnBatch, drawing_version, kept_in_flight, row_shares
 from rlvr_env.testing import saved_tiny_model
 
 TASK = '{"digits": 1, "terms": 2, "operators": "+", "prompt_template": "{expression}=", "format_weight": 0.0}'
-TIMES = ("step_time_s", "async/learner_wait_s", "async/engine_wait_s", "async/draw_s")
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +61,7 @@ def saved_fingerprint(directory) -> list[float]:
 
 
 def without_times(run_dir):
-    return [{key: value for key, value in record.items() if key not in TIMES} for record in read_metrics(run_dir)]
+    return without_wall_times(read_metrics(run_dir))
 
 
 def final_weights(run_dir):
@@ -241,8 +240,9 @@ def test_ppo_draws_ahead_and_its_learner_values_the_rows_at_training_time_and_re
 
 def test_a_finished_run_leaves_nothing_drawn_or_staged_and_its_waits_are_within_the_run(tiny_model_dir, tmp_path,
                                                                                          caplog):
-    """Every staged version was drawn with and every drawn batch trained on; the waits are parts of the run's time;
-    a CPU run says the actor and the learner share its cores."""
+    """Every staged version was drawn with and every drawn batch trained on; the waits are parts of the run's time,
+    and the learner's wait and its own work (time/update_s) parts of each step's; a CPU run says the actor and the
+    learner share its cores."""
     trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{
         "rollout.max_staleness": "1"})))
     started = time.perf_counter()
@@ -255,6 +255,9 @@ def test_a_finished_run_leaves_nothing_drawn_or_staged_and_its_waits_are_within_
     for record in read_metrics(tmp_path)[1:]:
         assert 0 <= record["async/learner_wait_s"] <= elapsed and 0 <= record["async/engine_wait_s"] <= elapsed
         assert 0 < record["async/draw_s"] <= elapsed
+        # the step's own work is what it did not spend waiting for its batch (the actor drew it: no time/rollout_s)
+        assert "time/rollout_s" not in record and 0 < record["time/update_s"]
+        assert record["async/learner_wait_s"] + record["time/update_s"] <= record["step_time_s"]
     assert "on a CPU: the actor and the learner share" in caplog.text
 
 

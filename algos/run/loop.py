@@ -221,6 +221,19 @@ def before_training(run: RunSetup, logger: MetricsLogger, held_out_accuracy: Cal
     return summary
 
 
+def batch_wait_s(metrics: dict[str, float]) -> float:
+    """Of a step's wall time, the part it spent getting its batch: drawing it (time/rollout_s, a synchronous run) or
+    waiting for the actor that drew it ahead (async/learner_wait_s, rollout.max_staleness >= 1 or split mode)."""
+    return metrics.get("time/rollout_s", metrics.get("async/learner_wait_s", 0.0))
+
+
+def timed(held_out_accuracy: Callable[[int], dict[str, float]], step: int) -> tuple[dict[str, float], float]:
+    """A held-out evaluation's scores, and its wall time in seconds (logged as time/eval_s)."""
+    started = time.perf_counter()
+    scores = held_out_accuracy(step)
+    return scores, time.perf_counter() - started
+
+
 def run_training(agent: Agent) -> dict[str, Any]:
     """The loop every agent shares: held-out eval before (fresh runs) and after (eval_accuracy, and
     eval_accuracy_transfer under env.transfer_eval_kwargs' prompt when set), with a fresh run's warm start
@@ -254,13 +267,15 @@ def run_training(agent: Agent) -> dict[str, Any]:
             for step in range(agent.start_step + 1, cfg.steps + 1):
                 started = time.perf_counter()
                 metrics = agent.train_step(step, logger)
+                metrics["time/update_s"] = time.perf_counter() - started - batch_wait_s(metrics)
                 # env.schedule: the task config this step's batch was drawn under (RunSetup.sample sets it)
                 metrics.update({f"schedule/{key}": value for key, value in run.schedule.at(step).items()})
                 if cfg.eval_every and step % cfg.eval_every == 0 and step != cfg.steps:
-                    metrics.update(held_out_accuracy(step))
+                    scores, metrics["time/eval_s"] = timed(held_out_accuracy, step)
+                    metrics.update(scores)
                 metrics["step_time_s"] = time.perf_counter() - started
                 if step == cfg.steps:
-                    scores = held_out_accuracy(step)
+                    scores, metrics["time/eval_s"] = timed(held_out_accuracy, step)
                     metrics.update(scores)
                     summary.update({f"{key}_after": value for key, value in scores.items()})
                 alarms = monitor.check(step, metrics)  # every rank sees the same (global) metrics and decides alike

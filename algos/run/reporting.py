@@ -43,6 +43,12 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+def without_wall_times(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Metrics records less their wall times (the metrics named *_s: step_time_s, time/*, async/*_wait_s...), the one
+    thing two runs of the same seed log differently."""
+    return [{key: value for key, value in record.items() if not key.endswith("_s")} for record in records]
+
+
 def read_metrics(output_dir: str | Path) -> list[dict[str, Any]]:
     """All records of a run's metrics.jsonl, in order. A cut-off last line (a write that a full disk
     or a power loss stopped halfway) is skipped with a warning; a bad line before it is an error."""

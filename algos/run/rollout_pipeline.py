@@ -145,7 +145,10 @@ class SynchronousRollouts:
         self.collect = collect
 
     def batch_for(self, step: int) -> tuple[Any, dict[str, float]]:
-        return self.collect(step)
+        """Step ``step``'s batch, drawn now, and its metrics with the time drawing it took (time/rollout_s)."""
+        started = time.perf_counter()
+        batch, metrics = self.collect(step)
+        return batch, {**metrics, "time/rollout_s": time.perf_counter() - started}
 
     def weights_after(self, step: int) -> None:
         """Nothing to stage: the next batch is drawn by the policy itself."""
