@@ -35,6 +35,35 @@ def test_a_checkpoint_lands_in_a_new_nested_directory_with_its_tokenizer_and_eve
     assert str(tmp_path / "a" / "b") in synced  # and the directory after the rename
 
 
+def test_replace_directory_leaves_a_whole_copy_under_one_name_or_the_other(tmp_path, monkeypatch):
+    """The swap a checkpoint and best_model/ share: killed between its two renames, the old copy is whole under the
+    stale name (and the new one under its own); uninterrupted, the new one is in place, synced, and the old gone."""
+    final, written, stale = tmp_path / "best", tmp_path / ".best.tmp", tmp_path / ".best.stale"
+    for directory, text in ((final, "old"), (written, "new")):
+        directory.mkdir()
+        (directory / "weights").write_text(text)
+    rename = type(final).rename
+
+    def killed_at_the_second_rename(self, target):
+        if self == written:
+            raise KeyboardInterrupt
+        return rename(self, target)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(type(final), "rename", killed_at_the_second_rename)
+        with pytest.raises(KeyboardInterrupt):
+            checkpoint.replace_directory(written, final, stale=stale)
+    assert (stale / "weights").read_text() == "old" and (written / "weights").read_text() == "new"
+    assert not final.exists()
+    stale.rename(final)
+    synced = []
+    fsync = os.fsync
+    monkeypatch.setattr(checkpoint.os, "fsync", lambda fd: synced.append(os.readlink(f"/proc/self/fd/{fd}")) or fsync(fd))
+    checkpoint.replace_directory(written, final, stale=stale)
+    assert (final / "weights").read_text() == "new" and not stale.exists() and not written.exists()
+    assert synced == [str(written / "weights"), str(tmp_path)]  # the file under its temporary name, then the rename
+
+
 def test_a_step_saved_again_replaces_the_old_one_and_a_dead_writers_leftover_is_overwritten(tmp_path):
     model, optimizer = _tiny()
     (tmp_path / f".checkpoint-1.tmp-{os.getpid()}").mkdir()  # our own pid's half-written folder, from before a crash

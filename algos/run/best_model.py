@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from algos.run.checkpoint import export_model
+from algos.run.checkpoint import export_model, replace_directory
 from algos.run.directory import BEST_MODEL_DIR
 from algos.run.setup import RunSetup
 from algos.system.distributed import barrier
@@ -54,9 +54,6 @@ class BestModel:
         export_model(self.run.modules, self.run.model, tmp, self.run.tokenizer)
         if self.run.world.is_main:
             (tmp / BEST_FILE).write_text(json.dumps(self.best) + "\n")
-            if final.exists():  # moved aside, not deleted, until the new one is in place
-                final.rename(stale)
-            tmp.rename(final)
-            shutil.rmtree(stale, ignore_errors=True)
+            replace_directory(tmp, final, stale=stale)
         barrier()
         return self.best

@@ -116,19 +116,27 @@ def save_checkpoint(
                     "state": state or {}}, tmp / TRAINER_FILE)
     barrier()  # every rank's files are written
     if world.is_main:
-        _fsync_tree(tmp)
-        if final.exists():  # re-saving a step (e.g. after a resume): move the old one out of the way first
-            stale = output_dir / f".checkpoint-{step}.stale-{os.getpid()}"
-            final.rename(stale)
-            shutil.rmtree(stale)
-        tmp.rename(final)
-        _fsync_dir(output_dir)  # the rename reaches the disk before any older checkpoint is deleted
+        # re-saving a step (e.g. after a resume) moves the old one aside; the rename reaches the disk before any
+        # older checkpoint is deleted
+        replace_directory(tmp, final, stale=output_dir / f".checkpoint-{step}.stale-{os.getpid()}")
         # Only checkpoints up to this step are pruned: this one is never deleted in favour of higher-numbered ones.
         for old in [path for number, path in numbered_checkpoints(output_dir) if number <= step][:-keep_last]:
             shutil.rmtree(old, ignore_errors=True)
         _remove_leftovers(output_dir)
     barrier()  # no rank goes on (or reads latest_checkpoint) before the checkpoint is in place
     return final
+
+
+def replace_directory(written: Path, final: Path, *, stale: Path) -> None:
+    """Put the completely written directory ``written`` in ``final``'s place, synced to disk: a ``final`` already
+    there is moved to ``stale`` first and deleted only once the new one is in place, so a kill at any point leaves
+    a whole directory under ``final``'s name or under ``stale``'s, never half of one."""
+    _fsync_tree(written)
+    if final.exists():
+        final.rename(stale)
+    written.rename(final)
+    _fsync_dir(final.parent)
+    shutil.rmtree(stale, ignore_errors=True)
 
 
 def export_model(model: torch.nn.Module, export: torch.nn.Module, directory: Path, tokenizer: Any = None) -> None:
