@@ -144,6 +144,7 @@ def test_each_steps_batch_is_drawn_by_the_weights_of_step_t_minus_1_minus_k(tiny
 
 
 def test_a_synchronous_run_logs_no_async_metrics_and_draws_with_the_current_weights(tiny_model_dir, tmp_path):
+    """Each step's batch drawn by the weights it trains, when it asks, and the time that took logged (time/rollout_s)."""
     FingerprintingRollout.seen.clear()
     GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path)),
                 backend=FingerprintingRollout()).train()
@@ -151,6 +152,9 @@ def test_a_synchronous_run_logs_no_async_metrics_and_draws_with_the_current_weig
                                                   for v in range(1, 4)]
     assert FingerprintingRollout.seen == want
     assert not any(key.startswith("async/") for record in read_metrics(tmp_path) for key in record)
+    for record in read_metrics(tmp_path)[1:]:  # each step drew its own batch: that took a part of the step
+        assert 0 < record["time/rollout_s"] < record["step_time_s"] and 0 < record["time/update_s"]
+        assert record["time/rollout_s"] + record["time/update_s"] <= record["step_time_s"]
 
 
 def test_an_overlapped_run_is_deterministic_and_a_resume_from_its_checkpoint_is_bitwise(tiny_model_dir, tmp_path):
