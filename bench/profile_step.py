@@ -19,19 +19,8 @@ import tempfile
 import time
 
 import torch
-from torch.autograd import DeviceType
+from gpu_busy import busy_in, host_range, kernel_intervals
 from torch.profiler import ProfilerActivity, profile, record_function
-
-
-def busy_seconds(intervals: list[tuple[float, float]]) -> float:
-    """Length of the union of [start, end) intervals (microseconds in, seconds out): kernels on several streams
-    overlap, and the GPU is busy once for them."""
-    total, reach = 0.0, float("-inf")
-    for start, end in sorted(intervals):
-        if end > reach:
-            total += end - max(start, reach)
-            reach = end
-    return total / 1e6
 
 
 def main() -> None:
@@ -86,10 +75,9 @@ def main() -> None:
         prof.export_chrome_trace(args.trace)
 
     events = prof.events()
-    ranges = {e.name: (e.time_range.start, e.time_range.end) for e in events if e.name in phases}
+    ranges = {name: host_range(events, name) for name in phases}
     # The GPU's own events, less the record_function ranges the profiler mirrors onto the GPU timeline
-    kernels = [(e.time_range.start, e.time_range.end) for e in events
-               if e.device_type == DeviceType.CUDA and e.name not in phases]
+    kernels = kernel_intervals(events, phases)
     where = torch.cuda.get_device_name() if gpu else "cpu"
     print(f"profile of one GRPO step: {args.model} ({args.precision}) on {where}, torch {torch.__version__}, "
           f"rollout.backend {trainer.config.rollout.backend}, {args.prompts} x {args.group_size} rows, "
@@ -98,9 +86,9 @@ def main() -> None:
     for name, (start, end) in phases.items():
         wall = end - start
         line = f"  {name:8s} wall {wall:6.3f} s"
-        if gpu and name in ranges:
+        if gpu:
             first, last = ranges[name]
-            busy = busy_seconds([(max(a, first), min(b, last)) for a, b in kernels if b > first and a < last])
+            busy = busy_in(kernels, first, last)
             total_busy += busy
             line += f"  GPU busy {busy:6.3f} s ({100 * busy / wall:5.1f}%)"
         total_wall += wall
