@@ -71,6 +71,18 @@ def test_a_resumed_run_competes_with_the_best_model_it_left(tiny_model_dir, tmp_
     assert same_weights(weights(tmp_path / "best_model"), weights(tmp_path / "checkpoint-1" / "model"))
 
 
+def test_a_run_resumed_from_its_first_checkpoint_keeps_the_best_model_it_left(tiny_model_dir, tmp_path, scripted_scores):
+    scripted_scores += [0.5, 0.25]  # before, step 1: the initial policy is the best
+    train(best_model_config(tiny_model_dir, tmp_path, steps=1))
+    scripted_scores += [0.375]  # step 2: the best of the resumed process's evaluations, below the one before
+    config = best_model_config(tiny_model_dir, tmp_path, steps=2)
+    config.run.overwrite_output_dir = False
+    summary = train(config, resume=True)
+
+    assert summary["best_model"]["step"] == 0 and summary["best_model"]["value"] == 0.5
+    assert same_weights(weights(tmp_path / "best_model"), weights(tiny_model_dir))
+
+
 def test_a_fresh_run_without_the_metric_keeps_no_earlier_runs_best_model(tiny_model_dir, tmp_path, scripted_scores):
     scripted_scores += [0.25, 0.5]
     train(best_model_config(tiny_model_dir, tmp_path, steps=1))
@@ -92,8 +104,22 @@ def test_a_fresh_run_starts_over_from_what_a_killed_run_left(tiny_model_dir, tmp
     scripted_scores += [0.25, 0.125]
     train(best_model_config(tiny_model_dir, tmp_path, steps=1))
 
-    assert json.loads((tmp_path / "best_model" / "best.json").read_text())["value"] == 0.25
+    # the evaluation before training was the best: step 0, the initial weights
+    assert json.loads((tmp_path / "best_model" / "best.json").read_text()) == {"metric": "eval_accuracy", "value": 0.25,
+                                                                                "step": 0}
+    assert same_weights(weights(tmp_path / "best_model"), weights(tiny_model_dir))
     assert not (tmp_path / "best_model" / "junk.txt").exists() and not list(tmp_path.glob(".best_model*"))
+
+
+def test_a_warm_start_that_scores_best_is_kept_as_step_0(tiny_model_dir, tmp_path, scripted_scores):
+    scripted_scores += [0.25, 0.75, 0.5]  # before, after the warm start, step 1
+    train(best_model_config(tiny_model_dir, tmp_path, steps=1, **{"warm_start.steps": "2", "warm_start.batch_size": "4"}))
+
+    assert json.loads((tmp_path / "best_model" / "best.json").read_text()) == {"metric": "eval_accuracy", "value": 0.75,
+                                                                                "step": 0}
+    assert same_weights(weights(tmp_path / "best_model"), weights(tmp_path / "warm_start"))
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "eval_accuracy_warm_start" in r] == [0]  # logged before RL's step 1
 
 
 def test_a_resume_that_changes_the_metric_starts_its_best_model_over(tiny_model_dir, tmp_path, scripted_scores):

@@ -18,6 +18,7 @@ from algos.algorithms.grpo import DAPO_PRESET, GRPOConfig, GRPOTrainer, train
 from algos.config import load_config
 from algos.core import POLICY_LOSSES
 from algos.core.advantages import group_advantages, process_advantages
+from algos.run import loop
 from algos.run.reporting import read_metrics, without_wall_times
 from algos.system.paths import latest_checkpoint, list_checkpoints
 from rlvr_env.testing import saved_tiny_model
@@ -100,6 +101,15 @@ def test_a_runs_summary_names_its_directory_and_curves_and_its_step_times_are_ea
     assert 0 < steps[-1]["time/eval_s"] < elapsed - sum(record["step_time_s"] for record in steps)
     assert (records[0]["world_size"], records[0]["distributed_strategy"]) == (1, "none")  # one process: no strategy ran
     assert any((tmp_path / "tensorboard").glob("events.*")) == tensorboard
+
+
+@pytest.mark.parametrize(("metrics", "wait"), [
+    ({"time/rollout_s": 2.5, "loss": 0.1}, 2.5),  # a synchronous step drew its batch
+    ({"async/learner_wait_s": 0.75, "async/draw_s": 3.0}, 0.75),  # the actor drew it ahead: only the wait is the step's
+    ({"loss": 0.1}, 0.0),  # a step that logs neither (a custom agent) spent nothing apart from its update
+])
+def test_a_steps_batch_wait_is_its_draw_or_its_wait_for_the_actor(metrics, wait):
+    assert loop.batch_wait_s(metrics) == wait
 
 
 def test_a_fresh_run_refuses_a_directory_with_another_runs_checkpoints(tiny_model_dir, tmp_path):

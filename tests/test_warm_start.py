@@ -158,6 +158,18 @@ def test_the_loss_falls_over_a_warm_start(tmp_path):
     assert losses[-1] < 0.5 * losses[0]  # measured: 4.63 -> 1.64
 
 
+def test_tensorboard_draws_the_warm_start_before_rls_first_step(tmp_path):
+    """The warm start's steps, all logged at run step 0, are drawn at 1 - warm_start.steps .. 0 and RL's from 1."""
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    config = addition_config(saved_model(tmp_path / "model", build_char_tokenizer()), tmp_path / "run",
+                             **{"run.steps": "1", "run.tensorboard": "true"})
+    grpo.train(config)
+    events = event_accumulator.EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    events.Reload()
+    assert [event.step for event in events.Scalars("warm_start/loss")] == [-2, -1, 0]
+    assert [event.step for event in events.Scalars("loss")] == [1]
+
+
 def test_a_warm_start_step_applies_the_gradient_of_the_token_mean_cross_entropy(tmp_path):
     """Five calculator demonstrations (labels with the tool's output as a hole) in micro-batches of 2, 2 and 1: SGD at
     lr 1 moves each weight by minus the gradient of the cross-entropy summed over every row's labelled tokens and
