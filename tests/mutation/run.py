@@ -71,7 +71,8 @@ MODULES: dict[str, list[str]] = {
     # after them reach run_training's evaluation schedule, env.schedule, the alarms and the warm start
     "algos/run/loop.py": ["tests/test_grpo_loop.py", "tests/test_ppo.py", "tests/test_dpo.py", "tests/test_grpo_cli.py",
                           *RESUME, "tests/test_alarms.py", "tests/test_warm_start.py", "tests/test_recipes.py",
-                          "tests/test_run_dir.py", "tests/test_best_model.py"],
+                          "tests/test_run_dir.py", "tests/test_best_model.py", "tests/test_lora.py",
+                          "tests/test_weight_dither.py"],
     "algos/run/best_model.py": ["tests/test_best_model.py"],
     "algos/run/alarms.py": ["tests/test_alarms.py"],
     "algos/run/resolve.py": ["tests/test_run_resolve.py", "tests/test_grpo_loop.py", "tests/test_run_dir.py"],
