@@ -8,7 +8,8 @@ import torch
 
 from algos.algorithms.grpo import GRPOConfig
 from algos.config import load_config
-from algos.run.evaluation import evaluate, evaluate_saved_model
+from algos.run import evaluation
+from algos.run.evaluation import eval_task, evaluate, evaluate_saved_model, zero_shot
 from rlvr_env.testing import build_char_tokenizer, build_tiny_model
 
 
@@ -57,3 +58,20 @@ def test_a_saved_model_is_scored_from_the_directory_given_not_the_configs(tiny_d
     accuracy = evaluate_saved_model(config, tiny_dir)
     assert 0.0 <= accuracy <= 1.0
     assert config.model.path == str(tmp_path / "no-such-model")  # the caller's config is left as it is
+
+
+def test_a_saved_model_is_scored_on_the_problems_given(tiny_dir, monkeypatch):
+    backend = EveryThirdSolved()
+    monkeypatch.setattr(evaluation, "make_rollout_backend", lambda config: backend)
+    config = config_for(tiny_dir, eval_size=3)
+    task, _ = eval_task(config)
+    # five problems given, against the config's three: rows 0 and 3 of the one batch solved -> 2 of 5
+    assert evaluate_saved_model(config, tiny_dir, eval_set=(task, [0, 1, 2, 3, 4])) == pytest.approx(2 / 5)
+    assert backend.rows == [5]
+
+
+def test_zero_shot_asks_the_bare_question_in_the_chat_template(tiny_dir):
+    config = config_for(tiny_dir)  # plain-text prompts
+    asked = zero_shot(config)
+    assert asked.env.use_chat_template is True and asked.env.eval_kwargs["few_shot"] == []
+    assert config.env.use_chat_template is False and "few_shot" not in config.env.eval_kwargs  # the caller's is kept

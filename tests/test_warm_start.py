@@ -277,6 +277,10 @@ def test_a_grpo_run_warm_starts_once_and_resumes_to_the_uninterrupted_run(tmp_pa
         assert all(torch.equal(want[key], got[key]) for key in want), name
     rows = [without_wall_times(read_metrics(tmp_path / name)) for name in runs]
     assert rows[0] == rows[1]
+    # a fresh run over the first (run.overwrite_output_dir) without a warm start keeps nothing of its KL reference
+    grpo.train(addition_config(model_dir, tmp_path / "straight", **{
+        "warm_start.steps": "0", "run.steps": "1", "run.overwrite_output_dir": "true"}))
+    assert not (tmp_path / "straight" / WARM_START_DIR).exists()
 
 
 def test_ppo_warm_starts_its_policy_and_reference_and_leaves_its_critic(tmp_path):

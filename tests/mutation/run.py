@@ -87,7 +87,7 @@ MODULES: dict[str, list[str]] = {
     "algos/algorithms/ppo.py": ["tests/test_ppo.py", "tests/test_config.py", *PPO_REFERENCE, *RESUME],
     "algos/config.py": ["tests/test_config.py", "tests/test_config_rules.py", "tests/test_grpo_cli.py"],
     "algos/run/directory.py": ["tests/test_run_dir.py", "tests/test_grpo_loop.py", "tests/test_ppo.py",
-                               "tests/test_grpo_cli.py", "tests/test_warm_start.py", *RESUME],
+                               "tests/test_grpo_cli.py", "tests/test_warm_start.py", "tests/test_best_model.py", *RESUME],
     "algos/run/warm_start.py": ["tests/test_warm_start.py"],
     "algos/run/reward_model.py": ["tests/test_reward_model.py"],
     "algos/run/evaluation.py": ["tests/test_evaluation.py", "tests/test_recipes.py", "tests/test_grpo_cli.py"],
