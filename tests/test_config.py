@@ -154,6 +154,11 @@ GRPO_EDGES = [
     ("loss.entropy_coef", "0", "-0.01", "must be >= 0 (a bonus; negative would penalise entropy)"),
     ("loss.micro_batch_size", "1", "0", "must be 'auto' or a number of rows >= 1, got 0"),
     ("loss.logprob_chunk_size", "1", "0", "must be >= 1"),
+    ("lora.r", "0", "-1", "must be >= 0 (0 = no LoRA), got -1"),
+    ("lora.alpha", "1e-6", "0", "must be > 0, got 0.0"),
+    ("lora.dropout", "0", "-0.01", "must be in [0, 1), got -0.01"),
+    ("lora.dropout", "0.99", "1", "must be in [0, 1), got 1.0"),
+    ("lora.target_modules", "all-linear", "[]", "must name at least one module, or 'all-linear'"),
 ]
 PPO_EDGES = [
     *[(f"ppo.{name}", "1", "0", "must be >= 1") for name in (
@@ -305,3 +310,13 @@ def test_the_sampling_twins_are_one_rollout_key_read_under_every_old_name(tmp_pa
     with pytest.warns(FutureWarning), pytest.raises(ValueError, match="rollout.group_size: 2 -> 3"):
         check_resumable(load_config(GRPOConfig, overrides={"rollout.prompts_per_step": "4", "rollout.group_size": "3"}),
                         checkpoint)
+
+
+@pytest.mark.parametrize(("overrides", "second"), [
+    ({}, False),  # the default: one evaluation
+    ({"env.transfer_eval_kwargs": '{"few_shot": []}'}, True),
+    ({"env.transfer_eval_chat_template": "true"}, True),  # the same prompt, rendered the other way
+    ({"env.transfer_eval_kwargs": '{"few_shot": []}', "env.transfer_eval_chat_template": "false"}, True),
+])
+def test_either_transfer_key_sets_a_second_evaluation(overrides, second):
+    assert load_config(GRPOConfig, overrides=overrides).env.has_transfer_eval() is second
