@@ -74,6 +74,8 @@ MODULES: dict[str, list[str]] = {
                           "tests/test_run_dir.py", "tests/test_best_model.py", "tests/test_lora.py",
                           "tests/test_weight_dither.py"],
     "algos/run/best_model.py": ["tests/test_best_model.py"],
+    "algos/run/reporting.py": ["tests/test_reporting.py", "tests/test_grpo_loop.py", "tests/test_grpo_cli.py",
+                               "tests/test_warm_start.py", "tests/test_alarms.py"],
     "algos/run/alarms.py": ["tests/test_alarms.py"],
     "algos/run/resolve.py": ["tests/test_run_resolve.py", "tests/test_grpo_loop.py", "tests/test_run_dir.py"],
     "algos/run/rollout_pipeline.py": ["tests/test_rollout_pipeline.py", "tests/test_dpo.py"],
