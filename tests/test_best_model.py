@@ -10,6 +10,7 @@ from safetensors.torch import load_file
 from algos.algorithms.grpo import GRPOConfig, train
 from algos.config import load_config
 from algos.run import loop
+from algos.run.reporting import read_metrics
 from rlvr_env.testing import ADDITION_KWARGS, saved_tiny_model
 
 TASK = json.dumps(ADDITION_KWARGS)
@@ -118,8 +119,7 @@ def test_a_warm_start_that_scores_best_is_kept_as_step_0(tiny_model_dir, tmp_pat
     assert json.loads((tmp_path / "best_model" / "best.json").read_text()) == {"metric": "eval_accuracy", "value": 0.75,
                                                                                 "step": 0}
     assert same_weights(weights(tmp_path / "best_model"), weights(tmp_path / "warm_start"))
-    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in records if "eval_accuracy_warm_start" in r] == [0]  # logged before RL's step 1
+    assert [r["step"] for r in read_metrics(tmp_path) if "eval_accuracy_warm_start" in r] == [0]  # logged before RL's step 1
 
 
 def test_a_resume_that_changes_the_metric_starts_its_best_model_over(tiny_model_dir, tmp_path, scripted_scores):
