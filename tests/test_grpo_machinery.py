@@ -1,8 +1,8 @@
-"""The trainer machinery GRPO/DAPO/PPO share: metrics logging and checkpoints."""
+"""The trainer machinery GRPO/DAPO/PPO share: checkpoints, log-probs, the update engine's parts (metrics logging:
+test_reporting.py)."""
 
 import contextlib
 import gc
-import json
 import os
 import random
 import warnings
@@ -13,24 +13,8 @@ import pytest
 import torch
 
 from algos.run.checkpoint import load_checkpoint, save_checkpoint
-from algos.run.reporting import MetricsLogger, read_metrics
 from algos.system.paths import latest_checkpoint, list_checkpoints
 from rlvr_env.testing import available_devices, build_char_tokenizer, build_tiny_model
-
-
-def test_metrics_jsonl_plot_and_resume_truncation(tmp_path):
-    logger = MetricsLogger(tmp_path, total_steps=3, tensorboard=True, progress=False)
-    for step in (1, 2, 3):
-        logger.log(step, {"reward_mean": step / 3, "entropy": torch.tensor(1.0 / step), "kl": float("nan")})
-    plot = logger.close()
-    assert plot is not None and plot.stat().st_size > 0
-    records = read_metrics(tmp_path)
-    assert [r["step"] for r in records] == [1, 2, 3]
-    assert records[0]["kl"] is None and records[2]["entropy"] == pytest.approx(1 / 3)
-    assert any((tmp_path / "tensorboard").iterdir())
-    # Resuming from step 2 forgets step 3, which the new run will log again.
-    MetricsLogger(tmp_path, total_steps=3, start_step=2, tensorboard=False, progress=False).close(plot=False)
-    assert [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [1, 2]
 
 
 def _tiny():
@@ -120,18 +104,6 @@ def test_pruning_never_deletes_the_new_checkpoint_and_clears_killed_writers_left
     save_checkpoint(tmp_path, 6, model=model, optimizer=optimizer, keep_last=2)
     assert [p.name for p in list_checkpoints(tmp_path)] == ["checkpoint-3", "checkpoint-6", "checkpoint-11", "checkpoint-12"]
     assert not list(tmp_path.glob(".checkpoint-*"))
-
-
-def test_metrics_reader_skips_only_a_cut_off_last_line(tmp_path):
-    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "rew')
-    with pytest.warns(UserWarning, match="cut-off last line 3"):
-        assert read_metrics(tmp_path) == [{"step": 1}, {"step": 2}]
-    with pytest.warns(UserWarning):  # a resume from step 2 keeps whole records and drops the cut one
-        MetricsLogger(tmp_path, total_steps=3, start_step=2, tensorboard=False, progress=False).close(plot=False)
-    assert read_metrics(tmp_path) == [{"step": 1}, {"step": 2}]
-    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\nnot json\n{"step": 3}\n')
-    with pytest.raises(ValueError, match="line 2 is not a JSON record"):
-        read_metrics(tmp_path)
 
 
 def test_completion_logprobs_match_full_logits_with_left_padding():
@@ -659,23 +631,3 @@ def test_a_chat_template_asked_for_but_missing_is_said_not_silently_dropped():
                  device=torch.device("cpu"))
 
 
-def test_without_a_live_bar_each_step_is_one_line_on_stderr(tmp_path, capsys):
-    """run.progress false, or stderr not a terminal (a cluster's log): one line per step, as TRL and verl print."""
-    logger = MetricsLogger(tmp_path, total_steps=10, tensorboard=False, progress=True)  # pytest's stderr is no terminal
-    logger.log(3, {"reward_mean": 0.25, "accuracy": 0.125, "kl": 0.00123456, "entropy": 4.6, "completion_len_mean": 12.25,
-                   "step_time_s": 1.519, "clip_frac_low": 0.5, "skipped_update": True})
-    logger.write("alarm: something")
-    logger.close(plot=False)
-    out, err = capsys.readouterr()
-    assert out == ""  # stdout stays the command's JSON summary alone
-    assert err.splitlines() == ["step 3/10 | reward 0.25 | acc 0.125 | kl 0.00123 | entropy 4.6 | len 12.2 | s 1.52",
-                                "alarm: something"]
-
-
-def test_curves_are_smoothed_past_50_points_and_the_moving_mean_is_exact(tmp_path):
-    from algos.run.reporting import moving_mean, plot_metrics
-
-    assert moving_mean((1.0, 3.0, 5.0, 7.0), 2) == [1.0, 2.0, 4.0, 6.0]
-    assert moving_mean((2.0,), 5) == [2.0]
-    (tmp_path / "metrics.jsonl").write_text("".join(f'{{"step": {i}, "reward_mean": {i % 7 / 7}}}\n' for i in range(1, 80)))
-    assert plot_metrics(tmp_path).is_file()
