@@ -90,18 +90,24 @@ def tiny_model_dir(root: Path) -> str:
     return str(root / "tiny")
 
 
+def shape_config(shape: str, **special_token_ids):
+    """The transformers config of the published configuration ``shape``, with the tokenizer's special token ids."""
+    import transformers
+
+    class_name, fields = SHAPES[shape]
+    return getattr(transformers, class_name)(**fields, **special_token_ids)
+
+
 def shape_model_dir(root: Path, shape: str, dtype: str) -> str:
     """A model of the published configuration ``shape`` with random weights (in ``dtype``), and SmolLM2's tokenizer."""
     import torch
-    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from algos.model.loading import default_model_path
 
-    class_name, fields = SHAPES[shape]
     tokenizer = AutoTokenizer.from_pretrained(default_model_path())
-    config = getattr(transformers, class_name)(**fields, pad_token_id=tokenizer.pad_token_id,
-                                               bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    config = shape_config(shape, pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
+                          eos_token_id=tokenizer.eos_token_id)
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
     model.save_pretrained(root / shape)
@@ -312,7 +318,9 @@ CONTENDERS = {"raw": run_raw, "ours": run_ours, "ours_eager": run_ours_eager, "o
               "ours_lora": run_ours_lora, "trl_lora": run_trl_lora}
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """This bench's flags, from ``argv`` (the command line's by default): tests/test_bench.py parses the GPU scripts'
+    command lines with it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny", help="'tiny' (built locally), 'default' (SmolLM2) or a directory")
     parser.add_argument("--dtype", default="float32", help="weights and AdamW state (model.dtype)")
@@ -340,7 +348,14 @@ def main() -> None:
     parser.add_argument("--skip-raw", action="store_true", help="leave out the raw contender (a large shape's memory)")
     parser.add_argument("--skip-full", action="store_true",
                         help="with --lora: leave out full fine-tuning (ours, trl), for a shape whose AdamW state won't fit")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.skip_full and not args.lora:
+        parser.error("--skip-full leaves nothing to time without --lora R")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
 
     if args.only:
         print(json.dumps(CONTENDERS[args.only](args)))
@@ -365,8 +380,6 @@ def main() -> None:
             "--lora", str(args.lora),
             *(["--gradient-checkpointing"] if args.gradient_checkpointing else [])]
     results = {}
-    if args.skip_full and not args.lora:
-        parser.error("--skip-full leaves nothing to time without --lora R")
     skipped = {"ours": args.skip_full, "trl": args.skip_trl or args.skip_full, "ours_hf": not args.with_hf_rollout,
                "ours_eager": not args.with_eager_layers,
                "ours_lora": not args.lora, "trl_lora": args.skip_trl or not args.lora, "raw": args.skip_raw}

@@ -141,7 +141,9 @@ def key_value(item: str) -> tuple[str, str]:
     return key, value
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """This bench's flags, from ``argv`` (the command line's by default): tests/test_bench.py parses the GPU scripts'
+    command lines with it."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="default", help="'default' (SmolLM2-135M), 'tiny' (built locally) or a directory")
     parser.add_argument("--staleness", type=int, nargs="+", default=[1], help="the k >= 1 modes timed beside k = 0")
@@ -159,7 +161,11 @@ def main() -> None:
                         help="also split mode: torchrun, 1 rollout rank + 1 learner (each with half the threads)")
     parser.add_argument("--only", type=int, help=argparse.SUPPRESS)  # one mode, JSON out
     parser.add_argument("--split", action="store_true", help=argparse.SUPPRESS)  # that mode in split mode
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
     if args.only is not None:
         result = run_mode(args)
         if result:

@@ -23,7 +23,9 @@ from gpu_busy import busy_in, host_range, kernel_intervals
 from torch.profiler import ProfilerActivity, profile, record_function
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """This bench's flags, from ``argv`` (the command line's by default): tests/test_bench.py parses the GPU scripts'
+    command lines with it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="default")
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="bf16")
@@ -34,7 +36,11 @@ def main() -> None:
     parser.add_argument("--compile-layers", default="auto", help="model.compile_layers (auto: on on a GPU)")
     parser.add_argument("--top", type=int, default=12, help="rows of each table")
     parser.add_argument("--trace", help="also write the Chrome trace here")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
 
     from algos.algorithms.grpo import GRPOConfig, GRPOTrainer
     from algos.config import load_config

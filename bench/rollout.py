@@ -30,7 +30,9 @@ from algos.system.hardware import choose_attention_kernels
 from rlvr_env import TokenVectorEnv, make_task
 
 
-def main() -> None:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """This bench's flags, from ``argv`` (the command line's by default): tests/test_bench.py parses the GPU scripts'
+    command lines with it."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="default", help="'default' or a local transformers directory")
     parser.add_argument("--dtype", default="bfloat16")
@@ -39,7 +41,11 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--task", default="rlvr/Arithmetic-v0", help="a multi-turn task compares its episode players")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
 
     model, tokenizer = load_policy(args.model, dtype=args.dtype)
     device = next(model.parameters()).device
