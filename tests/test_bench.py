@@ -82,10 +82,15 @@ def test_the_recipe_command_of_the_gpu_checks_loads_its_config(monkeypatch):
     from rlvr_cli import main
 
     (command,) = [c for c in script_commands("gpu_checks.sh") if c[1:3] == ["-m", "rlvr_cli"]]
-    seen = {}
-    monkeypatch.setattr(grpo, "train", lambda config, resume: seen.setdefault("config", config) and {})
+    trained = []
+
+    def train(config, resume):
+        trained.append(config)
+        return {}
+
+    monkeypatch.setattr(grpo, "train", train)
     assert main(command[3:]) == 0
-    config = seen["config"]
+    (config,) = trained
     assert config.run.output_dir == "/tmp/gpu-recipe" and config.run.progress is False
     assert config.env.transfer_eval_kwargs  # the recipe's transfer wording, which the GPU run reports
 
