@@ -73,9 +73,37 @@ def test_the_logger_writes_json_safe_records_and_tensorboard_and_a_resume_forget
 
 
 def test_a_fresh_run_starts_an_empty_metrics_file_over_an_old_one(tmp_path):
-    write_lines(tmp_path, json.dumps({"step": 1}), json.dumps({"step": 2}))
-    MetricsLogger(tmp_path, total_steps=3, tensorboard=False, progress=False).close(plot=False)
-    assert (tmp_path / METRICS_FILE).read_text() == ""
+    write_lines(tmp_path, json.dumps({"step": 0, "eval_accuracy": 0.5}), json.dumps({"step": 1}))  # step 0: before RL
+    assert MetricsLogger(tmp_path, total_steps=3, tensorboard=False, progress=False).close(plot=False) is None
+    assert (tmp_path / METRICS_FILE).read_text() == "" and not (tmp_path / PLOT_FILE).exists()
+
+
+def test_the_logger_makes_its_run_directory_and_by_default_writes_tensorboard(tmp_path):
+    run_dir = tmp_path / "runs" / "new"
+    logger = MetricsLogger(run_dir, total_steps=2)
+    logger.log(1, {"reward_mean": 0.5})
+    assert logger.close(plot=False) is None and not (run_dir / PLOT_FILE).exists()  # no curves when told so
+    assert read_metrics(run_dir) == [{"step": 1, "reward_mean": 0.5}] and any((run_dir / "tensorboard").iterdir())
+
+
+def tensorboard_scalars(run_dir) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    return {tag: [(e.step, round(e.value, 6)) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_tensorboard_gets_each_numeric_metric_and_a_resume_replaces_the_steps_after_it(tmp_path):
+    logger = MetricsLogger(tmp_path, total_steps=3, progress=False)
+    for step in (1, 2, 3):
+        logger.log(step, {"reward_mean": step / 10, "skipped_update": False, "note": "text", "kl": None})
+    logger.close(plot=False)
+    resumed = MetricsLogger(tmp_path, total_steps=3, start_step=2, progress=False)
+    resumed.log(3, {"reward_mean": 0.9})
+    resumed.close(plot=False)
+    # the step itself, flags, text and nulls are no curves; step 3's first value is purged, not drawn beside the new
+    assert tensorboard_scalars(tmp_path) == {"reward_mean": [(1, 0.1), (2, 0.2), (3, 0.9)]}
 
 
 class Terminal(io.StringIO):
@@ -98,6 +126,7 @@ def test_without_a_live_bar_each_step_is_one_line_on_stderr(tmp_path, capsys, mo
     logger = MetricsLogger(tmp_path, total_steps=10, tensorboard=False, progress=not terminal)
     logger.log(3, STEP_3)
     logger.write("alarm: something")
+    assert logger.phase_bar(5, "warm start").disable  # no bar of its own either
     logger.close(plot=False)
     out, err = capsys.readouterr()
     assert out == ""  # stdout stays the command's JSON summary alone
@@ -124,7 +153,8 @@ def test_on_a_terminal_the_live_bar_shows_the_headline_then_progress_keys_and_pr
     assert logger._bar.n == 3  # resumed at 2, one step on
     logger.write("alarm: something")
     with logger.phase_bar(5, "warm start") as phase:
-        assert not phase.disable
+        assert (phase.disable, phase.total, phase.desc, phase.leave) == (False, 5, "warm start", False)
+        assert phase.dynamic_ncols  # tqdm keeps the terminal's width reader here
     logger.close(plot=False)
     shown = terminal.getvalue()
     assert "step 3/10" not in shown and "alarm: something\n" in shown
@@ -163,9 +193,20 @@ def test_the_curves_are_one_panel_per_logged_key_in_plot_order_with_their_steps(
     assert all(tick.is_integer() for tick in panels[0].get_xticks())  # whole steps only
 
 
+@pytest.mark.parametrize(("points", "lines"), [(SMOOTH_FROM - 1, 1), (SMOOTH_FROM, 2)])
+def test_from_50_points_on_a_curve_is_smoothed(tmp_path, monkeypatch, points, lines):
+    figures = capture_figures(monkeypatch)
+    write_lines(tmp_path, *(json.dumps({"step": step, "kl": step % 3}) for step in range(1, points + 1)))
+    plot_metrics(tmp_path)
+    drawn = figures[0].axes[0].get_lines()
+    assert len(drawn) == lines
+    if lines == 2:  # 50 // 20 = 2
+        assert drawn[1].get_ydata().tolist() == pytest.approx(moving_mean(tuple(float(s % 3) for s in range(1, 51)), 2))
+
+
 def test_past_50_points_a_curve_is_faint_under_its_moving_mean_and_spare_grid_cells_are_blank(tmp_path, monkeypatch):
     figures = capture_figures(monkeypatch)
-    steps = range(1, SMOOTH_FROM + 30)  # 79 points: a window of 79 // 20 = 3
+    steps = range(11, 71)  # 60 points from step 11 (a resumed run's): a window of 60 // 20 = 3
     values = [step % 7 / 7 for step in steps]
     write_lines(tmp_path, *(json.dumps({"step": s, "reward_mean": v, "accuracy": v, "entropy": 1.0, "kl": 0.0})
                             for s, v in zip(steps, values)))
@@ -176,6 +217,7 @@ def test_past_50_points_a_curve_is_faint_under_its_moving_mean_and_spare_grid_ce
     assert [ax.axison for ax in figure.axes] == [True, True, True, True, False, False]
     raw, mean = figure.axes[0].get_lines()
     assert raw.get_alpha() == 0.3 and raw.get_ydata().tolist() == values
+    assert raw.get_xdata().tolist() == list(steps) and mean.get_xdata().tolist() == list(steps)
     assert mean.get_ydata().tolist() == pytest.approx(moving_mean(tuple(values), 3))
     assert mean.get_ydata()[2] == pytest.approx(sum(values[:3]) / 3)
 
