@@ -141,14 +141,15 @@ def run_bench(name: str, *args: str) -> str:
     return done.stdout
 
 
-def test_grpo_step_times_ours_and_trl_full_and_lora_and_prints_their_ratios(tiny_model):
+def test_grpo_step_times_raw_and_ours_and_trl_with_lora_and_prints_their_ratios(tiny_model):
+    """The 7B row's flags (--skip-full: ours and trl share their code with ours_lora and trl_lora, each contender is
+    a process of its own, ~7 s)."""
     out = run_bench("grpo_step", "--model", tiny_model, "--prompts", "2", "--group-size", "2", "--new-tokens", "4",
-                    "--lora", "4", "--gradient-checkpointing")
+                    "--lora", "4", "--skip-full", "--gradient-checkpointing")
     rows = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ") and " step " in line}
-    assert list(rows) == ["raw", "ours", "trl", "ours_lora", "trl_lora"]
-    assert "gradient checkpointing on" in out
-    for ratio in ("ours_lora / ours: x", "ours / trl: x", "ours_lora / trl_lora: x"):
-        assert ratio in out
+    assert list(rows) == ["raw", "ours_lora", "trl_lora"]
+    assert "gradient checkpointing on" in out and "x" in rows["trl_lora"].split("|")[1]  # its ratio to raw
+    assert "ours_lora / trl_lora: x" in out
 
 
 def test_overlap_times_the_synchronous_and_the_colocated_step(tiny_model):
@@ -165,8 +166,7 @@ def test_profile_step_splits_one_step_into_collect_and_update(tiny_model):
     assert re.search(r"collect\s+wall\s+[\d.]+ s", out) and re.search(r"update\s+wall\s+[\d.]+ s", out)
 
 
-@pytest.mark.parametrize("task", ["rlvr/Arithmetic-v0", "rlvr/CalculatorArithmetic-v0"])
-def test_the_rollout_bench_compares_its_engines_and_a_multiturn_tasks_episode_players(tiny_model, task):
+def test_the_rollout_bench_compares_a_multiturn_tasks_episode_players(tiny_model):
     out = run_bench("rollout", "--model", tiny_model, "--dtype", "float32", "--batch", "4", "--group-size", "2",
-                    "--new-tokens", "4", "--repeats", "1", "--task", task)
-    assert re.search(r"ratio \w+ / \w+ = [\d.]+", out), out
+                    "--new-tokens", "4", "--repeats", "1", "--task", "rlvr/CalculatorArithmetic-v0")
+    assert re.search(r"the same episode in \d+ of 4 rows", out) and re.search(r"ratio static_driver / multiturn_hf = [\d.]+", out)
