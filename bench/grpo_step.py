@@ -82,12 +82,9 @@ def now() -> float:
 
 
 def tiny_model_dir(root: Path) -> str:
-    from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+    from rlvr_env.testing import saved_tiny_model
 
-    tokenizer = build_char_tokenizer()
-    build_tiny_model(tokenizer, hidden_size=128, num_layers=4, num_heads=4).save_pretrained(root / "tiny")
-    tokenizer.save_pretrained(root / "tiny")
-    return str(root / "tiny")
+    return str(saved_tiny_model(root / "tiny", hidden_size=128, num_layers=4, num_heads=4))
 
 
 def shape_config(shape: str, **special_token_ids):

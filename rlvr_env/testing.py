@@ -42,8 +42,10 @@ def build_char_tokenizer(characters: str = CHARACTERS):
     return tokenizer
 
 
-def build_tiny_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4, seed: int = 0):
-    """A randomly initialised LlamaForCausalLM sized for CPU tests (~100k parameters)."""
+def build_tiny_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_heads: int = 4, seed: int = 0,
+                     max_position_embeddings: int = 512):
+    """A randomly initialised LlamaForCausalLM sized for CPU tests (~100k parameters); ``max_position_embeddings`` is
+    its context (RoPE: no weights depend on it), longer for the multi-turn tasks' char-tokenized prompts."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -54,7 +56,7 @@ def build_tiny_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
         num_key_value_heads=max(1, num_heads // 2),
-        max_position_embeddings=512,
+        max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,
@@ -65,8 +67,8 @@ def build_tiny_model(tokenizer, hidden_size: int = 64, num_layers: int = 2, num_
 
 
 def saved_tiny_model(path, **sizes):
-    """``build_tiny_model`` (``sizes``: its hidden_size, num_layers, num_heads, seed) saved with the char tokenizer to
-    ``path``, a model directory any loader takes; returns ``path``."""
+    """``build_tiny_model`` (``sizes``: its hidden_size, num_layers, num_heads, seed, max_position_embeddings) saved with
+    the char tokenizer to ``path``, a model directory any loader takes; returns ``path``."""
     tokenizer = build_char_tokenizer()
     build_tiny_model(tokenizer, **sizes).save_pretrained(path)
     tokenizer.save_pretrained(path)

@@ -51,8 +51,7 @@ def calculator_model(path, steps: int = 400, tool_fraction: float = 0.25, seed: 
     rollout renders them, each message followed by the EOS the policy stops with."""
     tokenizer = tool_tokenizer()
     task = make_task("rlvr/CalculatorArithmetic-v0", **TASK_KWARGS)
-    model = build_tiny_model(tokenizer, hidden_size=hidden_size, num_layers=2, seed=seed)
-    model.config.max_position_embeddings = 1024
+    model = build_tiny_model(tokenizer, hidden_size=hidden_size, num_layers=2, seed=seed, max_position_embeddings=1024)
     generator = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     eos = tokenizer.eos_token

@@ -123,15 +123,10 @@ def test_each_published_shape_has_its_model_cards_size_and_holds_smollm2s_token_
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> str:
     """The tiny Llama with a context long enough for the calculator task's char-tokenized prompts."""
-    from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+    from rlvr_env.testing import saved_tiny_model
 
     path = tmp_path_factory.mktemp("bench") / "tiny"
-    tokenizer = build_char_tokenizer()
-    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=2, num_heads=2)
-    model.config.max_position_embeddings = 2048
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
+    return str(saved_tiny_model(path, hidden_size=32, num_layers=2, num_heads=2, max_position_embeddings=2048))
 
 
 def run_bench(name: str, *args: str) -> str:

@@ -255,8 +255,7 @@ def test_the_episode_players_take_their_settings(tokenizer):
 def test_a_seeded_player_samples_the_same_episodes_whatever_torchs_global_rng(tokenizer):
     """MultiTurnHFRollout(seed=) draws from its own generator when no row seeds are given."""
     torch.manual_seed(0)
-    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2)
-    model.config.max_position_embeddings = 1024
+    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2, max_position_embeddings=1024)
     played = []
     for global_seed in (1, 2):
         torch.manual_seed(global_seed)

@@ -32,8 +32,7 @@ class ChattyCalculator(CalculatorArithmeticTask):
 
 def tiny_policy():
     tokenizer = tool_tokenizer()
-    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=2, num_heads=2)
-    model.config.max_position_embeddings = 1024
+    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=2, num_heads=2, max_position_embeddings=1024)
     return model.eval(), tokenizer
 
 

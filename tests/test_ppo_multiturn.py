@@ -32,8 +32,7 @@ ENV_ID = register_task("PPOTestReplies", RepliesToEveryMessage, **TASK_KWARGS)
 def trainer(tmp_path_factory):
     path = tmp_path_factory.mktemp("ppo-multiturn")
     tokenizer = tool_tokenizer()
-    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=2, num_heads=2)
-    model.config.max_position_embeddings = 1024
+    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=2, num_heads=2, max_position_embeddings=1024)
     model.save_pretrained(path / "model")
     tokenizer.save_pretrained(path / "model")
     overrides = {

@@ -36,8 +36,8 @@ QUIET = {"run.progress": "false", "run.tensorboard": "false", "run.plots": "fals
 
 
 def saved_model(path, tokenizer, hidden_size: int = 32, num_heads: int = 2) -> str:
-    model = build_tiny_model(tokenizer, hidden_size=hidden_size, num_layers=2, num_heads=num_heads)
-    model.config.max_position_embeddings = 1024  # room for a calculator episode
+    # a context with room for a calculator episode
+    model = build_tiny_model(tokenizer, hidden_size=hidden_size, num_layers=2, num_heads=num_heads, max_position_embeddings=1024)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return str(path)
