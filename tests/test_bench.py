@@ -95,6 +95,27 @@ def test_the_recipe_command_of_the_gpu_checks_loads_its_config(monkeypatch):
     assert config.env.transfer_eval_kwargs  # the recipe's transfer wording, which the GPU run reports
 
 
+def test_the_demo_command_of_the_gpu_checks_loads_its_config(monkeypatch):
+    """`gpu_checks.sh journeys`' demo line, through examples/demo.py up to the training itself."""
+    from algos.algorithms import grpo
+
+    monkeypatch.syspath_prepend(str(ROOT / "examples"))
+    demo = importlib.import_module("demo")
+    (command,) = [c for c in script_commands("gpu_checks.sh") if c[1:2] == ["examples/demo.py"]]
+
+    class Trained(Exception):  # the demo's first act after its config: training, which this test stops
+        pass
+
+    def train(config):
+        raise Trained(config)
+
+    monkeypatch.setattr(grpo, "train", train)
+    with pytest.raises(Trained) as trained:
+        demo.main(command[2:])
+    (config,) = trained.value.args
+    assert config.run.output_dir == "/tmp/gpu-demo" and config.env.id == "rlvr/Arithmetic-v0"
+
+
 # Each shape's size in billions as its model card gives it: total and non-embedding (the Qwen2.5 cards), to the card's
 # two decimals (Qwen2.5-7B's card truncates 7.616 to 7.61; Llama-3.2-1B's 1.236 to 1.23).
 MODEL_CARDS = {"qwen2.5-0.5b": (0.49, 0.36), "qwen2.5-1.5b": (1.54, 1.31), "qwen2.5-7b": (7.61, 6.53),

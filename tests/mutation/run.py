@@ -2,6 +2,8 @@
 
     .venv/bin/python tests/mutation/run.py                       # every module in MODULES, in order
     .venv/bin/python tests/mutation/run.py algos/core/gae.py     # one (or a few) of them
+    .venv/bin/python tests/mutation/run.py algos/run/loop.py --mutants 'algos.run.loop.x_setup_run__mutmut_*'
+                                                                 # one module's mutants whose names match
     make mutation [MODULE=algos/core/gae.py]                     # the same through the Makefile
 
 Each module runs in its own directory, mutants/<module>/ (e.g. mutants/algos.core.gae/): symlinks to
@@ -31,6 +33,7 @@ and algos/core registers its variants by a call rather than a decorator.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import re
@@ -162,7 +165,9 @@ def one_line(diff: str, context: int = 16) -> str:
     return f"{cut(old)!r} -> {cut(new)!r}"
 
 
-def run_module(module: str, tests: list[str], max_children: int) -> dict:
+def run_module(module: str, tests: list[str], max_children: int, selection: list[str] = ()) -> dict:
+    """Mutate `module` and run its mutants (those whose names match one of `selection`'s globs, or all of them)
+    against `tests`; the counts and score cover only the mutants run."""
     present = [t for t in tests if (ROOT / t).is_file()]
     for t in sorted(set(tests) - set(present)):
         print(f"  warning: {t} does not exist, left out of {module}'s scope", flush=True)
@@ -171,7 +176,7 @@ def run_module(module: str, tests: list[str], max_children: int) -> dict:
     d = prepare(module, present)
     start = time.monotonic()
     with open(d / "mutmut-run.log", "w") as log:
-        mutmut(d, "run", "--max-children", str(max_children), log=log)
+        mutmut(d, "run", "--max-children", str(max_children), *selection, log=log)
     wall = time.monotonic() - start
 
     from mutmut.stats import status_by_exit_code  # mutmut's own reading of its exit codes
@@ -179,7 +184,9 @@ def run_module(module: str, tests: list[str], max_children: int) -> dict:
     codes: dict[str, int | None] = {}
     for meta in (d / "mutants").rglob("*.py.meta"):
         codes.update(json.loads(meta.read_text())["exit_code_by_key"])
-    status = {name: status_by_exit_code[code] for name, code in codes.items()}
+    # a mutant left out of the selection would count as "not checked": it is not in this run's result at all
+    status = {name: status_by_exit_code[code] for name, code in codes.items()
+              if not selection or any(fnmatch.fnmatchcase(name, glob) for glob in selection)}
     counts = {s: sum(1 for v in status.values() if v == s)
               for s in ("killed", "survived", "timeout", "suspicious", "no tests", "skipped", "segfault", "not checked")}
     total = len(status)
@@ -192,7 +199,8 @@ def run_module(module: str, tests: list[str], max_children: int) -> dict:
         report.append(diff)
         lines.append(f"{name} [{status[name]}]: {one_line(diff)}")
     (d / "survivors.txt").write_text("\n".join(report))
-    result = dict(module=module, tests=present, wall_s=wall, total=total, score=score, survivors=lines, **counts)
+    result = dict(module=module, tests=present, selection=list(selection), wall_s=wall, total=total, score=score,
+                  survivors=lines, **counts)
     (d / "result.json").write_text(json.dumps(result, indent=1))
     return result
 
@@ -202,7 +210,8 @@ def _natural(name: str):
 
 
 def summary_line(r: dict) -> str:
-    return (f"{r['module']}: {r['wall_s']:.0f}s, {r['total']} mutants, killed {r['killed']}, survived {r['survived']}, "
+    of = f" (only {' '.join(r['selection'])})" if r.get("selection") else ""
+    return (f"{r['module']}{of}: {r['wall_s']:.0f}s, {r['total']} mutants, killed {r['killed']}, survived {r['survived']}, "
             f"timeout {r['timeout']}, suspicious {r['suspicious']}, no tests {r['no tests']}, skipped {r['skipped']}, "
             f"score {r['score']:.1%}")
 
@@ -211,17 +220,22 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("modules", nargs="*", help=f"modules to mutate (default: all of {', '.join(MODULES)})")
     p.add_argument("--max-children", type=int, default=os.cpu_count() or 2, help="parallel mutant workers")
+    p.add_argument("--mutants", nargs="+", default=[], metavar="GLOB",
+                   help="run only the mutants these names or globs match (one module; names as `mutmut results` "
+                        "prints them, e.g. 'algos.run.loop.x_setup_run__mutmut_*')")
     args = p.parse_args(argv)
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
         p.error(f"not in MODULES: {unknown}; add a row (module -> its test files) to {__file__}")
+    if args.mutants and len(args.modules) != 1:
+        p.error(f"--mutants selects mutants of one module; name exactly one (got {len(args.modules)})")
     # one intra-op thread per torch process: --max-children workers share the cores
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("MKL_NUM_THREADS", "1")
 
     for module in args.modules or list(MODULES):
         print(f"== {module}", flush=True)
-        r = run_module(module, MODULES[module], args.max_children)
+        r = run_module(module, MODULES[module], args.max_children, args.mutants)
         print("  " + summary_line(r), flush=True)
         for line in r["survivors"]:
             print("    " + line, flush=True)
