@@ -251,6 +251,17 @@ def test_gradient_checkpointing_trains_to_the_same_weights(tiny_model_dir, tmp_p
         torch.testing.assert_close(trained["true"][key], weight, atol=1e-5, rtol=1e-4)  # float rounding: ~0.3% of an Adam step
 
 
+def test_gradient_checkpointing_on_a_model_that_cannot_names_the_key_and_the_model(tiny_model_dir, tmp_path,
+                                                                                   monkeypatch):
+    from transformers import LlamaForCausalLM
+
+    monkeypatch.setattr(LlamaForCausalLM, "supports_gradient_checkpointing", False)
+    config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{
+        "model.gradient_checkpointing": "true"}))
+    with pytest.raises(ValueError, match=r"^config model.gradient_checkpointing: LlamaForCausalLM does not support it$"):
+        GRPOTrainer(config)
+
+
 def test_autocast_must_name_a_half_dtype(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match="model.autocast"):
         load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{"model.autocast": "float64"})).validate()

@@ -192,6 +192,38 @@ def test_a_resumed_lora_run_ends_bitwise_where_the_whole_run_does(sft_model_dir,
     assert any(tensor.abs().sum() > 0 for name, tensor in want.items() if "lora_B" in name)
 
 
+def test_a_lora_run_of_rank_one_says_what_trains_and_how_its_forwards_run(tiny_model_dir, tmp_path, caplog):
+    overrides = lora_overrides(tiny_model_dir, tmp_path / "run", **{"lora.r": "1", "lora.alpha": "2"})
+    with caplog.at_level("INFO", logger="rlvr"):
+        trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides))
+    model = trainer.run.model
+    assert has_lora(model) and trainer.run.ref_model is model  # the reference: the adapter disabled, no copy
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    total = sum(p.numel() for p in model.parameters())
+    assert 0 < trainable < total
+    assert (f"LoRA r=1 alpha=2 on all-linear: {trainable:,} trainable parameters of {total:,} "
+            f"({trainable / total:.2%})") in caplog.messages
+    assert "training forwards: decoder layers eager (model.compile_layers off)" in caplog.messages
+
+
+def test_gradient_checkpointing_under_lora_trains_the_adapter_it_trains_without(sft_model_dir, tmp_path):
+    """LoRA with model.gradient_checkpointing (how a 7B model fits one GPU): the frozen embeddings' output needs no
+    gradient, yet every recomputed layer must still pass the adapters theirs."""
+    adapters = {}
+    for checkpointing in ("false", "true"):
+        overrides = lora_overrides(sft_model_dir, tmp_path / checkpointing,
+                                   **{"model.gradient_checkpointing": checkpointing})
+        trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides))
+        assert trainer.model.is_gradient_checkpointing == (checkpointing == "true")
+        trainer.train()
+        adapters[checkpointing] = load_file(latest_checkpoint(tmp_path / checkpointing) / "model"
+                                            / "adapter_model.safetensors")
+    assert any(tensor.abs().sum() > 0 for name, tensor in adapters["true"].items() if "lora_B" in name)
+    assert adapters["true"].keys() == adapters["false"].keys()
+    for name, tensor in adapters["false"].items():
+        torch.testing.assert_close(adapters["true"][name], tensor, atol=1e-5, rtol=1e-4)
+
+
 @pytest.mark.parametrize("sampling", [{"greedy": True}, {}])
 def test_the_static_engine_samples_the_lora_policy_from_a_merged_copy_and_follows_its_steps(tiny_model_dir, sampling):
     from test_static_rollout import reset_env
