@@ -8,11 +8,13 @@ import subprocess
 import sys
 import time
 import warnings
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import AutoTokenizer
 
 from algos.algorithms.grpo import DAPO_PRESET, GRPOConfig, GRPOTrainer, train
 from algos.config import load_config
@@ -260,6 +262,30 @@ def test_gradient_checkpointing_on_a_model_that_cannot_names_the_key_and_the_mod
         "model.gradient_checkpointing": "true"}))
     with pytest.raises(ValueError, match=r"^config model.gradient_checkpointing: LlamaForCausalLM does not support it$"):
         GRPOTrainer(config)
+
+
+def test_a_runs_rows_stop_at_its_models_generation_config_eos_ids(tmp_path):
+    """An instruct model that ends its turn on a token besides its tokenizer's EOS (Qwen2.5's <|endoftext|>, Llama 3's
+    <|eot_id|>) says so in generation_config.json: the run's env stops its rows there too."""
+    from transformers import GenerationConfig
+
+    model_dir = saved_tiny_model(tmp_path / "model", hidden_size=16, num_layers=1, num_heads=2)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    end_of_turn = tokenizer.convert_tokens_to_ids("#")
+    GenerationConfig(eos_token_id=[tokenizer.eos_token_id, end_of_turn]).save_pretrained(model_dir)
+    trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides(model_dir, tmp_path / "run")))
+    assert sorted(trainer.run.env.stop_ids.tolist()) == sorted([tokenizer.eos_token_id, end_of_turn])
+
+
+def test_a_run_on_a_dataset_without_an_eval_file_warns_that_it_scores_training_problems(tiny_model_dir, tmp_path):
+    dataset = Path(__file__).parent / "data" / "gsm8k_tiny.jsonl"
+    config = overrides(tiny_model_dir, tmp_path / "run", **{"env.id": "rlvr/GSM8K-v0", "env.kwargs": f"{{data_path: {dataset}}}"})
+    with pytest.warns(UserWarning, match="rlvr/GSM8K-v0 is a fixed dataset and env.eval_kwargs is empty"):
+        GRPOTrainer(load_config(GRPOConfig, overrides=config))
+    config["env.eval_kwargs"], config["run.output_dir"] = f"{{data_path: {dataset}}}", str(tmp_path / "held_out")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        GRPOTrainer(load_config(GRPOConfig, overrides=config))
 
 
 def test_autocast_must_name_a_half_dtype(tiny_model_dir, tmp_path):
