@@ -210,7 +210,9 @@ def _natural(name: str):
 
 
 def summary_line(r: dict) -> str:
-    of = f" (only {' '.join(r['selection'])})" if r.get("selection") else ""
+    selection = r.get("selection") or []
+    of = (f" (only {' '.join(selection)})" if len(selection) <= 3
+          else f" (only the mutants {len(selection)} names or globs match)") if selection else ""
     return (f"{r['module']}{of}: {r['wall_s']:.0f}s, {r['total']} mutants, killed {r['killed']}, survived {r['survived']}, "
             f"timeout {r['timeout']}, suspicious {r['suspicious']}, no tests {r['no tests']}, skipped {r['skipped']}, "
             f"score {r['score']:.1%}")
