@@ -140,7 +140,9 @@ def test_bad_lora_settings_name_the_key(tiny_model_dir, tmp_path):
     with pytest.raises(ValueError, match=r"config lora.modules_to_save: 'score' is no module of LlamaForCausalLM"):
         apply_lora(model, saved)
     warm = lora_overrides(tiny_model_dir, tmp_path / "warm", **{"warm_start.steps": "2"})
-    with pytest.raises(ValueError, match=r"config lora.r: a LoRA run's KL reference is its base model"):
+    with pytest.raises(ValueError, match=r"^config lora.r: a LoRA run's KL reference is its base model \(the adapter "
+                                         r"disabled\), which a warm start would leave behind: set warm_start.steps = 0, "
+                                         r"or the KL coefficient to 0, or lora.r = 0$"):
         GRPOTrainer(load_config(GRPOConfig, overrides=warm))
     assert not (tmp_path / "warm").exists()  # refused before the run directory is made
 
