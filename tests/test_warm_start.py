@@ -340,3 +340,48 @@ def test_the_warm_start_is_off_by_default_and_leaves_the_bare_keys_to_the_run():
     assert (config.warm_start.steps, config.warm_start.lr) == (0, 2e-5)
     with pytest.raises(ValueError, match=r"unknown config key 'batch_size' \(did you mean .*warm_start.batch_size"):
         load_config(GRPOConfig, overrides=["--batch_size", "4"])
+
+
+def test_the_warm_start_runs_under_a_bar_of_its_own_that_shows_each_steps_loss(monkeypatch):
+    """Before RL's first step the run's own bar has nothing to count: the warm start gets a phase bar of
+    warm_start.steps, its loss beside it, each step's metrics logged at step 0 (TensorBoard: 1 - steps .. 0)."""
+    from types import SimpleNamespace
+
+    from algos.run import loop
+
+    run = SimpleNamespace(config=SimpleNamespace(warm_start=SimpleNamespace(steps=2)))
+    losses = [{"warm_start/loss": 1.23456}, {"warm_start/loss": 0.5}]
+    saved = []
+    monkeypatch.setattr(sft, "warm_start", lambda of: iter(losses) if of is run else None)
+    monkeypatch.setattr(sft, "save_warm_started", saved.append)
+
+    class Bar:
+        def __init__(self, total, desc):
+            self.opened, self.postfixes, self.updates, self.closed = (total, desc), [], 0, False
+
+        def set_postfix(self, **postfix):
+            self.postfixes.append(postfix)
+
+        def update(self):
+            self.updates += 1
+
+        def close(self):
+            self.closed = True
+
+    class Logger:
+        bars, records = [], []
+
+        def phase_bar(self, total, desc):
+            self.bars.append(Bar(total, desc))
+            return self.bars[-1]
+
+        def log(self, step, metrics, tensorboard_step):
+            self.records.append((step, metrics, tensorboard_step))
+
+    logger = Logger()
+    loop.warm_start_policy(run, logger)
+    (bar,) = logger.bars
+    assert bar.opened == (2, "warm start") and bar.updates == 2 and bar.closed
+    assert bar.postfixes == [{"loss": "1.23", "refresh": False}, {"loss": "0.5", "refresh": False}]
+    assert logger.records == [(0, {"warm_start/step": 1, **losses[0]}, -1), (0, {"warm_start/step": 2, **losses[1]}, 0)]
+    assert saved == [run]  # then the warm-started policy is kept as the run's KL reference
