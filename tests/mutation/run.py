@@ -41,6 +41,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import tomllib
@@ -165,7 +166,7 @@ def one_line(diff: str, context: int = 16) -> str:
     return f"{cut(old)!r} -> {cut(new)!r}"
 
 
-def run_module(module: str, tests: list[str], max_children: int, selection: list[str] = ()) -> dict:
+def run_module(module: str, tests: list[str], max_children: int, selection: Sequence[str] = ()) -> dict:
     """Mutate `module` and run its mutants (those whose names match one of `selection`'s globs, or all of them)
     against `tests`; the counts and score cover only the mutants run."""
     present = [t for t in tests if (ROOT / t).is_file()]
