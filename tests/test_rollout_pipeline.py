@@ -207,6 +207,29 @@ def test_bad_staleness_settings_are_refused_by_key(tiny_model_dir, tmp_path, mon
         del ROLLOUT_ENGINES["no-overlap"]
 
 
+def test_overlap_under_torchrun_needs_split_mode_and_a_passed_in_backend_is_taken_to_sample_beside_training():
+    config = load_config(GRPOConfig, overrides={"rollout.max_staleness": "2", "rollout.backend": "hf"})
+    with pytest.raises(ValueError, match=r"^config rollout.max_staleness: = 2 overlaps in one process, or in split mode "
+                                         r"\(distributed.rollout_ranks\), and torchrun started 2 processes that each "
+                                         r"sample and learn: set distributed.rollout_ranks, or this to 0$"):
+        loop.check_overlap(config, 2, custom_backend=False)
+    config.distributed.rollout_ranks = 1
+    loop.check_overlap(config, 2, custom_backend=False)  # split mode: ranks that sample, ranks that learn
+    ROLLOUT_ENGINES.register("no-overlap", RolloutEngine(lambda config, sampling, multiturn: HFRollout(**sampling)))
+    try:
+        config = load_config(GRPOConfig, overrides={"rollout.max_staleness": "1", "rollout.backend": "no-overlap"})
+        with pytest.raises(ValueError, match=r"^config rollout.max_staleness: = 1 samples on a thread beside training, "
+                                             r"which rollout.backend = 'no-overlap' cannot: use 'hf', 'static', 'vllm', "
+                                             r"split mode \(torchrun with distributed.rollout_ranks, where every engine "
+                                             r"samples in a process of its own\), or set it to 0$"):
+            loop.check_overlap(config, 1, custom_backend=False)
+        loop.check_overlap(config, 1, custom_backend=True)  # a backend passed in (a ScriptedRollout) is taken to
+        config.rollout.max_staleness = 0
+        loop.check_overlap(config, 2, custom_backend=False)  # the synchronous run needs nothing of either
+    finally:
+        del ROLLOUT_ENGINES["no-overlap"]
+
+
 def test_the_static_engine_draws_beside_training_what_the_hf_engine_draws(tiny_model_dir, tmp_path):
     """The static engine (the GPU's default; eager decode steps on a CPU) on the actor's copy: the same run as hf's."""
     config = overrides(tiny_model_dir, tmp_path / "hf", **{"rollout.max_staleness": "1", "rollout.backend": "hf"})

@@ -76,7 +76,7 @@ MODULES: dict[str, list[str]] = {
     "algos/run/loop.py": ["tests/test_grpo_loop.py", "tests/test_ppo.py", "tests/test_dpo.py", "tests/test_grpo_cli.py",
                           *RESUME, "tests/test_alarms.py", "tests/test_warm_start.py", "tests/test_recipes.py",
                           "tests/test_run_dir.py", "tests/test_best_model.py", "tests/test_lora.py",
-                          "tests/test_weight_dither.py"],
+                          "tests/test_weight_dither.py", "tests/test_rollout_pipeline.py"],
     "algos/run/best_model.py": ["tests/test_best_model.py"],
     "algos/run/reporting.py": ["tests/test_reporting.py", "tests/test_grpo_loop.py", "tests/test_grpo_cli.py",
                                "tests/test_warm_start.py", "tests/test_alarms.py"],
