@@ -188,26 +188,31 @@ def test_a_resume_under_another_staleness_drops_the_batches_in_flight_and_counts
     assert resumed[3]["async/staleness"] == 0 and resumed[4]["async/staleness"] == 1  # drawn from checkpoint-2 on
 
 
-def test_bad_staleness_settings_are_refused_by_key(tiny_model_dir, tmp_path, monkeypatch):
+@pytest.fixture
+def no_overlap_engine():
+    """A registered rollout engine that cannot sample beside training (samples_while_training left False)."""
+    ROLLOUT_ENGINES.register("no-overlap", RolloutEngine(lambda config, sampling, multiturn: HFRollout(**sampling)))
+    yield "no-overlap"
+    del ROLLOUT_ENGINES["no-overlap"]
+
+
+def test_bad_staleness_settings_are_refused_by_key(tiny_model_dir, tmp_path, monkeypatch, no_overlap_engine):
     with pytest.raises(ValueError, match=r"rollout.max_staleness.* must be >= 0"):
         load_config(GRPOConfig, overrides={"rollout.max_staleness": "-1"}).validate()
     with pytest.raises(ValueError, match=r"rollout.max_staleness.*offline DPO samples none"):
         load_config(DPOConfig, overrides={"rollout.max_staleness": "1", "dpo.dataset": "pairs.jsonl"}).validate()
-    ROLLOUT_ENGINES.register("no-overlap", RolloutEngine(lambda config, sampling, multiturn: HFRollout(**sampling)))
-    try:
-        config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{
-            "rollout.max_staleness": "1", "rollout.backend": "no-overlap"}))
-        with pytest.raises(ValueError, match=r"max_staleness.*'no-overlap' cannot: use 'hf', 'static', 'vllm', split mode"):
-            GRPOTrainer(config)
-        assert not tmp_path.exists() or not any(tmp_path.iterdir())  # refused before the run directory is made
-        with monkeypatch.context() as split:  # split mode: the engine samples in a rollout rank's own process
-            split.setattr(loop, "split_mode", lambda: True)
-            loop.check_overlap(config, 1, custom_backend=False)
-    finally:
-        del ROLLOUT_ENGINES["no-overlap"]
+    config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{
+        "rollout.max_staleness": "1", "rollout.backend": no_overlap_engine}))
+    with pytest.raises(ValueError, match=r"max_staleness.*'no-overlap' cannot: use 'hf', 'static', 'vllm', split mode"):
+        GRPOTrainer(config)
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())  # refused before the run directory is made
+    with monkeypatch.context() as split:  # split mode: the engine samples in a rollout rank's own process
+        split.setattr(loop, "split_mode", lambda: True)
+        loop.check_overlap(config, 1, custom_backend=False)
 
 
-def test_overlap_under_torchrun_needs_split_mode_and_a_passed_in_backend_is_taken_to_sample_beside_training():
+def test_overlap_under_torchrun_needs_split_mode_and_a_passed_in_backend_is_taken_to_sample_beside_training(
+        no_overlap_engine):
     config = load_config(GRPOConfig, overrides={"rollout.max_staleness": "2", "rollout.backend": "hf"})
     with pytest.raises(ValueError, match=r"^config rollout.max_staleness: = 2 overlaps in one process, or in split mode "
                                          r"\(distributed.rollout_ranks\), and torchrun started 2 processes that each "
@@ -215,19 +220,15 @@ def test_overlap_under_torchrun_needs_split_mode_and_a_passed_in_backend_is_take
         loop.check_overlap(config, 2, custom_backend=False)
     config.distributed.rollout_ranks = 1
     loop.check_overlap(config, 2, custom_backend=False)  # split mode: ranks that sample, ranks that learn
-    ROLLOUT_ENGINES.register("no-overlap", RolloutEngine(lambda config, sampling, multiturn: HFRollout(**sampling)))
-    try:
-        config = load_config(GRPOConfig, overrides={"rollout.max_staleness": "1", "rollout.backend": "no-overlap"})
-        with pytest.raises(ValueError, match=r"^config rollout.max_staleness: = 1 samples on a thread beside training, "
-                                             r"which rollout.backend = 'no-overlap' cannot: use 'hf', 'static', 'vllm', "
-                                             r"split mode \(torchrun with distributed.rollout_ranks, where every engine "
-                                             r"samples in a process of its own\), or set it to 0$"):
-            loop.check_overlap(config, 1, custom_backend=False)
-        loop.check_overlap(config, 1, custom_backend=True)  # a backend passed in (a ScriptedRollout) is taken to
-        config.rollout.max_staleness = 0
-        loop.check_overlap(config, 2, custom_backend=False)  # the synchronous run needs nothing of either
-    finally:
-        del ROLLOUT_ENGINES["no-overlap"]
+    config = load_config(GRPOConfig, overrides={"rollout.max_staleness": "1", "rollout.backend": no_overlap_engine})
+    with pytest.raises(ValueError, match=r"^config rollout.max_staleness: = 1 samples on a thread beside training, "
+                                         r"which rollout.backend = 'no-overlap' cannot: use 'hf', 'static', 'vllm', "
+                                         r"split mode \(torchrun with distributed.rollout_ranks, where every engine "
+                                         r"samples in a process of its own\), or set it to 0$"):
+        loop.check_overlap(config, 1, custom_backend=False)
+    loop.check_overlap(config, 1, custom_backend=True)  # a backend passed in (a ScriptedRollout) is taken to
+    config.rollout.max_staleness = 0
+    loop.check_overlap(config, 2, custom_backend=False)  # the synchronous run needs nothing of either
 
 
 def test_the_static_engine_draws_beside_training_what_the_hf_engine_draws(tiny_model_dir, tmp_path):

@@ -369,7 +369,8 @@ def test_the_warm_start_runs_under_a_bar_of_its_own_that_shows_each_steps_loss(m
             self.closed = True
 
     class Logger:
-        bars, records = [], []
+        def __init__(self):
+            self.bars, self.records = [], []
 
         def phase_bar(self, total, desc):
             self.bars.append(Bar(total, desc))
