@@ -205,9 +205,10 @@ def test_completion_logprobs_share_group_prompts_and_skip_padding_exactly(checkp
 def test_compiled_layers_give_the_eager_logprobs_and_gradients_from_one_graph(device):
     """model.compile_layers (algos/model/compiled.py): the training forward runs rows whole through the decoder layers
     compiled by torch.compile, with the log-probs, entropy and gradients of the eager shared-prompt forward. Every
-    layer, and a batch of another width, reuse one compiled graph (full graph, dynamic shapes); outside the training
-    forward the layers run as they are (a cached decode compiles nothing). On CUDA through inductor's kernels; on a
-    CPU through Dynamo's "eager" backend, which runs the captured graph (inductor's C++ build would cost CI ~30 s)."""
+    layer, a batch of another width, and one without padding reuse one compiled graph (full graph, dynamic shapes);
+    outside the training forward the layers run as they are (a cached decode compiles nothing). On CUDA through
+    inductor's kernels; on a CPU through Dynamo's "eager" backend, which runs the captured graph (inductor's C++ build
+    would cost CI ~30 s)."""
     from algos.model.compiled import compile_decoder_layers, compiled_layers, decoder_layers, has_compiled_layers
     from algos.model.policy import completion_logprobs
 
@@ -231,6 +232,8 @@ def test_compiled_layers_give_the_eager_logprobs_and_gradients_from_one_graph(de
         return logp, entropy, [p.grad.clone() for p in model.parameters()]
 
     eager = logprobs_and_grads(ids, mask)
+    unpadded = [0, 0]  # two full rows of the first prompt: no padding once its padding columns are cut
+    eager_unpadded = logprobs_and_grads(ids[unpadded], mask[unpadded])
     assert not has_compiled_layers(model)
     assert compile_decoder_layers(model, backend="inductor" if device == "cuda" else "eager") == 3
     assert has_compiled_layers(model)
@@ -246,6 +249,12 @@ def test_compiled_layers_give_the_eager_logprobs_and_gradients_from_one_graph(de
     wider_mask = torch.cat([mask, mask[:, -1:].expand(-1, 3)], 1)
     logprobs_and_grads(wider_ids, wider_mask)
     assert graphs() == 1  # dynamic shapes: no recompilation for another width
+    # transformers passes SDPA no mask for rows without padding (is_causal), and Dynamo guards on None: the layers are
+    # given the mask as a tensor still, or they would compile again (a whole step's time on a GPU)
+    compiled_unpadded = logprobs_and_grads(ids[unpadded], mask[unpadded])
+    assert graphs() == 1
+    for got, expected in zip(compiled_unpadded, eager_unpadded):
+        torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
     assert all(layer._compiled_call_impl is None for layer in decoder_layers(model))  # only inside the forward
     with torch.no_grad():
         model.generate(input_ids=ids[:, :prompt_width], attention_mask=mask[:, :prompt_width], max_new_tokens=3,

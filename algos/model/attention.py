@@ -65,6 +65,43 @@ def takes_sdpa_masks(implementation: str | None) -> bool:
     return implementation in ("sdpa", GROUPED_SDPA, FP32_GROUPED_SDPA)
 
 
+def _materialized_sdpa_mask(*args, allow_is_causal_skip: bool = True, **kwargs):
+    """transformers' SDPA mask, never None: rows without padding get their causal mask as a tensor too."""
+    from transformers.masking_utils import sdpa_mask
+
+    return sdpa_mask(*args, allow_is_causal_skip=False, **kwargs)
+
+
+@functools.cache
+def _registered_materialized(name: str) -> str:
+    """The attention implementation ``name`` registered again, under its name + "_materialized_mask", with
+    _materialized_sdpa_mask: the name."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    AttentionInterface.register(f"{name}_materialized_mask", ALL_ATTENTION_FUNCTIONS[name])
+    AttentionMaskInterface.register(f"{name}_materialized_mask", _materialized_sdpa_mask)
+    return f"{name}_materialized_mask"
+
+
+@contextlib.contextmanager
+def materialized_masks(model) -> Iterator[None]:
+    """While inside, a model whose attention takes SDPA's masks gets its causal mask as a tensor always. transformers
+    passes None instead for rows without padding (SDPA's ``is_causal``), and a compiled layer (algos/model/compiled.py)
+    that has seen both compiles twice: Dynamo guards on the mask being None, and a GPU compile of a layer's forward and
+    backward takes seconds to minutes."""
+    current = getattr(model.config, "_attn_implementation", None)
+    if not takes_sdpa_masks(current) or not hasattr(model, "set_attn_implementation"):
+        yield
+        return
+    model.set_attn_implementation(_registered_materialized(current))
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(current)
+
+
 @contextlib.contextmanager
 def _cpu_attention(model, device: torch.device, name: str) -> Iterator[None]:
     """Run ``model`` with the attention registered as ``name`` while inside, if it is an SDPA model on a CPU."""

@@ -4,8 +4,10 @@ On a GPU the update is launch-bound: one forward and backward of SmolLM2 launche
 ~45 ms of GPU work (an H200 profile: the GPU busy 8.5% of the update), most of them elementwise (RMSNorm's 7, rotary,
 casts, residual adds). ``torch.compile`` of a decoder layer fuses them, and every layer shares the one compiled graph
 (their weights are its inputs), compiled once with dynamic shapes, so a batch of another width reuses it (a width
-equal to a fixed size of the model, its head dimension, is specialised: Dynamo's duck sizing, one more compile). On
-an H200 the update of 64 rows went from 0.37 to 0.08 s (docs/performance.md).
+equal to a fixed size of the model, its head dimension, is specialised: Dynamo's duck sizing, one more compile; so is
+a micro-batch of one row, which the first step's memory probe runs: 0/1 specialisation). Inside, the layers always get
+their attention mask as a tensor (attention.materialized_masks): transformers passes None for rows without padding,
+and Dynamo compiled a graph for each. On an H200 the update of 64 rows went from 0.37 to 0.08 s (docs/performance.md).
 
 A layer compiled this way must never see a KV cache: Dynamo specialises on the cache's layer index and would compile
 each layer anew. So the training forward runs rows whole (``completion_logprobs``), and decoding, evaluation and any
@@ -21,6 +23,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+
+from algos.model.attention import materialized_masks
 
 # model -> each decoder layer's compiled call
 _COMPILED: weakref.WeakKeyDictionary[torch.nn.Module, list[tuple[torch.nn.Module, Any]]] = weakref.WeakKeyDictionary()
@@ -81,7 +85,8 @@ def compiled_layers(model: torch.nn.Module) -> Iterator[None]:
     for layer, call in compiled:
         layer._compiled_call_impl = call
     try:
-        yield
+        with materialized_masks(model) if compiled else contextlib.nullcontext():
+            yield
     finally:
         for (layer, _), call in zip(compiled, before):
             layer._compiled_call_impl = call
