@@ -85,31 +85,32 @@ def _registered_materialized(name: str) -> str:
     return f"{name}_materialized_mask"
 
 
-@contextlib.contextmanager
-def materialized_masks(model) -> Iterator[None]:
+def materialized_masks(model) -> contextlib.AbstractContextManager[None]:
     """While inside, a model whose attention takes SDPA's masks gets its causal mask as a tensor always. transformers
     passes None instead for rows without padding (SDPA's ``is_causal``), and a compiled layer (algos/model/compiled.py)
     that has seen both compiles twice: Dynamo guards on the mask being None, and a GPU compile of a layer's forward and
     backward takes seconds to minutes."""
     current = getattr(model.config, "_attn_implementation", None)
-    if not takes_sdpa_masks(current) or not hasattr(model, "set_attn_implementation"):
-        yield
-        return
-    model.set_attn_implementation(_registered_materialized(current))
-    try:
-        yield
-    finally:
-        model.set_attn_implementation(current)
+    applies = takes_sdpa_masks(current) and hasattr(model, "set_attn_implementation")
+    return _switched_attention(model, _registered_materialized(current) if applies else None)
+
+
+def _cpu_attention(model, device: torch.device, name: str) -> contextlib.AbstractContextManager[None]:
+    """Run ``model`` with the attention registered as ``name`` while inside, if it is an SDPA model on a CPU."""
+    current = getattr(model.config, "_attn_implementation", None)
+    applies = device.type == "cpu" and current == "sdpa" and hasattr(model, "set_attn_implementation")
+    return _switched_attention(model, registered(name) if applies else None)
 
 
 @contextlib.contextmanager
-def _cpu_attention(model, device: torch.device, name: str) -> Iterator[None]:
-    """Run ``model`` with the attention registered as ``name`` while inside, if it is an SDPA model on a CPU."""
-    current = getattr(model.config, "_attn_implementation", None)
-    if device.type != "cpu" or current != "sdpa" or not hasattr(model, "set_attn_implementation"):
+def _switched_attention(model, name: str | None) -> Iterator[None]:
+    """``model`` runs the attention implementation registered as ``name`` while inside, its own after (None: its own
+    throughout)."""
+    if name is None:
         yield
         return
-    model.set_attn_implementation(registered(name))
+    current = model.config._attn_implementation
+    model.set_attn_implementation(name)
     try:
         yield
     finally:
