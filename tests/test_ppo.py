@@ -3,6 +3,7 @@ reward-model rewards through `rlvr train --algo ppo`, and an exact resume after 
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -136,9 +137,17 @@ def test_kill_and_resume_matches_an_uninterrupted_run(tiny_model_dir, tmp_path, 
     with pytest.raises(Killed):
         ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path / "resumed", **extra)).train()
     monkeypatch.setattr(ppo.PPOTrainer, "save", save)
-    resumed = ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path / "resumed", **extra), resume=True)
+    trainers = []
+
+    class Kept(ppo.PPOTrainer):  # ppo.train's trainer, kept for its weights
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            trainers.append(self)
+
+    monkeypatch.setattr(ppo, "PPOTrainer", Kept)
+    ppo.train(small_config(tiny_model_dir, tmp_path / "resumed", **extra), resume=True)  # as `rlvr train --resume` does
+    (resumed,) = trainers
     assert resumed.start_step == 2
-    resumed.train()
 
     for a, b in zip(straight.policy.parameters(), resumed.policy.parameters()):
         assert torch.equal(a, b)
@@ -190,6 +199,8 @@ def test_critic_warmup_delays_the_policy_schedule_and_keeps_kl_coef(tiny_model_d
 
 
 def test_non_finite_values_warmup_past_the_run_and_causal_lm_reward_models_are_refused(tiny_model_dir, tmp_path):
+    from transformers import LlamaConfig
+
     for key in ("ppo.vf_coef", "ppo.critic_lr", "ppo.kl_clamp"):
         with pytest.raises(ValueError, match=f"{key}: must be a finite number, got inf"):
             small_config(tiny_model_dir, tmp_path, **{key: "inf"}).validate()
@@ -197,10 +208,18 @@ def test_non_finite_values_warmup_past_the_run_and_causal_lm_reward_models_are_r
         small_config(tiny_model_dir, tmp_path, **{"ppo.critic_warmup_steps": "4"}).validate()
     # the policy's own directory: a causal LM, whose score head would be random
     config = small_config(tiny_model_dir, tmp_path, **{"ppo.reward_source": "model", "ppo.reward_model": str(tiny_model_dir)})
-    with pytest.raises(ValueError, match=r"ppo.reward_model: .* holds \['LlamaForCausalLM'\], not a trained reward model"):
+    with pytest.raises(ValueError, match=re.escape(
+            f"config ppo.reward_model: {str(tiny_model_dir)!r} holds ['LlamaForCausalLM'], not a trained reward model (a "
+            "...ForSequenceClassification with its score head; examples/train_reward_model.py makes one)") + "$"):
+        ppo.PPOTrainer(config)
+    bare = tmp_path / "bare"  # a config.json that names no architecture
+    LlamaConfig().save_pretrained(bare)
+    config.ppo.reward_model = str(bare)
+    with pytest.raises(ValueError, match=re.escape(f"config ppo.reward_model: {str(bare)!r} holds no architecture, not")):
         ppo.PPOTrainer(config)
     config.ppo.reward_model = str(tmp_path / "missing")
-    with pytest.raises(ValueError, match="ppo.reward_model: .* is not a local directory"):
+    with pytest.raises(ValueError, match=re.escape(f"config ppo.reward_model: {config.ppo.reward_model!r} is not a "
+                                                   "local directory") + "$"):
         ppo.PPOTrainer(config)
 
 
@@ -257,7 +276,8 @@ def test_reward_models_are_cut_to_their_own_context_and_must_score_one_label(tin
     tokenizer.save_pretrained(tmp_path / "two")
     config = small_config(tiny_model_dir, tmp_path / "run", **{"ppo.reward_source": "model",
                                                               "ppo.reward_model": str(tmp_path / "two")})
-    with pytest.raises(ValueError, match="ppo.reward_model: .* scores 2 labels"):
+    with pytest.raises(ValueError, match=re.escape(f"config ppo.reward_model: {str(tmp_path / 'two')!r} scores 2 labels; "
+                                                   "a reward model scores one") + "$"):
         ppo.PPOTrainer(config)
     assert not (tmp_path / "run").exists()  # refused before the run directory was written
 

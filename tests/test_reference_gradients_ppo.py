@@ -282,3 +282,10 @@ def test_a_non_finite_micro_batch_skips_only_its_minibatchs_step(model_dir, tmp_
     metrics = trainer.update(batch, train_policy=True)
     assert metrics["skipped_updates"] == 1 and len(steps) == 1
     assert len(calls) == 2 * 4  # value and policy loss of each micro-batch: 2 minibatches of 3 rows, in 2 + 1
+    # a whole step says so on its line
+    trainer = PPOTrainer(load_config(PPOConfig, overrides=overrides), backend=ScriptedRollout(script))
+    logger = MetricsLogger(tmp_path, 1, tensorboard=False, progress=False)
+    written, calls[:] = [], []
+    logger.write = written.append
+    assert trainer.train_step(1, logger)["skipped_updates"] == 1
+    assert written == ["step 1: 1 updates skipped (non-finite loss or gradient)"]
