@@ -249,3 +249,20 @@ def test_one_grpo_step_on_the_static_engine(name, lora, saved_families, tokenize
     assert metrics["grad_norm"] > 0, name
     moved = [n for n, p in model.named_parameters() if p.requires_grad and not torch.equal(p, trained[n])]
     assert moved, name
+
+
+def test_one_ppo_step_scores_the_sampled_tokens_through_gemma2s_soft_capped_head(saved_families, tmp_path):
+    """PPO's training forward (its critic a head on the policy's backbone: the log-probs come from that pass's hidden
+    states) goes through the model's own logit transform, Gemma 2's final soft cap (3.0), as the engine's sampling
+    does: 2e-7 apart; without the cap 8e-5 on this tiny random model, whose logits stay below 0.5."""
+    from algos.algorithms.ppo import PPOConfig, PPOTrainer
+    from algos.config import load_config
+    from algos.run.reporting import SilentLogger
+
+    overrides = grpo_overrides(saved_families["gemma2"], tmp_path, **{"rollout.group_size": "1", "ppo.num_minibatches": "1",
+                                                                        "ppo.ppo_epochs": "1"})
+    trainer = PPOTrainer(load_config(PPOConfig, overrides=overrides))
+    assert trainer.critic.shares_policy_backbone
+    metrics = trainer.train_step(1, SilentLogger())
+    assert metrics["rollout_logp_abs_diff"] < 1e-5
+    assert metrics["grad_norm"] > 0
