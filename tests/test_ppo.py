@@ -3,6 +3,7 @@ reward-model rewards through `rlvr train --algo ppo`, and an exact resume after 
 
 import importlib.util
 import json
+import math
 import re
 from pathlib import Path
 
@@ -351,6 +352,22 @@ def test_ppo_measures_and_corrects_the_rollout_training_mismatch_as_grpo_does(ti
     # an engine sampling from its own copy of the weights gets the correction by default, as under GRPO
     assert ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path / "static", **{"rollout.backend": "static"})
                           ).rollout_correction != "none"
+
+
+def test_ppos_sequence_masked_correction_counts_the_rows_with_tokens_by_hand(tiny_model_dir, tmp_path):
+    """loss.rollout_correction = "seq_mask" (cap 2): a row whose log-ratio sums past log 2 weighs 0 and counts as
+    masked; the masked share is over the rows that have loss tokens (an empty row is no sequence)."""
+    from types import SimpleNamespace
+
+    trainer = ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path, **{"loss.rollout_correction": "seq_mask"}))
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    rollout = SimpleNamespace(logprobs=torch.tensor([[-1.0, 0.0, 0.0], [-0.5, 0.0, 0.0], [0.0, 0.0, 0.0]]))
+    metrics = {}
+    weights = trainer._rollout_weights(rollout, torch.zeros(3, 3), mask, metrics)  # log-ratios: row 0 1, row 1 0.5
+    torch.testing.assert_close(weights, torch.tensor([[0.0, 0.0, 0.0], [math.exp(0.5), 0.0, 0.0], [0.0, 0.0, 0.0]]))
+    assert metrics == pytest.approx({"rollout_logp_abs_diff": 1.5 / 4, "rollout_kl": (math.e - 2 + math.exp(0.5) - 1.5) / 4,
+                                     "rollout_is_weight_mean": math.exp(0.5) / 4, "rollout_is_truncated_frac": 0.0,
+                                     "rollout_is_masked_frac": 1 / 2})
 
 
 PPO_RULES = [  # (overrides, the whole error) for each rule of PPOSection.validate and PPOConfig.validate
