@@ -354,28 +354,6 @@ def test_ppo_measures_and_corrects_the_rollout_training_mismatch_as_grpo_does(ti
                           ).rollout_correction != "none"
 
 
-def test_ppo_draws_from_the_policy_it_is_handed(tiny_model_dir, tmp_path):
-    """PPOTrainer.draw samples from the copy the rollout pipeline hands it (rollout.max_staleness: the weights of the
-    drawing version, while the learner updates its own), else from the run's policy."""
-    import copy
-
-    from algos.rollout import HFRollout
-
-    class Recording(HFRollout):
-        models = []
-
-        def generate(self, model, env, **kwargs):
-            Recording.models.append(model)
-            return super().generate(model, env, **kwargs)
-
-    trainer = ppo.PPOTrainer(small_config(tiny_model_dir, tmp_path))
-    snapshot = copy.deepcopy(trainer.policy)
-    (rollout, scores), metrics = trainer.draw(1, policy=snapshot, backend=Recording())
-    trainer.draw(1, backend=Recording())
-    assert Recording.models[0] is snapshot and Recording.models[1] is trainer.policy
-    assert scores.shape == (len(rollout.completions),) and metrics["reward_mean"] == pytest.approx(scores.mean().item())
-
-
 def test_ppos_sequence_masked_correction_counts_the_rows_with_tokens_by_hand(tiny_model_dir, tmp_path):
     """loss.rollout_correction = "seq_mask" (cap 2): a row whose log-ratio sums past log 2 weighs 0 and counts as
     masked; the masked share is over the rows that have loss tokens (an empty row is no sequence)."""

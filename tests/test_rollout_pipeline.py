@@ -1,6 +1,7 @@
 """rollout.max_staleness: batches drawn on a thread beside training (algos/run/rollout_pipeline.py). Step t's batch is
 drawn by the weights of step t - 1 - k, whatever the threads' timing; runs are deterministic and resume bitwise."""
 
+import copy
 import shutil
 import time
 from typing import ClassVar
@@ -141,6 +142,39 @@ def test_each_steps_batch_is_drawn_by_the_weights_of_step_t_minus_1_minus_k(tiny
     assert [r["async/staleness"] for r in records] == [min(step - 1, staleness) for step in range(1, 5)]
     assert all(r["async/dropped_batches"] == 0 and r["async/learner_wait_s"] >= 0 for r in records)
     assert "rollout_is_weight_mean" in records[-1]  # "auto" corrects stale samples (tis)
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo", "online_dpo"])
+def test_each_algorithms_collect_samples_from_the_policy_it_is_handed(algorithm, tiny_model_dir, tmp_path):
+    """The actor calls the algorithm's collect(step, policy=, backend=) with its copy of the drawing version's weights
+    while the learner updates its own: every sampling call of that step gets the copy (without a copy, the run's
+    policy). A collect that sampled from the live policy passed a k = 1 run's fingerprints, by timing alone."""
+    from algos.algorithms import dpo
+
+    class Recording(HFRollout):
+        models: ClassVar[list] = []
+
+        def generate(self, model, env, **kwargs):
+            Recording.models.append(model)
+            return super().generate(model, env, **kwargs)
+
+    shared = {key: value for key, value in overrides(tiny_model_dir, tmp_path).items() if not key.startswith("grpo.")}
+    if algorithm == "grpo":
+        trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path)))
+        collect = trainer.collect
+    elif algorithm == "ppo":
+        trainer = PPOTrainer(load_config(PPOConfig, overrides=shared))
+        collect = trainer.draw
+    else:
+        trainer = dpo.DPOTrainer(load_config(DPOConfig, preset=dpo.PRESETS["online"],
+                                             overrides={**shared, "dpo.dataset": "null"}))
+        collect = trainer.online_batch
+    snapshot = copy.deepcopy(trainer.run.model)
+    collect(1, policy=snapshot, backend=Recording())
+    handed = len(Recording.models)
+    collect(2, backend=Recording())
+    assert handed >= 1 and all(model is snapshot for model in Recording.models[:handed])
+    assert Recording.models[handed:] and all(model is trainer.run.model for model in Recording.models[handed:])
 
 
 def test_a_synchronous_run_logs_no_async_metrics_and_draws_with_the_current_weights(tiny_model_dir, tmp_path):
