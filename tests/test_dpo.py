@@ -89,18 +89,28 @@ def test_strings_and_chat_messages_are_read(tmp_path):
     assert pairs[1][0][0] == {"role": "system", "content": "be brief"}
 
 
+MESSAGES_OR_STRING = 'must be a string or a non-empty list of {"role", "content"} messages, got '
+
+
 @pytest.mark.parametrize("row, message", [
-    ({"prompt": "1+1=", "chosen": "2"}, "row 2 has no field 'rejected'"),
-    ({"prompt": "1+1=", "chosen": 2, "rejected": "3"}, "row 2: field 'chosen' must be a string or"),
-    ({"prompt": [], "chosen": "2", "rejected": "3"}, "row 2: field 'prompt' must be"),
+    ({"prompt": "1+1=", "chosen": "2"}, "p.jsonl: row 2 has no field 'rejected' (TRL's preference format: prompt, "
+                                        "chosen, rejected)"),
+    ({"prompt": "1+1=", "chosen": 2, "rejected": "3"}, f"p.jsonl: row 2: field 'chosen' {MESSAGES_OR_STRING}'2'"),
+    ({"prompt": [], "chosen": "2", "rejected": "3"}, f"p.jsonl: row 2: field 'prompt' {MESSAGES_OR_STRING}'[]'"),
+    ({"prompt": "1+1=", "chosen": "2", "rejected": [{"role": "assistant"}]},
+     f"p.jsonl: row 2: field 'rejected' {MESSAGES_OR_STRING}\"[{{'role': 'assistant'}}]\""),
+    ({"prompt": "1+1=", "chosen": "2", "rejected": [{"role": 1, "content": "x"}]},
+     f"p.jsonl: row 2: field 'rejected' {MESSAGES_OR_STRING}\"[{{'role': 1, 'content': 'x'}}]\""),
+    ({"prompt": "1+1=", "chosen": [7] * 40, "rejected": "3"},  # the value cut at 80 characters
+     f"p.jsonl: row 2: field 'chosen' {MESSAGES_OR_STRING}{str([7] * 40)[:80]!r}"),
     ({"prompt": "1+1=", "chosen": [{"role": "user", "content": "2"}], "rejected": "3"},
-     "row 2: field 'chosen' must start with the assistant's message"),
+     "p.jsonl: row 2: field 'chosen' must start with the assistant's message, got role 'user'"),
     ("[1, 2]", "p.jsonl:2: expected a JSON object, got list"),
-    ("{not json", "p.jsonl:2: invalid JSON"),
+    ("{not json", "p.jsonl:2: invalid JSON (Expecting property name enclosed in double quotes at column 2)"),
 ])
 def test_a_bad_row_is_named_with_its_field(tmp_path, row, message):
     path = write_rows(tmp_path / "p.jsonl", [{"prompt": "1+1=", "chosen": "2", "rejected": "3"}, row])
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path))}/{re.escape(message)}$"):
         load_preference_pairs(path)
 
 
@@ -138,7 +148,7 @@ def test_config_errors_name_the_key(tmp_path):
                                                    "dpo.loss_type is 'ipo'")):
         load_config(DPOConfig, overrides={"dpo.dataset": "p.jsonl", "dpo.loss_type": "ipo", "dpo.label_smoothing": "0.1"})
     assert load_config(DPOConfig, overrides={"dpo.online": "true"}).dpo.online  # online needs no dataset
-    with pytest.raises(ValueError, match="dpo.dataset.*no such file"):
+    with pytest.raises(ValueError, match=re.escape(f"config dpo.dataset = {str(tmp_path / 'none.jsonl')!r}: no such file")):
         DPOTrainer(load_config(DPOConfig, overrides={"dpo.dataset": str(tmp_path / "none.jsonl"),
                                                     "run.output_dir": str(tmp_path / "run")}))
     assert not (tmp_path / "run").exists()  # refused before any run directory
@@ -270,9 +280,10 @@ def test_each_step_line_shows_the_loss_and_the_implicit_rewards(tiny, tmp_path, 
 
 
 def test_a_killed_offline_run_resumes_to_the_same_weights(tiny, tmp_path):
-    DPOTrainer(load_config(DPOConfig, overrides=overrides(tiny, tmp_path / "full", **{"run.steps": "4"}))).train()
-    DPOTrainer(load_config(DPOConfig, overrides=overrides(tiny, tmp_path / "cut", **{"run.steps": "2"}))).train()
-    resumed = DPOTrainer(load_config(DPOConfig, overrides=overrides(tiny, tmp_path / "cut", **{"run.steps": "4"})),
+    warm_up = {"optim.warmup_steps": "3"}  # the learning rate moves each step: the schedule's state must resume too
+    DPOTrainer(load_config(DPOConfig, overrides=overrides(tiny, tmp_path / "full", **{"run.steps": "4", **warm_up}))).train()
+    DPOTrainer(load_config(DPOConfig, overrides=overrides(tiny, tmp_path / "cut", **{"run.steps": "2", **warm_up}))).train()
+    resumed = DPOTrainer(load_config(DPOConfig, overrides=overrides(tiny, tmp_path / "cut", **{"run.steps": "4", **warm_up})),
                          resume=True)
     assert resumed.start_step == 2 and not resumed._reference  # the reference's log-probs are computed again
     resumed.train()

@@ -2,6 +2,7 @@
 drawn by the weights of step t - 1 - k, whatever the threads' timing; runs are deterministic and resume bitwise."""
 
 import copy
+import re
 import shutil
 import time
 from typing import ClassVar
@@ -233,7 +234,9 @@ def no_overlap_engine():
 def test_bad_staleness_settings_are_refused_by_key(tiny_model_dir, tmp_path, monkeypatch, no_overlap_engine):
     with pytest.raises(ValueError, match=r"rollout.max_staleness.* must be >= 0"):
         load_config(GRPOConfig, overrides={"rollout.max_staleness": "-1"}).validate()
-    with pytest.raises(ValueError, match=r"rollout.max_staleness.*offline DPO samples none"):
+    with pytest.raises(ValueError, match=re.escape(
+            "config rollout.max_staleness: draws batches ahead, and offline DPO samples none (its pairs are "
+            "dpo.dataset's): set it to 0, or dpo.online = true") + "$"):
         load_config(DPOConfig, overrides={"rollout.max_staleness": "1", "dpo.dataset": "pairs.jsonl"}).validate()
     config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{
         "rollout.max_staleness": "1", "rollout.backend": no_overlap_engine}))
