@@ -105,6 +105,8 @@ MESSAGES_OR_STRING = 'must be a string or a non-empty list of {"role", "content"
      f"p.jsonl: row 2: field 'chosen' {MESSAGES_OR_STRING}{str([7] * 40)[:80]!r}"),
     ({"prompt": "1+1=", "chosen": [{"role": "user", "content": "2"}], "rejected": "3"},
      "p.jsonl: row 2: field 'chosen' must start with the assistant's message, got role 'user'"),
+    ({"prompt": "1+1=", "chosen": "2", "rejected": [{"role": "system", "content": "3"}]},
+     "p.jsonl: row 2: field 'rejected' must start with the assistant's message, got role 'system'"),
     ("[1, 2]", "p.jsonl:2: expected a JSON object, got list"),
     ("{not json", "p.jsonl:2: invalid JSON (Expecting property name enclosed in double quotes at column 2)"),
 ])
@@ -277,6 +279,20 @@ def test_each_step_line_shows_the_loss_and_the_implicit_rewards(tiny, tmp_path, 
         assert line.startswith(f"step {row['step']}/2 | loss {row['loss']:.3g} | margin {row['rewards/margins']:.3g} | "
                                f"pref_acc {row['rewards/accuracies']:.3g} | "), line
         assert line.endswith(f" | s {row['step_time_s']:.3g}"), line
+
+
+@pytest.mark.parametrize("chat", [True, False])
+def test_a_pairs_rows_are_its_prompt_as_the_env_renders_it_then_each_labelled_reply(tiny, tmp_path, chat):
+    """A dataset pair as rollouts hold it: the prompt rendered as env.use_chat_template says (the tokenizer's template:
+    "U:4+4=\\nA:"; without it the bare text), not labelled; then the reply and EOS, labelled."""
+    trainer = DPOTrainer(load_config(DPOConfig, overrides=overrides(tiny, tmp_path, **{
+        "env.use_chat_template": str(chat).lower()})))
+    tokenizer = trainer.tokenizer
+    prompt = "U:4+4=\nA:" if chat else "4+4="
+    for (ids, labels), reply in zip(trainer._pair_rows(len(PAIRS) - 1), ("8", "17 or so")):
+        assert tokenizer.decode(ids) == prompt + reply + tokenizer.eos_token
+        labelled = [token for token in labels if token != IGNORE_INDEX]
+        assert labelled == ids[len(ids) - len(labelled):] and tokenizer.decode(labelled) == reply + tokenizer.eos_token
 
 
 def test_a_killed_offline_run_resumes_to_the_same_weights(tiny, tmp_path):
