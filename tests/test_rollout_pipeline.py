@@ -209,6 +209,28 @@ def test_an_overlapped_run_is_deterministic_and_a_resume_from_its_checkpoint_is_
     assert without_times(tmp_path / "first") == without_times(tmp_path / "second")
 
 
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo", "online_dpo"])
+def test_a_resumed_k1_run_trains_its_checkpoints_batch_and_draws_only_the_steps_after(algorithm, tiny_model_dir, tmp_path):
+    """Each algorithm's checkpoint-2 of a k = 1 run holds batch 3 (drawn by step 1's weights): resumed, the run samples
+    step 4 alone, by checkpoint-2's weights. A checkpoint without its batches drawn ahead would draw batch 3 again, by
+    newer weights: the same tokens often enough on a tiny model that the final weights alone cannot tell."""
+    from algos.algorithms import dpo
+
+    shared = {key: value for key, value in overrides(tiny_model_dir, tmp_path).items() if not key.startswith("grpo.")}
+    config_of = {"grpo": lambda: load_config(GRPOConfig, overrides={**overrides(tiny_model_dir, tmp_path),
+                                                                    "rollout.max_staleness": "1"}),
+                 "ppo": lambda: load_config(PPOConfig, overrides={**shared, "rollout.max_staleness": "1"}),
+                 "online_dpo": lambda: load_config(DPOConfig, preset=dpo.PRESETS["online"], overrides={
+                     **shared, "rollout.max_staleness": "1", "dpo.dataset": "null"})}[algorithm]
+    trainer_class = {"grpo": GRPOTrainer, "ppo": PPOTrainer, "online_dpo": dpo.DPOTrainer}[algorithm]
+    trainer_class(config_of(), backend=FingerprintingRollout()).train()
+    for step in (3, 4):
+        shutil.rmtree(tmp_path / f"checkpoint-{step}")
+    FingerprintingRollout.seen.clear()
+    trainer_class(config_of(), resume=True, backend=FingerprintingRollout()).train()
+    assert FingerprintingRollout.seen == [saved_fingerprint(tmp_path / "checkpoint-2" / "model")]
+
+
 def test_a_resume_under_another_staleness_drops_the_batches_in_flight_and_counts_them(tiny_model_dir, tmp_path,
                                                                                          caplog):
     config = overrides(tiny_model_dir, tmp_path, **{"rollout.max_staleness": "1"})
