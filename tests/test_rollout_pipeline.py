@@ -145,12 +145,25 @@ def test_each_steps_batch_is_drawn_by_the_weights_of_step_t_minus_1_minus_k(tiny
     assert "rollout_is_weight_mean" in records[-1]  # "auto" corrects stale samples (tis)
 
 
+def algorithm_run(algorithm: str, model_dir, output_dir, **extra):
+    """(trainer class, config) of this module's small run for ``algorithm`` ("grpo", "ppo" or "online_dpo"), ``extra``
+    over it."""
+    from algos.algorithms import dpo
+
+    base = overrides(model_dir, output_dir, **extra)
+    if algorithm == "grpo":
+        return GRPOTrainer, load_config(GRPOConfig, overrides=base)
+    shared = {key: value for key, value in base.items() if not key.startswith("grpo.")}
+    if algorithm == "ppo":
+        return PPOTrainer, load_config(PPOConfig, overrides=shared)
+    return dpo.DPOTrainer, load_config(DPOConfig, preset=dpo.PRESETS["online"], overrides={**shared, "dpo.dataset": "null"})
+
+
 @pytest.mark.parametrize("algorithm", ["grpo", "ppo", "online_dpo"])
 def test_each_algorithms_collect_samples_from_the_policy_it_is_handed(algorithm, tiny_model_dir, tmp_path):
     """The actor calls the algorithm's collect(step, policy=, backend=) with its copy of the drawing version's weights
     while the learner updates its own: every sampling call of that step gets the copy (without a copy, the run's
     policy). A collect that sampled from the live policy passed a k = 1 run's fingerprints, by timing alone."""
-    from algos.algorithms import dpo
 
     class Recording(HFRollout):
         models: ClassVar[list] = []
@@ -159,17 +172,9 @@ def test_each_algorithms_collect_samples_from_the_policy_it_is_handed(algorithm,
             Recording.models.append(model)
             return super().generate(model, env, **kwargs)
 
-    shared = {key: value for key, value in overrides(tiny_model_dir, tmp_path).items() if not key.startswith("grpo.")}
-    if algorithm == "grpo":
-        trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path)))
-        collect = trainer.collect
-    elif algorithm == "ppo":
-        trainer = PPOTrainer(load_config(PPOConfig, overrides=shared))
-        collect = trainer.draw
-    else:
-        trainer = dpo.DPOTrainer(load_config(DPOConfig, preset=dpo.PRESETS["online"],
-                                             overrides={**shared, "dpo.dataset": "null"}))
-        collect = trainer.online_batch
+    trainer_class, config = algorithm_run(algorithm, tiny_model_dir, tmp_path)
+    trainer = trainer_class(config)
+    collect = trainer.rollouts.collect  # what the pipeline calls: GRPO's collect, PPO's draw, online DPO's online_batch
     snapshot = copy.deepcopy(trainer.run.model)
     collect(1, policy=snapshot, backend=Recording())
     handed = len(Recording.models)
@@ -214,20 +219,12 @@ def test_a_resumed_k1_run_trains_its_checkpoints_batch_and_draws_only_the_steps_
     """Each algorithm's checkpoint-2 of a k = 1 run holds batch 3 (drawn by step 1's weights): resumed, the run samples
     step 4 alone, by checkpoint-2's weights. A checkpoint without its batches drawn ahead would draw batch 3 again, by
     newer weights: the same tokens often enough on a tiny model that the final weights alone cannot tell."""
-    from algos.algorithms import dpo
-
-    shared = {key: value for key, value in overrides(tiny_model_dir, tmp_path).items() if not key.startswith("grpo.")}
-    config_of = {"grpo": lambda: load_config(GRPOConfig, overrides={**overrides(tiny_model_dir, tmp_path),
-                                                                    "rollout.max_staleness": "1"}),
-                 "ppo": lambda: load_config(PPOConfig, overrides={**shared, "rollout.max_staleness": "1"}),
-                 "online_dpo": lambda: load_config(DPOConfig, preset=dpo.PRESETS["online"], overrides={
-                     **shared, "rollout.max_staleness": "1", "dpo.dataset": "null"})}[algorithm]
-    trainer_class = {"grpo": GRPOTrainer, "ppo": PPOTrainer, "online_dpo": dpo.DPOTrainer}[algorithm]
-    trainer_class(config_of(), backend=FingerprintingRollout()).train()
+    trainer_class, config = algorithm_run(algorithm, tiny_model_dir, tmp_path, **{"rollout.max_staleness": "1"})
+    trainer_class(config, backend=FingerprintingRollout()).train()  # a run leaves the config it is given as it was
     for step in (3, 4):
         shutil.rmtree(tmp_path / f"checkpoint-{step}")
     FingerprintingRollout.seen.clear()
-    trainer_class(config_of(), resume=True, backend=FingerprintingRollout()).train()
+    trainer_class(config, resume=True, backend=FingerprintingRollout()).train()
     assert FingerprintingRollout.seen == [saved_fingerprint(tmp_path / "checkpoint-2" / "model")]
 
 
