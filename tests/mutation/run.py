@@ -84,7 +84,7 @@ MODULES: dict[str, list[str]] = {
     "algos/run/resolve.py": ["tests/test_run_resolve.py", "tests/test_grpo_loop.py", "tests/test_run_dir.py"],
     "algos/run/rollout_pipeline.py": ["tests/test_rollout_pipeline.py", "tests/test_dpo.py"],
     "algos/model/attention.py": ["tests/test_grpo_machinery.py", "tests/test_rollout.py"],
-    "algos/model/compiled.py": ["tests/test_grpo_machinery.py", "tests/test_hardware.py"],
+    "algos/model/compiled.py": ["tests/test_grpo_machinery.py", "tests/test_hardware.py", "tests/test_lora.py"],
     "algos/model/dither.py": ["tests/test_weight_dither.py"],
     "algos/model/policy.py": ["tests/test_grpo_machinery.py", "tests/test_core_logprobs.py", *CORE_USERS],
     "algos/model/lora.py": ["tests/test_lora.py"],
