@@ -4,7 +4,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from algos.algorithms.grpo import DAPO_PRESET, GRPOConfig
-from algos.config import load_config, parse_overrides, save_config
+from algos.config import _coerce, load_config, parse_overrides, save_config
 
 
 def test_defaults_validate_and_match_spec():
@@ -68,6 +68,84 @@ def test_yaml_round_trip(tmp_path):
 def test_bad_overrides_name_the_key(overrides, message):
     with pytest.raises(ValueError, match=message):
         load_config(GRPOConfig, overrides=overrides)
+
+
+# Each kind of type hint a config field has: what the command line (strings) and a file (typed values) may
+# give it, and the whole message for what they may not.
+TYPED_VALUES = [
+    # bool: the words a command line uses, in any case; a file's booleans
+    ("grpo.overlong_filter", "true", True), ("grpo.overlong_filter", "1", True), ("grpo.overlong_filter", "yes", True),
+    ("grpo.overlong_filter", "YES", True), ("grpo.overlong_filter", "false", False), ("grpo.overlong_filter", "0", False),
+    ("grpo.overlong_filter", "no", False), ("grpo.overlong_filter", "No", False), ("grpo.overlong_filter", False, False),
+    # int: digits, or a file's whole float; float: any number
+    ("rollout.group_size", "4", 4), ("rollout.group_size", 4.0, 4), ("optim.lr", "1", 1.0), ("optim.lr", 2, 2.0),
+    ("optim.lr", "1e-5", 1e-5),
+    # an optional value: none/null, or the type
+    ("run.metric_for_best_model", "null", None), ("run.metric_for_best_model", "None", None),
+    ("run.metric_for_best_model", None, None), ("run.metric_for_best_model", "eval_accuracy", "eval_accuracy"),
+    # list[str]: flow syntax on a command line, a list in a file
+    ("lora.modules_to_save", "[lm_head, embed_tokens]", ["lm_head", "embed_tokens"]), ("lora.modules_to_save", [], []),
+    # list[str] | str: a list, else the string (PEFT's own regex form)
+    ("lora.target_modules", "[q_proj, v_proj]", ["q_proj", "v_proj"]), ("lora.target_modules", "q_proj", "q_proj"),
+    # tuple[float, float]
+    ("optim.betas", "[0.9, 0.95]", (0.9, 0.95)), ("optim.betas", [0, 0.5], (0.0, 0.5)),
+    # dict
+    ("env.kwargs", "{digits: 3}", {"digits": 3}),
+]
+REFUSED_VALUES = [
+    ("grpo.overlong_filter", "maybe", "config key 'grpo.overlong_filter': expected true/false, got 'maybe'"),
+    ("grpo.overlong_filter", 1, "config key 'grpo.overlong_filter': expected true/false, got 1"),
+    ("rollout.group_size", "4.0", "config key 'rollout.group_size': expected int, got '4.0'"),
+    ("rollout.group_size", 4.5, "config key 'rollout.group_size': expected int, got 4.5"),
+    ("rollout.group_size", True, "config key 'rollout.group_size': expected int, got True"),
+    ("optim.lr", "fast", "config key 'optim.lr': expected float, got 'fast'"),
+    ("run.output_dir", 5, "config key 'run.output_dir': expected a string, got 5"),
+    # an optional value that is not the type names the type, not None
+    ("run.metric_for_best_model", 5, "config key 'run.metric_for_best_model': expected a string, got 5"),
+    ("lora.modules_to_save", "[lm_head, 2]", "config key 'lora.modules_to_save': expected a string, got 2"),
+    ("lora.modules_to_save", "lm_head", "config key 'lora.modules_to_save': expected a list, got 'lm_head'"),
+    # both options refused: the first option's reason
+    ("lora.target_modules", 5, "config key 'lora.target_modules': expected a list, got 5"),
+    ("lora.target_modules", ["q_proj", 5], "config key 'lora.target_modules': expected a string, got 5"),
+    ("optim.betas", "[0.9]", "config key 'optim.betas': expected 2 items, got 1"),
+    ("optim.betas", "[0.9, x]", "config key 'optim.betas': expected float, got 'x'"),
+    ("optim.betas", "0.9", "config key 'optim.betas': expected a list, got 0.9"),
+    ("env.kwargs", "[1]", "config key 'env.kwargs': expected a mapping, got [1]"),
+    ("env.kwargs", "{digits: [", "config key 'env.kwargs': '{digits: [' is not valid YAML flow syntax"),
+]
+
+
+def _typed_load(key: str, value):
+    """A config with `key` set to `value`: on the command line when it is a string, else as a file gives it."""
+    if isinstance(value, str):
+        return load_config(GRPOConfig, overrides=[f"--{key}", value])
+    section, name = key.split(".")
+    return load_config(GRPOConfig, preset={section: {name: value}})
+
+
+@pytest.mark.parametrize("key, value, expected", TYPED_VALUES)
+def test_each_kind_of_field_takes_its_values_from_a_command_line_and_a_file(key, value, expected):
+    section, name = key.split(".")
+    got = getattr(getattr(_typed_load(key, value), section), name)
+    assert got == expected and type(got) is type(expected)
+    if isinstance(got, (list, tuple)):  # items converted too: the file's int 0 is a float beta
+        assert [type(item) for item in got] == [type(item) for item in expected]
+
+
+@pytest.mark.parametrize("key, value, message", REFUSED_VALUES)
+def test_each_kind_of_field_refuses_a_wrong_value_naming_the_key_and_the_value(key, value, message):
+    with pytest.raises(ValueError) as refused:
+        _typed_load(key, value)
+    assert str(refused.value).startswith(message), str(refused.value)
+
+
+def test_type_hints_no_field_has_yet_are_checked_too():
+    """The variadic tuple and the hint config.py cannot read (a field's type added without its rule)."""
+    assert _coerce("[1, 2, 3]", tuple[int, ...], "k") == (1, 2, 3)
+    with pytest.raises(ValueError, match=re.escape("config key 'k': expected int, got 'x'")):
+        _coerce(["1", "x"], tuple[int, ...], "k")
+    with pytest.raises(ValueError, match=re.escape("config key 'k': unsupported type set[int]")):
+        _coerce([1], set[int], "k")
 
 
 def test_unknown_key_in_file_is_named(tmp_path):
