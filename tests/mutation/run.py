@@ -56,6 +56,11 @@ GRPO_REFERENCE = ["tests/test_reference_gradients.py"]
 PPO_REFERENCE = ["tests/test_reference_gradients_ppo.py"]
 RESUME = ["tests/test_resume_state.py"]
 CORE_USERS = ["tests/test_grpo_loop.py", "tests/test_ppo.py", *GRPO_REFERENCE, *PPO_REFERENCE]
+# The answer checker's tests: extraction, equivalence (with math-verify's own cases), and hostile model output.
+VERIFIER_TESTS = ["tests/test_rewards_extraction.py", "tests/test_rewards_equivalence.py",
+                  "tests/test_rewards_equivalence_edges.py", "tests/test_rewards_robustness.py",
+                  "tests/test_math_verify_suite.py", "tests/test_rewards_safety.py"]
+TASK_TESTS = ["tests/test_tasks.py", "tests/test_env_task_edges.py", "tests/test_env.py"]
 MODULES: dict[str, list[str]] = {
     "algos/core/variants.py": ["tests/test_core_variants.py", "tests/test_config.py", *CORE_USERS],
     "algos/core/advantages.py": ["tests/test_core_advantages.py", *CORE_USERS],
@@ -107,6 +112,12 @@ MODULES: dict[str, list[str]] = {
     "algos/learn/rollout_correction.py": ["tests/test_learn_rollout_correction.py", "tests/test_core_importance_weights.py",
                                           "tests/test_grpo_loop.py", "tests/test_ppo.py"],
     "algos/run/checkpoint.py": ["tests/test_checkpoint.py", "tests/test_grpo_machinery.py", *CORE_USERS, *RESUME],
+    "rewards/extract.py": VERIFIER_TESTS,
+    "rewards/mathcheck.py": [*VERIFIER_TESTS, "tests/test_math_verify_backend.py"],
+    "rewards/compare.py": VERIFIER_TESTS,
+    "rewards/latex.py": VERIFIER_TESTS,
+    "rlvr_env/tasks/countdown.py": TASK_TESTS,
+    "rlvr_env/tasks/arithmetic.py": TASK_TESTS,
     "rewards/run_cgroup.py": ["tests/test_code_sandbox_limits.py"],
     "rewards/shaping.py": ["tests/test_rewards_shaping.py", "tests/test_grpo_loop.py", *GRPO_REFERENCE],
 }
