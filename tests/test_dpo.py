@@ -327,16 +327,16 @@ def test_a_rank_without_pairs_joins_its_peers_micro_batches_with_a_zero_weight_p
 
 def test_online_pairs_come_from_the_verifiers_ranking(tiny, tmp_path):
     """A scripted rollout: in each group of 4 one completion is right; "best_worst" pairs it with the first wrong one
-    and "all" with every wrong one; a group all wrong gives no pair."""
+    and "all" with every wrong one, at most dpo.max_pairs_per_prompt of them; a group all wrong gives no pair."""
     def script(problem, row, round_index):
         group, member = divmod(row, 4)
         right = group != 1 and member == (group % 4)
         return str(problem.answer) if right else "x"
 
-    for pairing, pairs in (("best_worst", 2), ("all", 6)):
-        config = load_config(DPOConfig, overrides={**overrides(tiny, tmp_path / pairing, **{
-            "run.steps": "1", "rollout.prompts_per_step": "3", "rollout.group_size": "4", "dpo.pairing": pairing}),
-            "dpo.dataset": "null"}, preset=PRESETS["online"])
+    for pairing, cap, pairs in (("best_worst", 4, 2), ("all", 4, 6), ("all", 2, 4)):
+        config = load_config(DPOConfig, overrides={**overrides(tiny, tmp_path / f"{pairing}-{cap}", **{
+            "run.steps": "1", "rollout.prompts_per_step": "3", "rollout.group_size": "4", "dpo.pairing": pairing,
+            "dpo.max_pairs_per_prompt": str(cap)}), "dpo.dataset": "null"}, preset=PRESETS["online"])
         trainer = DPOTrainer(config, backend=ScriptedRollout(script))
         batch, metrics = trainer.online_batch(1)
         assert metrics["dpo/pairs"] == pairs and metrics["dpo/no_pair_prompt_frac"] == pytest.approx(1 / 3)
