@@ -6,7 +6,7 @@ import time
 import pytest
 
 from rewards import extract_answer, math_verifier
-from rewards.extract import tagged_answer
+from rewards.extract import SHORT_ANSWER_CHARS, SHORT_STATEMENT_CHARS, tagged_answer
 
 # "The answer is 153" and then a run of blanks: the stated answer's ending "\s*I hope" rescanned the run
 # from each of its positions (2.7 s for 20k blanks, 9.7 s for 40k; minutes for these). Now ~20 ms each.
@@ -96,6 +96,16 @@ def test_a_blank_box_or_tag_is_the_prompt_echoed_not_an_answer(text, expected):
     ("Therefore x = 1, x = 2", "Therefore x = 1, x = 2"),
     ("The answer is x = 5 when y = 2", "x = 5 when y = 2"),  # not 2
     ("So x = y = 3", "3"),
+    ("So n = 3 + 4 = $7$ apples", "7"),  # words after the last "=" only: the chain still ends in its value
+    ("The roots are 2 and 3", "2 and 3"),  # an "and" after the verb is part of the value
+    ("We get $n \\text{ is } 2$ here", "n \\text{ is } 2"),  # an "is" inside the maths is not the sentence's verb
+    # a closing remark in words, the last bracket only: "(in m)" is two words, "f(x)" a value
+    ("The answer is 12 (in m).", "12"),
+    ("The answer is $f(x) = 2x$ (in cm).", "$f(x) = 2x$"),
+    # a sentence around one plain number is that number; a number glued to a word is no plain number
+    ("The answer is that she waited 3 hours.", "3"),
+    ("The answer is the 3rd one.", "the 3rd one"),
+    ("The total is 12\n####", None),  # GSM8K's marker with nothing after it
 ])
 def test_common_phrasings_are_reduced_to_their_value(text, expected):
     assert extract_answer(text) == expected
@@ -147,6 +157,12 @@ WORKING = "Let x be the number of apples. Then 3x + 2 = 14, so 3x = 12 and x = 4
     # end-of-turn text from a raw decode and the closing formula do not hide it
     (WORKING + "Therefore, x is 4. I hope it is correct. <|im_start|>user", "4"),
     (WORKING + "Therefore, x is 4.<|im_end|>", "4"),
+    (WORKING + "Thus the total is 12!", "12"),
+    # one long line, and working on lines without full stops: the sentence starts after the last line break
+    ("Therefore, after adding the two numbers together very carefully, the final total number is 4.", "4"),
+    ("3 + 1 = 4\n4 - 0 = 4\nTherefore x is 4.", "4"),
+    # two conclusions in the sentence: the last one's value
+    ("We solve the system.\nThus $x = 6$ So, the pair is (6, 3).", "(6, 3)"),
     # cut off mid-sentence, no conclusion, or a conclusion that is not the last sentence: working, no answer
     (WORKING + "Therefore, x is 4", None),
     (WORKING + "Therefore, x is 4. Now check the second basket.", None),
@@ -167,3 +183,74 @@ def test_a_concluding_sentence_scores_its_value():
     assert math_verifier(WORKING + "Therefore, the answer follows.\n\nIn conclusion, x = 4.", answer="4").score == 1.0
     assert math_verifier(WORKING + "Therefore, the number of apples is 5.", answer="4").score == 0.0
     assert math_verifier(WORKING + "Therefore, the number of apples is", answer="4").status == "no_answer"
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("So the answers are \\boxed{(3,3)} for part (a) and \\boxed{(1,1)} for part (b).", "(3,3), (1,1)"),
+    ("It is \\boxed{4}, so \\boxed{5}.", "5"),  # no "and": the later box revises the earlier
+    ("It is \\boxed{4} and not \\boxed{5}.", "5"),  # a revision's word, even with "and"
+    ("The solutions are \\boxed{4}, \\boxed{5}.", "4, 5"),  # only commas and blanks between: a list
+    ("\\boxed{4}. And then \\boxed{5}.", "5"),  # an earlier sentence's box is revised, "and" or not
+    ("\\boxed{4} and \\boxed{\\boxed{5}}", "4, 5"),  # a box around a box is that box
+    ("so the answer is \\boxed 5", "5"),  # \\boxed without braces takes one token
+    ("Final Answer: \\boxed{4}", "4"),  # the marker before the box is not a restatement after it
+    ("\\boxed{4} is the answer because the answer is 2 + 2.", "4"),  # only a "Final Answer" after the box restates
+])
+def test_a_responses_boxes_in_one_sentence_are_a_list_only_when_joined_by_and(text, expected):
+    assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("$x = \\boxed{3}$ or $x = \\boxed{-3}$", "3, -3"),
+    ("(a) \\boxed{3} for part (a); (b) \\boxed{4}.", "3, 4"),
+])
+def test_a_references_boxes_in_its_final_sentence_are_all_its_answers(text, expected):
+    assert extract_answer(text, reference=True) == expected
+    assert extract_answer(text) != expected  # in a response, "or" is a hedge and a list needs "and"
+    assert math_verifier(f"\\boxed{{{expected}}}", answer=text).score == 1.0
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("Final Answer:\n$$\n\\frac{1}{2}\n$$", "$$\n\\frac{1}{2}\n$$"),
+    ("Answer\n\\[\n9\n\\]", "\\[\n9\n\\]"),
+    ("The final answer is $$\n12\n$$", "$$\n12\n$$"),
+    ("Hence the area of the whole region is $$12$$ square units.", "12"),
+    ('The final answer is "12".', "12"),  # quotes are punctuation
+])
+def test_a_stated_answer_in_display_maths_is_read_whole_across_its_lines(text, expected):
+    assert extract_answer(text) == expected
+
+
+@pytest.mark.parametrize("text, expected", [
+    # one line, too long to be the answer itself, that hands over to one value at its end
+    ("The matrix we get after multiplying both of the given matrices together is "
+     "$\\begin{pmatrix}1&2\\end{pmatrix}$.", "\\begin{pmatrix}1&2\\end{pmatrix}"),
+    ("Here is the value that I computed for the sum of all of the terms in the list: $\\frac{3}{4}$",
+     "\\frac{3}{4}"),
+    # several lines without a marker or a conclusion: working only
+    ("We add.\nThe sum is $5$", None),
+    ("x = 4\ny = 5", None),
+    # nothing there
+    ("  \n ", None),
+    (None, None),
+])
+def test_a_response_without_a_marker_states_a_value_only_at_the_end_of_one_line(text, expected):
+    assert extract_answer(text) == expected
+
+
+def test_a_tagged_answer_prefers_its_box_and_anything_but_text_has_none():
+    """tagged_answer is reasoning-gym's reader: it sees the tag's content before any box elsewhere."""
+    assert tagged_answer("<answer>The answer is \\boxed{4}, not 5</answer>") == "4"
+    assert tagged_answer(None) is None and tagged_answer("The answer is 4") is None
+
+
+def test_the_length_bounds_of_a_bare_answer_and_a_one_line_statement_are_inclusive():
+    bare = "+".join(["12"] * 40)[:SHORT_ANSWER_CHARS].rstrip("+")
+    bare += "1" * (SHORT_ANSWER_CHARS - len(bare))
+    assert len(bare) == SHORT_ANSWER_CHARS and extract_answer(bare) == bare
+    assert extract_answer(bare + "1") is None  # longer: a value without a marker is working
+    value = "$\\frac{3}{4}$"
+    words, odd = divmod(SHORT_STATEMENT_CHARS - len("is ") - len(value), 2)
+    statement = "a " * words + " " * odd + "is " + value  # "a a ... a is $v$": prose handing over to its value
+    assert len(statement) == SHORT_STATEMENT_CHARS and extract_answer(statement) == "\\frac{3}{4}"
+    assert extract_answer(statement.replace("is ", "is  ")) is None
