@@ -169,6 +169,7 @@ WORKING = "Let x be the number of apples. Then 3x + 2 = 14, so 3x = 12 and x = 4
     (WORKING + "The number of apples is 4.", None),
     (WORKING + "Therefore, we have 4 apples and 3 pears.", None),
     (WORKING + "Therefore, the result follows.", None),
+    (WORKING + "Therefore the length is 3 m to 4 m.", None),  # words around two values: no one value
     (WORKING + "We add them, so 4 + 3 = 7.", None),  # "so" inside a sentence is not its opening
     # a multiple-choice response that opens with its letter
     ("A. Because B is not valid", "A"),
@@ -190,7 +191,8 @@ def test_a_concluding_sentence_scores_its_value():
     ("It is \\boxed{4}, so \\boxed{5}.", "5"),  # no "and": the later box revises the earlier
     ("It is \\boxed{4} and not \\boxed{5}.", "5"),  # a revision's word, even with "and"
     ("The solutions are \\boxed{4}, \\boxed{5}.", "4, 5"),  # only commas and blanks between: a list
-    ("\\boxed{4}. And then \\boxed{5}.", "5"),  # an earlier sentence's box is revised, "and" or not
+    ("\\boxed{4}. And \\boxed{5}.", "5"),  # an earlier sentence's box is revised, "and" or not
+    ("\\boxed{4}\\boxed{5}", "4, 5"),  # side by side
     ("\\boxed{4} and \\boxed{\\boxed{5}}", "4, 5"),  # a box around a box is that box
     ("so the answer is \\boxed 5", "5"),  # \\boxed without braces takes one token
     ("Final Answer: \\boxed{4}", "4"),  # the marker before the box is not a restatement after it
@@ -216,6 +218,8 @@ def test_a_references_boxes_in_its_final_sentence_are_all_its_answers(text, expe
     ("The final answer is $$\n12\n$$", "$$\n12\n$$"),
     ("Hence the area of the whole region is $$12$$ square units.", "12"),
     ('The final answer is "12".', "12"),  # quotes are punctuation
+    ("The answer is 2X.", "2X"),  # the full stop only
+    ("We get $$n \\text{ is } 2$$ here", "n \\text{ is } 2"),  # a display span inside a sentence
 ])
 def test_a_stated_answer_in_display_maths_is_read_whole_across_its_lines(text, expected):
     assert extract_answer(text) == expected
@@ -254,3 +258,7 @@ def test_the_length_bounds_of_a_bare_answer_and_a_one_line_statement_are_inclusi
     statement = "a " * words + " " * odd + "is " + value  # "a a ... a is $v$": prose handing over to its value
     assert len(statement) == SHORT_STATEMENT_CHARS and extract_answer(statement) == "\\frac{3}{4}"
     assert extract_answer(statement.replace("is ", "is  ")) is None
+
+
+def test_display_maths_closed_by_a_single_dollar_gets_a_verdict_not_an_error():
+    assert math_verifier("So the answer is $$5$ apples", answer="5").status == "ok"
