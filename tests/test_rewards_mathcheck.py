@@ -1,9 +1,12 @@
 """math_verifier's verdict on each of its paths: the score, the status and the details that say how it decided
 (the `rlvr verify` output and score_batch's rows show them), and the worker's functions called in this process."""
 
+import re
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
-from rewards import VerifyResult, math_verifier
+from rewards import MathVerifier, VerifyResult, math_equal, math_verifier
 from rewards import mathcheck
 from rewards.latex import MAX_ANSWER_CHARS
 from rewards.sandbox import WorkerError
@@ -35,10 +38,22 @@ def test_answers_past_the_parsers_limit_are_compared_as_text():
     assert mathcheck.compare_answers(long, "501", 5.0) == (0.0, "ok", {"pred": long[:200], "gold": "501", "method": "string"})
     assert mathcheck.compare_answers("501", long, 5.0)[0::2] == (0.0, {"pred": "501", "gold": long[:200], "method": "string"})
     assert mathcheck.compare_answers(f" {long}", long, 5.0)[0] == 1.0  # blanks aside
-    at_limit = long[2:]  # the limit itself is still parsed: 500 ones
-    assert len(at_limit) == MAX_ANSWER_CHARS - 1 and mathcheck.compare_answers(at_limit + "0", "5000", 5.0)[0::2] == (
-        0.0, {"pred": (at_limit + "0")[:200], "gold": "5000", "method": "exact"})
-    assert mathcheck.compare_answers("500", at_limit, 5.0)[0::2] == (1.0, {"pred": "500", "gold": at_limit[:200], "method": "exact"})
+    at_limit = long[2:] + "0"  # the limit itself is still parsed: 499 ones and a 10
+    assert len(at_limit) == MAX_ANSWER_CHARS
+    assert mathcheck.compare_answers(at_limit, "5000", 5.0)[0::2] == (
+        0.0, {"pred": at_limit[:200], "gold": "5000", "method": "exact"})
+    assert mathcheck.compare_answers("509", at_limit, 5.0)[0::2] == (1.0, {"pred": "509", "gold": at_limit[:200], "method": "exact"})
+
+
+@pytest.mark.parametrize("pred, reason", [
+    ("2^{10^{9}}", "TooLarge: exponent too large"),
+    ("(10^{9})!", "TooLarge: factorial too large"),
+])
+def test_a_value_too_large_to_build_could_not_be_checked(pred, reason):
+    """The size guards refuse it in this process and in the worker: status error (docs/rewards.md, Statuses), score 0."""
+    result = math_verifier(f"\\boxed{{{pred}}}", answer="5")
+    assert (result.score, result.status, result.details) == (
+        0.0, "error", {"pred": pred, "gold": "5", "method": "symbolic", "reason": reason})
 
 
 def test_a_symbolic_check_past_its_limit_or_a_dead_worker_scores_zero_with_its_status(monkeypatch):
@@ -62,9 +77,11 @@ def test_the_math_verify_backends_timeout_and_dead_worker_score_zero_with_their_
     result = math_verifier("\\boxed{7}", answer=gold, backend="math-verify", timeout=1e-6)
     assert (result.score, result.status, result.details) == (
         0.0, "timeout", {"gold": gold[:200], "method": "math-verify", "timeout_s": 1e-6})
-    monkeypatch.setattr(mathcheck, "run_limited", lambda *args, **kwargs: (_ for _ in ()).throw(WorkerError("gone")))
+    gone = "the worker is gone: " + "x" * 400
+    monkeypatch.setattr(mathcheck, "run_limited", lambda *args, **kwargs: (_ for _ in ()).throw(WorkerError(gone)))
     result = math_verifier("\\boxed{7}", answer="7", backend="math-verify")
-    assert (result.score, result.status, result.details) == (0.0, "error", {"gold": "7", "method": "math-verify", "reason": "gone"})
+    assert (result.score, result.status, result.details) == (
+        0.0, "error", {"gold": "7", "method": "math-verify", "reason": gone[:300]})
 
 
 @pytest.mark.parametrize("answer, reason", [
@@ -72,6 +89,9 @@ def test_the_math_verify_backends_timeout_and_dead_worker_score_zero_with_their_
     ([7], "gold answer must be a string or a number, got list"),
     (float("nan"), "gold answer nan is not a finite number"),
     ("\\boxed{}", "gold answer '\\\\boxed{}' marks an answer but holds none (an empty \\boxed{} or ####)"),
+    ("\\fbox{ }", "gold answer '\\\\fbox{ }' marks an answer but holds none (an empty \\boxed{} or ####)"),
+    ("1" * 300 + "\n####", f"gold answer {('1' * 300 + chr(10) + '####')[:200]!r} marks an answer but holds none "
+                           "(an empty \\boxed{} or ####)"),
 ])
 def test_an_unusable_gold_is_an_error_row_that_names_it(answer, reason):
     assert math_verifier("\\boxed{7}", answer=answer) == VerifyResult(0.0, "error", {"reason": reason})
@@ -102,3 +122,44 @@ def test_the_worker_functions_give_their_verdicts_in_this_process_too():
     assert mathcheck._math_verify_check("so it is $\\boxed{3}$", "0.5") == [False, True]
     rambling = "I am not sure what the answer is; let me think about the problem some more before I answer it."
     assert mathcheck._math_verify_check(rambling, "0.5") == [False, False]  # no maths found: no answer
+
+
+@pytest.mark.parametrize("gold", [
+    "We add 2 and 3.\nThe answer is 5",  # several lines: a worked solution
+    "Adding the two numbers on the board together gives us the total, so the answer is 5",  # one line past 80
+])
+def test_a_gold_that_is_a_worked_solution_is_read_for_its_stated_answer(gold):
+    assert math_verifier("\\boxed{5}", answer=gold).details["gold"] == "5"
+
+
+def test_a_short_gold_is_the_answer_itself():
+    gold = "The answer is " + "1+" * 32 + "11"  # 80 characters on one line: compared whole, not read as a solution
+    assert len(gold) == 80 and math_verifier("\\boxed{43}", answer=gold).details["gold"] == gold
+    assert math_verifier("\\boxed{44}", answer=gold + "+1").details["gold"] == "1+" * 32 + "11+1"  # 82: a solution
+
+
+def test_math_verifier_objects_and_math_equal_pass_their_options_on(monkeypatch):
+    with pytest.raises(ValueError, match=re.escape("MathVerifier backend must be one of ('native', 'math-verify'), got 'sympy'")):
+        MathVerifier(backend="sympy")
+    symbolic = ("\\boxed{x^2-1}", "(x-1)(x+1)")
+    assert MathVerifier(timeout=1e-6)(symbolic[0], answer=symbolic[1]).status == "timeout"
+    assert math_equal(*symbolic) and not math_equal(*symbolic, timeout=1e-6)
+    pytest.importorskip("math_verify")
+    assert MathVerifier(backend="math-verify")(symbolic[0], answer=symbolic[1]).details["method"] == "math-verify"
+    # math-verify's LaTeX extraction reads no maths in a sentence without delimiters; ours reads its stated value
+    assert math_equal("The answer is 5 apples", "5") and not math_equal("The answer is 5 apples", "5", backend="math-verify")
+
+    def missing():
+        raise ImportError("the math-verify backend needs math-verify")
+
+    monkeypatch.setattr(mathcheck, "require_math_verify", missing)
+    assert MathVerifier().backend == "native"  # only the math-verify backend asks for it
+    with pytest.raises(ImportError, match="needs math-verify"):
+        MathVerifier(backend="math-verify")
+
+
+def test_math_verify_runs_from_any_thread():
+    """Its own timeouts use signal.alarm, main thread only: they are off (the worker's kill is the limit)."""
+    pytest.importorskip("math_verify")
+    with ThreadPoolExecutor(1) as pool:
+        assert pool.submit(mathcheck._math_verify_check, "so $\\boxed{1}$", "1").result() == [True, True]
