@@ -163,3 +163,22 @@ def test_math_verify_runs_from_any_thread():
     pytest.importorskip("math_verify")
     with ThreadPoolExecutor(1) as pool:
         assert pool.submit(mathcheck._math_verify_check, "so $\\boxed{1}$", "1").result() == [True, True]
+
+
+def test_a_references_or_names_every_answer():
+    result = math_verifier("\\boxed{(7,11), (11,7)}", answer="(11,7) or (7,11)")
+    assert (result.score, result.details["gold"]) == (1.0, "(11,7) and (7,11)")
+
+
+def test_no_answer_non_text_and_a_checker_bug_each_get_their_row(monkeypatch):
+    gold = "5" * 250
+    assert math_verifier("I could not finish the working before I ran out of room, sorry about that, maybe next time", answer=gold) == \
+        VerifyResult(0.0, "no_answer", {"gold": gold[:200]})
+    assert math_verifier(None, answer="5") == VerifyResult(0.0, "error", {"reason": "completion is NoneType, not str"})
+
+    def broken(pred, gold, timeout):
+        raise RuntimeError("a bug " + "x" * 400)
+
+    monkeypatch.setattr(mathcheck, "compare_answers", broken)
+    assert math_verifier("\\boxed{5}", answer=gold) == VerifyResult(
+        0.0, "error", {"gold": gold[:200], "reason": "RuntimeError: " + ("a bug " + "x" * 400)[:300]})
