@@ -6,8 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rewards import MathVerifier, VerifyResult, math_equal, math_verifier
-from rewards import mathcheck
+from rewards import MathVerifier, VerifyResult, math_equal, math_verifier, mathcheck
 from rewards.latex import MAX_ANSWER_CHARS
 from rewards.sandbox import WorkerError
 
@@ -42,7 +41,8 @@ def test_answers_past_the_parsers_limit_are_compared_as_text():
     assert len(at_limit) == MAX_ANSWER_CHARS
     assert mathcheck.compare_answers(at_limit, "5000", 5.0)[0::2] == (
         0.0, {"pred": at_limit[:200], "gold": "5000", "method": "exact"})
-    assert mathcheck.compare_answers("509", at_limit, 5.0)[0::2] == (1.0, {"pred": "509", "gold": at_limit[:200], "method": "exact"})
+    assert mathcheck.compare_answers("509", at_limit, 5.0)[0::2] == (
+        1.0, {"pred": "509", "gold": at_limit[:200], "method": "exact"})
 
 
 @pytest.mark.parametrize("pred, reason", [
@@ -122,6 +122,9 @@ def test_the_worker_functions_give_their_verdicts_in_this_process_too():
     assert mathcheck._math_verify_check("so it is $\\boxed{3}$", "0.5") == [False, True]
     rambling = "I am not sure what the answer is; let me think about the problem some more before I answer it."
     assert mathcheck._math_verify_check(rambling, "0.5") == [False, False]  # no maths found: no answer
+    # the model's text is read by math-verify's LaTeX extraction only (its plain-expression parser would find this 7)
+    plain = "I worked through all of the steps carefully and at the very end the result that I got is 7"
+    assert mathcheck._math_verify_check(plain, "7") == [False, False]
 
 
 @pytest.mark.parametrize("gold", [
@@ -139,7 +142,8 @@ def test_a_short_gold_is_the_answer_itself():
 
 
 def test_math_verifier_objects_and_math_equal_pass_their_options_on(monkeypatch):
-    with pytest.raises(ValueError, match=re.escape("MathVerifier backend must be one of ('native', 'math-verify'), got 'sympy'")):
+    refusal = "MathVerifier backend must be one of ('native', 'math-verify'), got 'sympy'"
+    with pytest.raises(ValueError, match=re.escape(refusal)):
         MathVerifier(backend="sympy")
     symbolic = ("\\boxed{x^2-1}", "(x-1)(x+1)")
     assert MathVerifier(timeout=1e-6)(symbolic[0], answer=symbolic[1]).status == "timeout"
@@ -172,9 +176,9 @@ def test_a_references_or_names_every_answer():
 
 def test_no_answer_non_text_and_a_checker_bug_each_get_their_row(monkeypatch):
     gold = "5" * 250
-    assert math_verifier("I could not finish the working before I ran out of room, sorry about that, maybe next time", answer=gold) == \
-        VerifyResult(0.0, "no_answer", {"gold": gold[:200]})
-    assert math_verifier(None, answer="5") == VerifyResult(0.0, "error", {"reason": "completion is NoneType, not str"})
+    unfinished = "I could not finish the working before I ran out of room, sorry about that, maybe next time"
+    assert math_verifier(unfinished, answer=gold) == VerifyResult(0.0, "no_answer", {"gold": gold[:200]})
+    assert math_verifier(5, answer="5") == VerifyResult(0.0, "error", {"reason": "completion is int, not str"})
 
     def broken(pred, gold, timeout):
         raise RuntimeError("a bug " + "x" * 400)
