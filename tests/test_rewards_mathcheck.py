@@ -56,15 +56,20 @@ def test_a_value_too_large_to_build_could_not_be_checked(pred, reason):
         0.0, "error", {"pred": pred, "gold": "5", "method": "symbolic", "reason": reason})
 
 
+def _dying_worker(message: str):
+    """A stand-in for run_limited whose worker dies with ``message``."""
+    def run_limited(*args, **kwargs):
+        raise WorkerError(message)
+
+    return run_limited
+
+
 def test_a_symbolic_check_past_its_limit_or_a_dead_worker_scores_zero_with_its_status(monkeypatch):
     result = math_verifier("\\boxed{x^2-1}", answer="(x-1)(x+1)", timeout=1e-6)
     assert (result.score, result.status, result.details) == (
         0.0, "timeout", {"pred": "x^2-1", "gold": "(x-1)(x+1)", "method": "symbolic", "timeout_s": 1e-6})
 
-    def dies(*args, **kwargs):
-        raise WorkerError("the worker died: " + "x" * 400)
-
-    monkeypatch.setattr(mathcheck, "run_limited", dies)
+    monkeypatch.setattr(mathcheck, "run_limited", _dying_worker("the worker died: " + "x" * 400))
     result = math_verifier("\\boxed{x^2-1}", answer="(x-1)(x+1)")
     assert (result.score, result.status, result.details) == (
         0.0, "error", {"pred": "x^2-1", "gold": "(x-1)(x+1)", "method": "symbolic",
@@ -78,7 +83,7 @@ def test_the_math_verify_backends_timeout_and_dead_worker_score_zero_with_their_
     assert (result.score, result.status, result.details) == (
         0.0, "timeout", {"gold": gold[:200], "method": "math-verify", "timeout_s": 1e-6})
     gone = "the worker is gone: " + "x" * 400
-    monkeypatch.setattr(mathcheck, "run_limited", lambda *args, **kwargs: (_ for _ in ()).throw(WorkerError(gone)))
+    monkeypatch.setattr(mathcheck, "run_limited", _dying_worker(gone))
     result = math_verifier("\\boxed{7}", answer="7", backend="math-verify")
     assert (result.score, result.status, result.details) == (
         0.0, "error", {"gold": "7", "method": "math-verify", "reason": gone[:300]})

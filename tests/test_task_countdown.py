@@ -93,20 +93,10 @@ def test_the_verifier_says_what_it_read_and_why_it_scored():
     assert lenient("\\boxed{3 * 8 * 1 * 1}", answer=answer).details["numbers_ok"] is False
 
 
-def _intermediates(expression: str) -> list:
-    """The value of every operation in the expression, innermost first."""
-    values = []
-
-    def walk(node):
-        if isinstance(node, ast.BinOp):
-            left, right = walk(node.left), walk(node.right)
-            value = {ast.Add: left + right, ast.Sub: left - right, ast.Mult: left * right}.get(type(node.op))
-            values.append(Fraction(left, right) if value is None else value)
-            return values[-1]
-        return node.value
-
-    walk(ast.parse(expression, mode="eval").body)
-    return values
+def _intermediates(expression: str) -> list[Fraction]:
+    """The value of every operation in the expression, each by the task's own evaluator."""
+    tree = ast.parse(expression, mode="eval")
+    return [evaluate_expression(ast.unparse(node))[0] for node in ast.walk(tree) if isinstance(node, ast.BinOp)]
 
 
 @pytest.mark.parametrize("kwargs", [{}, {"num_numbers": 2, "max_number": 9, "max_target": 10},
@@ -126,7 +116,7 @@ def test_each_problem_is_solvable_by_its_solution_over_positive_integers(kwargs)
         fallback = solution == " + ".join(map(str, numbers))  # no drawn solution within bounds: the sum
         fallbacks += fallback
         if not fallback:  # a drawn solution: every step a positive integer, the target within bounds
-            assert all(v > 0 and v.denominator == 1 for v in map(Fraction, _intermediates(solution)))
+            assert all(v > 0 and v.denominator == 1 for v in _intermediates(solution))
             assert target <= config.max_target
             operators |= set(re.findall(r"[-+*/]", solution))
         targets.append(target)
