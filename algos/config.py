@@ -631,6 +631,9 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
             if type(None) in options:
                 return None
+        containers = tuple(o for o in options if typing.get_origin(o) in (tuple, list, dict))
+        if containers and isinstance(value, str) and isinstance(_cli_scalar(value), (list, dict)):
+            options = containers  # "[q_proj, 3]" is a list with a bad item, not a name
         errors = []
         for option in options:
             if option is type(None):

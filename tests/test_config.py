@@ -87,6 +87,7 @@ TYPED_VALUES = [
     ("lora.modules_to_save", "[lm_head, embed_tokens]", ["lm_head", "embed_tokens"]), ("lora.modules_to_save", [], []),
     # list[str] | str: a list, else the string (PEFT's own regex form)
     ("lora.target_modules", "[q_proj, v_proj]", ["q_proj", "v_proj"]), ("lora.target_modules", "q_proj", "q_proj"),
+    ("lora.target_modules", r".*\.(q|v)_proj", r".*\.(q|v)_proj"), ("lora.target_modules", "[qv]_proj", "[qv]_proj"),
     # tuple[float, float]
     ("optim.betas", "[0.9, 0.95]", (0.9, 0.95)), ("optim.betas", [0, 0.5], (0.0, 0.5)),
     # dict
@@ -107,6 +108,9 @@ REFUSED_VALUES = [
     # both options refused: the first option's reason
     ("lora.target_modules", 5, "config key 'lora.target_modules': expected a list, got 5"),
     ("lora.target_modules", ["q_proj", 5], "config key 'lora.target_modules': expected a string, got 5"),
+    # a command-line list with a bad item is refused as a list, not taken as PEFT's regex string
+    ("lora.target_modules", "[q_proj, 3]", "config key 'lora.target_modules': expected a string, got 3"),
+    ("lora.target_modules", "{q_proj: 1}", "config key 'lora.target_modules': expected a list, got {'q_proj': 1}"),
     ("optim.betas", "[0.9]", "config key 'optim.betas': expected 2 items, got 1"),
     ("optim.betas", "[0.9, x]", "config key 'optim.betas': expected float, got 'x'"),
     ("optim.betas", "0.9", "config key 'optim.betas': expected a list, got 0.9"),
