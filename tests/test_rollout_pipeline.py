@@ -345,6 +345,24 @@ def test_a_finished_run_leaves_nothing_drawn_or_staged_and_its_waits_are_within_
     assert "on a CPU: the actor and the learner share" in caplog.text
 
 
+def test_a_run_that_fails_in_its_learner_stops_its_actor(tiny_model_dir, tmp_path):
+    """run_training closes the agent's rollouts however the run ends: a learner's error at step 2 leaves no actor
+    waiting for weights that never come."""
+    trainer = GRPOTrainer(load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{
+        "rollout.max_staleness": "1", "run.steps": "3"})))
+    update, updates = trainer.update, []
+
+    def update_once_then_fail(batch):
+        updates.append(batch)
+        if len(updates) == 2:
+            raise FloatingPointError("the learner broke")
+        return update(batch)
+    trainer.update = update_once_then_fail
+    with pytest.raises(FloatingPointError, match="the learner broke"):
+        trainer.train()
+    assert not trainer.rollouts._thread.is_alive()
+
+
 def test_close_stops_an_actor_waiting_for_weights_and_an_actors_failure_is_raised_by_the_learner(tiny_model_dir,
                                                                                                  tmp_path):
     quiet = type("Quiet", (), {"write": lambda self, line: None})()

@@ -362,10 +362,7 @@ class DPOTrainer:
         return self.update(batch, reference)
 
     def train(self) -> dict[str, Any]:
-        try:
-            return run_training(self)
-        finally:
-            self.rollouts.close()
+        return run_training(self)
 
 
 def train(config: DPOConfig, *, resume: bool = False) -> dict[str, Any]:

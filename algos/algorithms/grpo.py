@@ -486,10 +486,7 @@ class GRPOTrainer:
         return metrics
 
     def train(self) -> dict[str, Any]:
-        try:
-            return run_training(self)
-        finally:
-            self.rollouts.close()
+        return run_training(self)
 
 
 def _check_process_rewards(config: GRPOConfig, task) -> None:

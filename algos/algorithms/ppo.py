@@ -515,10 +515,7 @@ class PPOTrainer:
         return metrics
 
     def train(self) -> dict[str, Any]:
-        try:
-            return run_training(self)
-        finally:
-            self.rollouts.close()
+        return run_training(self)
 
 
 def train(config: PPOConfig, *, resume: bool = False) -> dict[str, Any]:

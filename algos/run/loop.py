@@ -158,7 +158,7 @@ class Agent(Protocol):
     run: RunSetup
     backend: RolloutBackend  # the one it trains with (run.backend unless replaced), which evaluation uses too
     start_step: int
-    rollouts: Any  # where its batches come from (algos/run/rollout_pipeline.py); a rollout rank serves them
+    rollouts: Any  # where its batches come from (algos/run/rollout_pipeline.py); a rollout rank serves them; closed at the end
 
     def train_step(self, step: int, logger: MetricsLogger) -> dict[str, float]: ...  # collect + update; the step's metrics
     def save(self, step: int) -> Path: ...
@@ -240,7 +240,14 @@ def run_training(agent: Agent) -> dict[str, Any]:
     (warm_start.steps) and an eval after it (eval_accuracy_warm_start) in between; `run.steps` steps
     from `agent.start_step`, each under env.schedule's task config for it, metrics logged each step,
     checkpoints every `run.save_every` and at the end, curves plotted; under model.autocast's mixed precision
-    when set. Every rank runs it; rank 0 logs."""
+    when set. Every rank runs it; rank 0 logs. The agent's rollouts are closed however it ends."""
+    try:
+        return _training_loop(agent)
+    finally:
+        agent.rollouts.close()  # its rollout threads and servers end with the run, on errors too
+
+
+def _training_loop(agent: Agent) -> dict[str, Any]:
     run, cfg = agent.run, agent.run.config.run
     if run.world.rollout_rank is not None:  # split mode: this process only draws the learner's batches
         with mixed_precision(run.config.model, run.device):
