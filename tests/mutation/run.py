@@ -59,7 +59,8 @@ CORE_USERS = ["tests/test_grpo_loop.py", "tests/test_ppo.py", *GRPO_REFERENCE, *
 # The answer checker's tests: extraction, equivalence (with math-verify's own cases), and hostile model output.
 VERIFIER_TESTS = ["tests/test_rewards_extraction.py", "tests/test_rewards_equivalence.py",
                   "tests/test_rewards_equivalence_edges.py", "tests/test_rewards_robustness.py",
-                  "tests/test_math_verify_suite.py", "tests/test_rewards_safety.py", "tests/test_rewards_mathcheck.py"]
+                  "tests/test_math_verify_suite.py", "tests/test_rewards_safety.py", "tests/test_rewards_mathcheck.py",
+                  "tests/test_rewards_compare.py"]
 TASK_TESTS = ["tests/test_tasks.py", "tests/test_task_countdown.py", "tests/test_task_arithmetic.py",
               "tests/test_env_task_edges.py", "tests/test_env.py"]
 MODULES: dict[str, list[str]] = {
@@ -119,6 +120,9 @@ MODULES: dict[str, list[str]] = {
     "rewards/latex.py": VERIFIER_TESTS,
     "rlvr_env/tasks/countdown.py": TASK_TESTS,
     "rlvr_env/tasks/arithmetic.py": TASK_TESTS,
+    "rlvr_env/tasks/gsm8k.py": [*TASK_TESTS, "tests/test_env_data_files.py"],
+    "rlvr_env/tasks/competition_math.py": [*TASK_TESTS, "tests/test_env_data_files.py"],
+    "rlvr_env/tasks/guess_number.py": [*TASK_TESTS, "tests/test_env_multiturn.py"],
     "rewards/run_cgroup.py": ["tests/test_code_sandbox_limits.py"],
     "rewards/shaping.py": ["tests/test_rewards_shaping.py", "tests/test_grpo_loop.py", *GRPO_REFERENCE],
 }

@@ -1,0 +1,198 @@
+"""rewards/compare.py in detail: exact values and their size guards, the rounding rule, the structural
+comparison of answer trees (intervals, |z| ranges, matrices, percentages, equations, inequalities, sets)."""
+
+from fractions import Fraction
+
+import pytest
+
+from rewards import math_equal
+from rewards.compare import (
+    MAX_RESULT_BITS,
+    TooLarge,
+    canonical,
+    check_binom_size,
+    decimal_places,
+    equivalent,
+    exact_scalar_equal,
+    exact_value,
+    is_scalar,
+    rationals_match,
+    sample_points,
+)
+from rewards.latex import parse_answer
+
+
+def value(text: str) -> Fraction | None:
+    return exact_value(parse_answer(text))
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("-3/4", Fraction(-3, 4)), ("2+3\\cdot 4", Fraction(14)), ("2^{-2}", Fraction(1, 4)), ("(-2)^3", Fraction(-8)),
+    ("0^0", Fraction(1)), ("12.5\\%", Fraction(1, 8)), ("5!", Fraction(120)), ("0!", Fraction(1)), ("1!", Fraction(1)),
+    ("\\binom{5}{2}", Fraction(10)), ("\\binom{5}{0}", Fraction(1)), ("\\binom{5}{5}", Fraction(1)),
+    ("\\binom{5}{7}", Fraction(0)), ("\\binom{5}{-1}", Fraction(0)), ("\\binom{2}{-400}", Fraction(0)),
+    ("\\sum_{k=1}^{4} k^2", Fraction(30)), ("\\prod_{k=1}^{4} k", Fraction(24)), ("\\sum_{k=2}^{2} k", Fraction(2)),
+    ("\\sum_{k=3}^{1} k", Fraction(0)), ("\\prod_{k=3}^{1} k", Fraction(1)),  # empty ranges: the sum's and product's units
+    ("\\sum_{k=1}^{3} \\frac{1}{k}", Fraction(11, 6)),
+    ("1^{10^{9}}", Fraction(1)), ("(-1)^{10^{9}+1}", Fraction(-1)), ("0^{10^{9}}", Fraction(0)),  # no size to guard
+])
+def test_exact_values(text, expected):
+    assert value(text) == expected
+
+
+@pytest.mark.parametrize("text", [
+    "x+1", "\\sqrt{2}", "\\pi", "2^{1/2}", "0^{-1}", "\\frac{1}{0}", "(-1)!", "(1/2)!", "\\binom{1/2}{1}", "\\binom{x}{2}",
+    "\\sum_{k=1}^{n} k", "\\sum_{k=1}^{3} x", "\\sum_{k=1}^{3} \\sqrt{k}",
+])
+def test_no_exact_value_for_symbols_irrationals_and_undefined_values(text):
+    assert value(text) is None
+
+
+@pytest.mark.parametrize("text", ["2^{5000}", "(3/2)^{5000}", "301!", "\\binom{10^{9}}{10^{5}}", "\\binom{-400}{2}",
+                                  "2^{3000}\\cdot 2^{3000}", "2^{3000}+2^{4000}\\cdot 2^{100}"])
+def test_numbers_past_the_size_guard_are_refused(text):
+    with pytest.raises(TooLarge):
+        value(text)
+
+
+def test_the_size_guard_bounds():
+    # a power is refused when exponent x the base's bits passes the bound (2 is 2 bits)
+    assert value(f"2^{{{MAX_RESULT_BITS // 2}}}") == 2 ** (MAX_RESULT_BITS // 2)
+    with pytest.raises(TooLarge):
+        value(f"2^{{{MAX_RESULT_BITS // 2 + 1}}}")
+    with pytest.raises(TooLarge):
+        value(f"(1/2)^{{{MAX_RESULT_BITS // 2 + 1}}}")  # the denominator's bits count too
+    assert value("300!") > 0
+    assert value("\\binom{1000}{2}") == 499500
+    check_binom_size(10**9, 2)
+    check_binom_size(-300, 5)  # gamma-valued arguments within the factorial bound
+    with pytest.raises(TooLarge):
+        check_binom_size(10**9, 10**5)
+    with pytest.raises(TooLarge):
+        check_binom_size(Fraction(1, 2), 301)
+    # a sum whose work (terms x body size) passes the bound has no exact value here; the worker decides it
+    assert value("\\sum_{k=1}^{100000} k") is None
+    assert value("\\sum_{k=1}^{10} \\sum_{j=1}^{2} j") is None  # nested big operators: not evaluated here
+
+
+def test_decimal_places_and_the_rounding_rule():
+    assert [decimal_places(parse_answer(t)) for t in ("0.250", "-1.5", "--2.25", "3", "1/2")] == [3, 1, 2, None, None]
+    third = Fraction(1, 3)
+    # a prediction written to >= 2 places that is the gold rounded
+    assert rationals_match(Fraction(33, 100), third, 2, None)
+    assert not rationals_match(Fraction(33, 100), third, 3, None)  # 0.330 claims a third place
+    assert not rationals_match(Fraction(3, 10), third, 1, None)  # one place is too coarse
+    assert not rationals_match(Fraction(1, 100), Fraction(1, 150), 2, None)  # |0.01| * 10^2 < 10: too few digits
+    assert rationals_match(Fraction(10, 100), Fraction(1, 10) + Fraction(1, 300), 2, None)  # 0.10: two digits shown
+    assert rationals_match(Fraction(-33, 100), -third, 2, None)
+    # a decimal gold is never the rounding of a prediction ...
+    assert not rationals_match(third, Fraction(33, 100), None, 2)
+    # ... unless it is computed to many places and the prediction is exact
+    exact = Fraction(412310563, 10**8)
+    assert rationals_match(exact, Fraction(4123106, 10**6), None, 6)
+    assert not rationals_match(exact, Fraction(4123106, 10**6), 8, 6)  # both written as decimals
+    assert not rationals_match(exact, Fraction(412311, 10**5), None, 5)  # a gold of 5 places is taken as written
+    assert not rationals_match(Fraction(41231055, 10**7), Fraction(4123106, 10**6), None, 6)  # half a unit off
+    assert rationals_match(Fraction(7, 2), Fraction(7, 2), None, None)
+
+
+def test_canonical_orders_operands_and_reads_numbers_by_value():
+    assert canonical(parse_answer("x + 2y")) == canonical(parse_answer("2y + x"))
+    assert canonical(parse_answer("\\{3, 1\\}")) == canonical(parse_answer("\\{1, 3\\}"))
+    assert canonical(parse_answer("0.5x")) == canonical(parse_answer("0.50x"))  # the places written do not count
+    assert canonical(parse_answer("(3, 1)")) != canonical(parse_answer("(1, 3)"))  # tuples keep their order
+    assert canonical(parse_answer("x - y")) != canonical(parse_answer("y - x"))
+
+
+@pytest.mark.parametrize("pred,gold,verdict", [
+    ("0.5", "1/2", True), ("x + y", "y + x", True), ("3", "4", False),
+    ("x+1", "1+x", True), ("\\sqrt{2}", "2^{1/2}", None),  # undecided here: the worker's sympy decides
+    ("(1, 2)", "3", False), ("\\text{yes}", "x", False), ("x", "\\{1\\}", False),
+])
+def test_the_in_process_scalar_test(pred, gold, verdict):
+    assert exact_scalar_equal(parse_answer(pred), parse_answer(gold)) is verdict
+
+
+@pytest.mark.parametrize("text,scalar", [
+    ("x^2 + 1", True), ("-\\frac{x}{2}", True), ("50\\%", True), ("\\sin(x)", True), ("\\pi", True),
+    ("(1, 2)", False), ("2(1,2)", False), ("\\sqrt{\\{1,2\\}}", False), ("\\frac{x=1}{2}", False), ("-(1,2)", False),
+    ("(1,2)^2", False), ("\\sum_{k=1}^{n} k", False), ("\\text{yes}", False), ("x = 1", False),
+])
+def test_is_scalar(text, scalar):
+    assert is_scalar(parse_answer(text)) is scalar
+
+
+def test_sample_points_give_each_variable_a_distinct_value_at_every_point():
+    points = sample_points(["x", "y", "z"])
+    assert len(points) == 3 and len({tuple(p.values()) for p in points}) == 3
+    for point in points:
+        assert set(point) == {"x", "y", "z"} and len(set(point.values())) == 3
+        assert all(v not in (0, 1, -1) and v.denominator != 1 for v in point.values())
+
+
+@pytest.mark.parametrize("pred,gold,equal", [
+    # a one-variable inequality is its solution interval, either way round
+    ("x > 3", "(3, \\infty)", True), ("x \\ge 3", "[3, \\infty)", True), ("x < 3", "(-\\infty, 3)", True),
+    ("x \\le 3", "(-\\infty, 3]", True), ("3 < x", "(3, \\infty)", True), ("3 \\le x", "[3, \\infty)", True),
+    ("x \\ge 3", "(3, \\infty)", False), ("x > 3", "(-\\infty, 3)", False),
+    ("1 < x \\le 2", "(1, 2]", True), ("1 \\le x < 2", "[1, 2)", True), ("1 < x < 2", "[1, 2)", False),
+    ("0 < f(x) < 1", "(0, 1)", True), ("0 < 2x < 1", "(0, 1)", False),
+    # |z| between bounds: two intervals, or one when 0 is allowed
+    ("1 \\le |z| \\le 2", "[-2, -1] \\cup [1, 2]", True), ("1 < |z| < 2", "(-2, -1) \\cup (1, 2)", True),
+    ("1 \\le |z| < 2", "(-2, -1] \\cup [1, 2)", True), ("1 \\le |z| < 2", "[-2, -1] \\cup [1, 2)", False),
+    ("0 < |z| < 1", "(-1, 0) \\cup (0, 1)", True), ("0 \\le |z| < 1", "(-1, 1)", True),
+    ("0 \\le |z| \\le 1", "[-1, 1]", True), ("0 \\le |z| \\le 1", "(-1, 1)", False),
+    ("2 < |z| < 1", "(-1, -2) \\cup (2, 1)", False),
+    # an open interval is a pair; a closed one is not
+    ("(1, 2)", "(1, 2)", True), ("(1, 2)", "[1, 2]", False), ("(1, 2, 3)", "(1, 2)", False), ("[1, 2)", "(1, 2)", False),
+    # sets and lists: any order, duplicates ignored; a union against a set of the same parts
+    ("\\{1, 2, 2\\}", "\\{2, 1\\}", True), ("\\{1, 2\\}", "\\{1, 3\\}", False), ("1, 2, 3", "3, 2, 1", True),
+    ("x, 2x", "2x, x", True), ("1, 2", "1, 2, 3", False),
+    # matrices: sums, products, scalar multiples and negations are their values
+    ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}+\\begin{pmatrix}5&6\\\\7&8\\end{pmatrix}",
+     "\\begin{pmatrix}6&8\\\\10&12\\end{pmatrix}", True),
+    ("\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}\\begin{pmatrix}5&6\\\\7&8\\end{pmatrix}",
+     "\\begin{pmatrix}19&22\\\\43&50\\end{pmatrix}", True),
+    ("\\begin{pmatrix}5&6\\\\7&8\\end{pmatrix}\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}",
+     "\\begin{pmatrix}19&22\\\\43&50\\end{pmatrix}", False),  # not commutative
+    ("\\begin{pmatrix}1&2\\end{pmatrix}\\begin{pmatrix}5&6\\\\7&8\\end{pmatrix}", "\\begin{pmatrix}19&22\\end{pmatrix}", True),
+    ("2\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\begin{pmatrix}2&4\\\\6&8\\end{pmatrix}", True),
+    ("-\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\begin{pmatrix}-1&-2\\\\-3&-4\\end{pmatrix}", True),
+    ("x\\begin{pmatrix}1&2\\\\3&4\\end{pmatrix}", "\\begin{pmatrix}x&2x\\\\3x&4x\\end{pmatrix}", True),
+    ("\\begin{pmatrix}1&2\\end{pmatrix}", "\\begin{pmatrix}1\\\\2\\end{pmatrix}", False),  # a row is not a column
+    ("\\begin{pmatrix}1&2\\end{pmatrix}+\\begin{pmatrix}1\\\\2\\end{pmatrix}", "\\begin{pmatrix}2&4\\end{pmatrix}", False),
+    # percentages: a gold of 28% takes 0.28 and 28; a predicted % means a fraction, or a bare gold >= 1 without its sign
+    ("28", "28\\%", True), ("0.28", "28\\%", True), ("28\\%", "28\\%", True), ("2.8", "28\\%", False),
+    ("25\\%", "25", True), ("25\\%", "0.25", True), ("0.75\\%", "0.75", False), ("25\\%", "0.025", False),
+    ("-25\\%", "-25", True), ("\\frac{100}{4}\\%", "25", False),
+    # equations and inequalities
+    ("x = 3", "3", True), ("AB = 4", "4", True), ("4", "AB = 4", True), ("x + 1 = 4", "3", False),
+    ("2x = 6", "x = 3", False), ("x = 3", "x = 3", True), ("3 = x", "x = 3", True),
+    ("2x+4y-3=0", "y=-x/2+3/4", True), ("x + y = 1", "x - y = 1", False),
+    ("x < 1", "-x > -1", True), ("2x < 2", "x < 1", True), ("-2x < -2", "x < 1", False),
+    ("x \\ne 1", "2x \\ne 2", True), ("x \\ne 1", "-x \\ne -1", True), ("x < 1", "x \\le 1", False),
+    ("1 < 2 < 3", "1 < 2 < 3", True), ("1 < x < 3", "1 < x \\le 3", False),
+    # units: compared when both are given
+    ("5 m", "5 cm", False), ("5 m", "5", True), ("5", "5 m", True), ("5 m", "5 m", True),
+    # text against text
+    ("\\text{yes}", "\\text{yes}", True), ("\\text{yes}", "\\text{no}", False),
+])
+def test_structural_equivalence(pred, gold, equal):
+    assert math_equal(pred, gold) is equal
+
+
+def test_equivalent_leaves_the_leaves_to_the_scalar_test():
+    """equivalent walks the containers and hands each pair of leaves to the scalar test it is given."""
+    seen = []
+
+    def undecided(pred, gold):
+        seen.append((pred, gold))
+        return None
+
+    assert equivalent(parse_answer("(a, b)"), parse_answer("(c, d)"), undecided) is None
+    assert seen == [(("sym", "a"), ("sym", "c")), (("sym", "b"), ("sym", "d"))]
+    assert equivalent(parse_answer("\\{a, b\\}"), parse_answer("\\{c, d\\}"), lambda p, g: p[1] == "a" and g[1] == "d"
+                      or p[1] == "b" and g[1] == "c") is True  # a perfect matching across the order
+    assert equivalent(parse_answer("\\{a, b\\}"), parse_answer("\\{c, d\\}"),
+                      lambda p, g: p[1] == "a" or None) is None  # b matches nothing for sure: undecided
+    assert equivalent(parse_answer("\\{a, b\\}"), parse_answer("\\{c, d\\}"), lambda p, g: p[1] == "a") is False
