@@ -415,15 +415,15 @@ def _as_interval(node: tuple) -> tuple:
 
 
 def _abs_between(lo: tuple, lo_closed: bool, hi: tuple, hi_closed: bool) -> tuple | None:
-    """1 <= |z| <= 3/2 -> [-3/2, -1] U [1, 3/2], and 0 <= |z| < 1 -> (-1, 1): the values of z, for exact bounds
-    0 <= lo < hi (else None)."""
+    """1 <= |z| <= 3/2 -> [-3/2, -1] U [1, 3/2], and 0 <= |z| < 1 or -1 < |z| < 1 -> (-1, 1): the values of z,
+    for exact bounds lo < hi with hi > 0 (else None)."""
     try:
         low, high = exact_value(lo), exact_value(hi)
     except TooLarge:
         return None
-    if low is None or high is None or low < 0 or low >= high:
+    if low is None or high is None or low >= high or high <= 0:
         return None
-    if low == 0 and lo_closed:  # z = 0 joins the two halves
+    if low < 0 or low == 0 and lo_closed:  # z = 0 joins the two halves
         return ("interval", hi_closed, ("neg", hi), hi, hi_closed)
     left = ("interval", hi_closed, ("neg", hi), ("neg", lo), lo_closed)
     return ("union", (left, ("interval", lo_closed, lo, hi, hi_closed)))

@@ -7,7 +7,9 @@ import pytest
 
 from rewards import math_equal
 from rewards.compare import (
+    MAX_BIG_OPERATOR_WORK,
     MAX_RESULT_BITS,
+    MAX_SET_ITEMS,
     TooLarge,
     canonical,
     check_binom_size,
@@ -66,13 +68,43 @@ def test_the_size_guard_bounds():
     assert value("\\binom{1000}{2}") == 499500
     check_binom_size(10**9, 2)
     check_binom_size(-300, 5)  # gamma-valued arguments within the factorial bound
-    with pytest.raises(TooLarge):
+    check_binom_size(10**9, 0)
+    check_binom_size(10**9, 10**9)
+    check_binom_size(10**9, 10**9 - 2)  # the smaller side counts: binom(n, n - 2) = binom(n, 2)
+    assert value("\\binom{10^{9}}{0}") == 1 and value("\\binom{10^{9}}{10^{9}-2}") == 499999999500000000
+    check_binom_size(2**31, 128)  # 128 x 32 bits: exactly the bound
+    with pytest.raises(TooLarge, match="binomial too large"):
+        check_binom_size(2**31, 129)
+    with pytest.raises(TooLarge, match="binomial too large"):
         check_binom_size(10**9, 10**5)
-    with pytest.raises(TooLarge):
+    check_binom_size(Fraction(1, 2), 300)
+    with pytest.raises(TooLarge, match="binomial too large"):
         check_binom_size(Fraction(1, 2), 301)
+    # products and sums are guarded as they grow: 2^4095 has 4096 bits, the bound; 2^4096 passes it
+    assert value("2^{2000}\\cdot 2^{2000}\\cdot 2^{95}") == 2**4095
+    assert value("(1/2)^{2000}\\cdot (1/2)^{2000}\\cdot (1/2)^{95}") == Fraction(1, 2**4095)
+    for past in ("2^{2000}\\cdot 2^{2000}\\cdot 2^{96}", "(1/2)^{2000}\\cdot (1/2)^{2000}\\cdot (1/2)^{96}",
+                 "2^{2000}\\cdot 2^{2000}\\cdot 2^{2000}\\cdot 3"):
+        with pytest.raises(TooLarge, match="intermediate value too large"):
+            value(past)
     # a sum whose work (terms x body size) passes the bound has no exact value here; the worker decides it
     assert value("\\sum_{k=1}^{100000} k") is None
     assert value("\\sum_{k=1}^{10} \\sum_{j=1}^{2} j") is None  # nested big operators: not evaluated here
+    assert value("\\sum_{k=1}^{10} \\prod_{j=1}^{2} j") is None and value("\\prod_{k=1}^{3} \\sum_{j=1}^{2} j") is None
+    assert value("\\sum_{k=\\frac{1}{2}}^{3} k") is None and value("\\sum_{k=1}^{7/2} k") is None  # bounds must be integers
+    # the work bound: terms x the body's size, at most MAX_BIG_OPERATOR_WORK
+    body = ("add", (("sym", "k"),) * 44)  # k + k + ... (44 times): 625 characters, 32 of them make the bound exactly
+    size = len(repr(body))
+    terms = MAX_BIG_OPERATOR_WORK // size
+
+    def big_sum(low: int, high: int) -> tuple:
+        return ("fn", "sum", (body, ("sym", "k"), ("num", Fraction(low), None), ("num", Fraction(high), None)))
+    assert terms * size == MAX_BIG_OPERATOR_WORK
+    assert exact_value(big_sum(1, terms)) == 44 * terms * (terms + 1) // 2
+    assert exact_value(big_sum(1, terms + 1)) is None
+    assert exact_value(big_sum(5, 4 + terms)) is not None and exact_value(big_sum(5, 5 + terms)) is None
+    huge_body = ("add", (("sym", "k"),) * 2000)  # larger than the bound alone: an empty range is still 0
+    assert exact_value(("fn", "sum", (huge_body, ("sym", "k"), ("num", Fraction(3), None), ("num", Fraction(1), None)))) == 0
 
 
 def test_decimal_places_and_the_rounding_rule():
@@ -83,6 +115,7 @@ def test_decimal_places_and_the_rounding_rule():
     assert not rationals_match(Fraction(33, 100), third, 3, None)  # 0.330 claims a third place
     assert not rationals_match(Fraction(3, 10), third, 1, None)  # one place is too coarse
     assert not rationals_match(Fraction(1, 100), Fraction(1, 150), 2, None)  # |0.01| * 10^2 < 10: too few digits
+    assert not rationals_match(Fraction(9, 100), Fraction(904, 10000), 2, None)  # 0.09: one significant digit
     assert rationals_match(Fraction(10, 100), Fraction(1, 10) + Fraction(1, 300), 2, None)  # 0.10: two digits shown
     assert rationals_match(Fraction(-33, 100), -third, 2, None)
     # a decimal gold is never the rounding of a prediction ...
@@ -102,6 +135,8 @@ def test_canonical_orders_operands_and_reads_numbers_by_value():
     assert canonical(parse_answer("0.5x")) == canonical(parse_answer("0.50x"))  # the places written do not count
     assert canonical(parse_answer("(3, 1)")) != canonical(parse_answer("(1, 3)"))  # tuples keep their order
     assert canonical(parse_answer("x - y")) != canonical(parse_answer("y - x"))
+    for inside in ("\\sin(0.5x)", "0.5x < 1", "[0.5, 1]", "(0.5, 1)", "-0.5x", "x^{0.5}", "\\begin{pmatrix}0.5\\end{pmatrix}"):
+        assert canonical(parse_answer(inside)) == canonical(parse_answer(inside.replace("0.5", "0.50"))), inside
 
 
 @pytest.mark.parametrize("pred,gold,verdict", [
@@ -142,7 +177,8 @@ def test_sample_points_give_each_variable_a_distinct_value_at_every_point():
     ("1 \\le |z| < 2", "(-2, -1] \\cup [1, 2)", True), ("1 \\le |z| < 2", "[-2, -1] \\cup [1, 2)", False),
     ("0 < |z| < 1", "(-1, 0) \\cup (0, 1)", True), ("0 \\le |z| < 1", "(-1, 1)", True),
     ("0 \\le |z| \\le 1", "[-1, 1]", True), ("0 \\le |z| \\le 1", "(-1, 1)", False),
-    ("2 < |z| < 1", "(-1, -2) \\cup (2, 1)", False),
+    ("-1 < |z| < 2", "(-2, 2)", True), ("-1 < |z| \\le 2", "[-2, 2]", True), ("-1 < |z| < 2", "(-2, 1) \\cup (1, 2)", False),
+    ("2 < |z| < 1", "(-1, -2) \\cup (2, 1)", False), ("-2 < |z| < -1", "(1, 2)", False), ("a < |z| < 2", "(-2, 2)", False),
     # an open interval is a pair; a closed one is not
     ("(1, 2)", "(1, 2)", True), ("(1, 2)", "[1, 2]", False), ("(1, 2, 3)", "(1, 2)", False), ("[1, 2)", "(1, 2)", False),
     # sets and lists: any order, duplicates ignored; a union against a set of the same parts
@@ -165,11 +201,16 @@ def test_sample_points_give_each_variable_a_distinct_value_at_every_point():
     ("28", "28\\%", True), ("0.28", "28\\%", True), ("28\\%", "28\\%", True), ("2.8", "28\\%", False),
     ("25\\%", "25", True), ("25\\%", "0.25", True), ("0.75\\%", "0.75", False), ("25\\%", "0.025", False),
     ("-25\\%", "-25", True), ("\\frac{100}{4}\\%", "25", False),
+    ("28\\%", "0.28\\%", False), ("\\frac{28}{1}\\%", "28\\%", True),  # both with the sign: the numbers before it
+    ("1\\%", "1", True), ("-1\\%", "-1", True), ("1\\%", "0.01", True),  # a bare gold of size 1 may have lost its sign
     # equations and inequalities
     ("x = 3", "3", True), ("AB = 4", "4", True), ("4", "AB = 4", True), ("x + 1 = 4", "3", False),
     ("2x = 6", "x = 3", False), ("x = 3", "x = 3", True), ("3 = x", "x = 3", True),
-    ("2x+4y-3=0", "y=-x/2+3/4", True), ("x + y = 1", "x - y = 1", False),
-    ("x < 1", "-x > -1", True), ("2x < 2", "x < 1", True), ("-2x < -2", "x < 1", False),
+    ("2x+4y-3=0", "y=-x/2+3/4", True), ("x + y = 1", "x - y = 1", False), ("1 = 2", "2 = 4", False),
+    ("x = x", "y = 2x", False), ("y = \\sqrt{x}", "y = x^2", False),
+    # the difference vanishes at a sample point (x = 37/101) and is twice the gold's at the others
+    ("2x + 2y = 74/101 + 2y", "x + y = 37/101 + y", True),
+    ("x < 1", "-x > -1", True), ("2x < 2", "x < 1", True), ("x < 1", "2x < 2", True), ("-2x < -2", "x < 1", False),
     ("x \\ne 1", "2x \\ne 2", True), ("x \\ne 1", "-x \\ne -1", True), ("x < 1", "x \\le 1", False),
     ("1 < 2 < 3", "1 < 2 < 3", True), ("1 < x < 3", "1 < x \\le 3", False),
     # units: compared when both are given
@@ -196,3 +237,15 @@ def test_equivalent_leaves_the_leaves_to_the_scalar_test():
     assert equivalent(parse_answer("\\{a, b\\}"), parse_answer("\\{c, d\\}"),
                       lambda p, g: p[1] == "a" or None) is None  # b matches nothing for sure: undecided
     assert equivalent(parse_answer("\\{a, b\\}"), parse_answer("\\{c, d\\}"), lambda p, g: p[1] == "a") is False
+
+
+def test_sets_up_to_the_size_bound_are_matched_and_larger_ones_refused():
+    def numbers(items) -> tuple:
+        return parse_answer("\\{" + ", ".join(map(str, items)) + "\\}")
+
+    bound = range(1, MAX_SET_ITEMS + 1)
+    assert equivalent(numbers(bound), numbers(reversed(bound)), exact_scalar_equal) is True
+    past = range(1, MAX_SET_ITEMS + 2)
+    with pytest.raises(TooLarge, match="set too large"):
+        equivalent(numbers(past), numbers(reversed(past)), exact_scalar_equal)
+    assert equivalent(numbers(past), numbers(bound), exact_scalar_equal) is False  # sizes differ: no matching needed
