@@ -139,6 +139,18 @@ def test_canonical_orders_operands_and_reads_numbers_by_value():
         assert canonical(parse_answer(inside)) == canonical(parse_answer(inside.replace("0.5", "0.50"))), inside
 
 
+@pytest.mark.parametrize("first,second", [
+    ("x < 1", "y < 1"), ("x < 1", "x < 2"), ("x < 1", "x \\le 1"), ("[1, 2)", "(1, 2]"), ("[1, 2)", "[1, 3)"),
+    ("[1, 2)", "[0, 2)"), ("[1, 2)", "[1, 2]"), ("\\sin(x)", "\\cos(x)"), ("\\sin(x)", "\\sin(y)"),
+    ("\\begin{pmatrix}1&2\\end{pmatrix}", "\\begin{pmatrix}1&3\\end{pmatrix}"), ("(1, 2)", "(1, 3)"),
+    ("1 < x < 2", "1 < x < 3"), ("[1,2] \\cup [3,4]", "[1,2] \\cup [3,5]"), ("5 m", "5 cm"), ("5 m", "6 m"),
+    ("x = 1", "x = 2"), ("-x", "x"), ("x^2", "2^x"), ("x/2", "2/x"), ("50\\%", "50"), ("\\pi", "e"),
+    ("\\text{yes}", "\\text{no}"),
+])
+def test_canonical_tells_apart_what_differs(first, second):
+    assert canonical(parse_answer(first)) != canonical(parse_answer(second))
+
+
 @pytest.mark.parametrize("pred,gold,verdict", [
     ("0.5", "1/2", True), ("x + y", "y + x", True), ("3", "4", False),
     ("x+1", "1+x", True), ("\\sqrt{2}", "2^{1/2}", None),  # undecided here: the worker's sympy decides
