@@ -31,7 +31,8 @@ def value(text: str) -> Fraction | None:
 @pytest.mark.parametrize("text,expected", [
     ("-3/4", Fraction(-3, 4)), ("2+3\\cdot 4", Fraction(14)), ("2^{-2}", Fraction(1, 4)), ("(-2)^3", Fraction(-8)),
     ("0^0", Fraction(1)), ("12.5\\%", Fraction(1, 8)), ("5!", Fraction(120)), ("0!", Fraction(1)), ("1!", Fraction(1)),
-    ("\\binom{5}{2}", Fraction(10)), ("\\binom{5}{0}", Fraction(1)), ("\\binom{5}{5}", Fraction(1)),
+    ("\\binom{5}{2}", Fraction(10)), ("\\binom{0}{0}", Fraction(1)),
+    ("\\binom{5}{0}", Fraction(1)), ("\\binom{5}{5}", Fraction(1)),
     ("\\binom{5}{7}", Fraction(0)), ("\\binom{5}{-1}", Fraction(0)), ("\\binom{2}{-400}", Fraction(0)),
     ("\\sum_{k=1}^{4} k^2", Fraction(30)), ("\\prod_{k=1}^{4} k", Fraction(24)), ("\\sum_{k=2}^{2} k", Fraction(2)),
     ("\\sum_{k=3}^{1} k", Fraction(0)), ("\\prod_{k=3}^{1} k", Fraction(1)),  # empty ranges: the sum's and product's units
@@ -43,7 +44,8 @@ def test_exact_values(text, expected):
 
 
 @pytest.mark.parametrize("text", [
-    "x+1", "\\sqrt{2}", "\\pi", "2^{1/2}", "0^{-1}", "\\frac{1}{0}", "(-1)!", "(1/2)!", "\\binom{1/2}{1}", "\\binom{x}{2}",
+    "x+1", "x\\%", "\\sqrt{2}", "\\pi", "2^{1/2}", "0^{-1}", "\\frac{1}{0}", "(-1)!", "(1/2)!", "\\binom{1/2}{1}",
+    "\\binom{x}{2}",
     "\\sum_{k=1}^{n} k", "\\sum_{k=1}^{3} x", "\\sum_{k=1}^{3} \\sqrt{k}",
 ])
 def test_no_exact_value_for_symbols_irrationals_and_undefined_values(text):
@@ -55,6 +57,13 @@ def test_no_exact_value_for_symbols_irrationals_and_undefined_values(text):
 def test_numbers_past_the_size_guard_are_refused(text):
     with pytest.raises(TooLarge):
         value(text)
+
+
+def test_the_size_guards_name_themselves():
+    with pytest.raises(TooLarge, match="power too large"):
+        value("2^{5000}")
+    with pytest.raises(TooLarge, match="factorial too large"):
+        value("301!")
 
 
 def test_the_size_guard_bounds():
@@ -190,7 +199,8 @@ def test_sample_points_give_each_variable_a_distinct_value_at_every_point():
     ("x < y", "(-\\infty, y)", False), ("y < x", "(y, \\infty)", False), ("1 < 2", "(-\\infty, 2)", False),
     ("1 < 2", "(1, \\infty)", False), ("1 < \\sin(x) < 2", "(-2, -1) \\cup (1, 2)", False),
     ("1 < x \\le 2", "(1, 2]", True), ("1 \\le x < 2", "[1, 2)", True), ("1 < x < 2", "[1, 2)", False),
-    ("0 < f(x) < 1", "(0, 1)", True), ("0 < 2x < 1", "(0, 1)", False),
+    ("0 < f(x) < 1", "(0, 1)", True), ("0 < 2x < 1", "(0, 1)", False), ("a < x < b", "(a, b)", True),
+    ("a < f(x) < 1", "(a, 1)", False), ("0 < f(x) < b", "(0, b)", False),  # a named quantity: between numbers only
     # |z| between bounds: two intervals, or one when 0 is allowed
     ("1 \\le |z| \\le 2", "[-2, -1] \\cup [1, 2]", True), ("1 < |z| < 2", "(-2, -1) \\cup (1, 2)", True),
     ("1 \\le |z| < 2", "(-2, -1] \\cup [1, 2)", True), ("1 \\le |z| < 2", "[-2, -1] \\cup [1, 2)", False),
