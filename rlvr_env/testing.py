@@ -108,19 +108,23 @@ def biased_addition_model(path, steps: int = 400, seed: int = 0, wrong_fraction:
     return supervise_and_save(model, tokenizer, (batch() for _ in range(steps)), path)
 
 
-def supervise_and_save(model, tokenizer, batches, path, lr: float = 3e-3, add_special_tokens: bool = True):
-    """One AdamW step (``lr``) per list of texts in ``batches``, next-token loss on every token but padding; then
-    ``model`` and ``tokenizer`` saved to ``path``, which is returned. How the tiny models of tests and examples learn
-    a behaviour to start RL from."""
+def supervise_and_save(model, tokenizer, batches, path, lr: float = 3e-3, add_special_tokens: bool = True,
+                       decay_steps: int = 0):
+    """One AdamW step (``lr``, decayed linearly to 0 over ``decay_steps`` when not 0) per list of texts in
+    ``batches``, next-token loss on every token but padding; then ``model`` and ``tokenizer`` saved to ``path``,
+    which is returned. How the tiny models of tests and examples learn a behaviour to start RL from."""
     import torch
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
+    schedule = torch.optim.lr_scheduler.LinearLR(optimizer, 1.0, 0.0, decay_steps) if decay_steps else None
     for texts in batches:
         batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=add_special_tokens)
         labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
         model(**batch, labels=labels).loss.backward()
         optimizer.step()
         optimizer.zero_grad()
+        if schedule is not None:
+            schedule.step()
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path

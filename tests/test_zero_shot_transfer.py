@@ -1,7 +1,9 @@
 """Learning that transfers (issue 18): a tiny character model that answers 1-digit sums well when worked examples
-precede the question and badly when asked the bare question. GRPO on few-shot prompts alone leaves its zero-shot
-accuracy about where it was; the same run with env.schedule fading the examples out (few_shot_keep 1 -> 0) raises
-it. Measured (200 held-out problems, greedy): zero-shot 0.195 -> 0.305 few-shot only, 0.195 -> 0.670 faded.
+precede the question and badly when asked the bare question. GRPO on few-shot prompts alone moves its zero-shot
+accuracy less than the same run with env.schedule fading the examples out (few_shot_keep 1 -> 0). Measured (200
+held-out problems, greedy, Intel Xeon with AMX), zero-shot accuracy: 0.035 -> 0.480 few-shot only, 0.035 -> 0.695
+faded; model seeds 1-3: faded ahead by 0.345, 0.44 and 0.30; with torch and oneDNN capped at AVX2
+(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2), seed 0: 0.050 -> 0.380 and 0.725.
 The runs log the zero-shot score as eval_accuracy_transfer (env.transfer_eval_kwargs = {few_shot: []})."""
 
 from __future__ import annotations
@@ -28,7 +30,9 @@ def few_shot_savvy_model(path, steps: int = 800, seed: int = 0, zero_shot_wrong:
                          few_shot_wrong: float = 0.05):
     """Save a tiny model supervised on half few-shot, half zero-shot prompts of 1-digit sums (rendered as the env
     renders them): after examples its answers are right but for ``few_shot_wrong`` of them, on a bare question a
-    ``zero_shot_wrong`` share is the sum + 1 (greedy zero-shot accuracy ~20%, right answers still sampled)."""
+    ``zero_shot_wrong`` share is the sum + 1 (greedy zero-shot accuracy ~5%, right answers still sampled). The
+    learning rate decays to 0 so that the model settles on those shares: at a constant rate the last steps' noise
+    decided its greedy answers, few-shot 0.47-0.94 and zero-shot 0.28-0.68 across seeds and CPU kernels."""
     import torch
 
     tokenizer = build_char_tokenizer()
@@ -49,7 +53,7 @@ def few_shot_savvy_model(path, steps: int = 800, seed: int = 0, zero_shot_wrong:
             texts.append(prompt + str(int(problem.answer) + wrong) + tokenizer.eos_token)
         return texts
 
-    return supervise_and_save(model, tokenizer, (batch() for _ in range(steps)), path)
+    return supervise_and_save(model, tokenizer, (batch() for _ in range(steps)), path, decay_steps=steps)
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +76,7 @@ def test_the_tiny_model_answers_few_shot_prompts_well_and_bare_questions_badly(s
     # template on, a prompt format this model never saw).
     few_shot, bare = evaluate_saved_model(config, savvy_model), evaluate_saved_model(transfer_eval_config(config), savvy_model)
     print(f"tiny model before training: few-shot {few_shot:.3f}, zero-shot {bare:.3f}")
-    assert few_shot >= 0.75 and bare <= 0.3
+    assert few_shot >= 0.9 and bare <= 0.2
 
 
 @pytest.mark.slow
@@ -85,9 +89,10 @@ def test_fading_the_examples_moves_zero_shot_accuracy_and_few_shot_training_does
               f"zero-shot {summary['eval_accuracy_transfer_before']:.3f} -> {summary['eval_accuracy_transfer_after']:.3f}")
     assert faded["eval_accuracy_transfer_before"] == fixed["eval_accuracy_transfer_before"] <= 0.4
     assert faded["eval_accuracy_transfer_after"] >= faded["eval_accuracy_transfer_before"] + 0.3
-    assert faded["eval_accuracy_transfer_after"] >= fixed["eval_accuracy_transfer_after"] + 0.2
-    # Not asserted: the faded run's few-shot accuracy. Measured: 0.84 -> 0.355, its last 4 steps being zero-shot only
-    # (the few-shot-only run: 0.84 -> 1.0). Fading trades the prompt it leaves for the one it moves to.
+    assert faded["eval_accuracy_transfer_after"] >= fixed["eval_accuracy_transfer_after"] + 0.15  # measured 0.215-0.44
+    # Not asserted: the few-shot accuracies. Measured: 1.0 -> 0.595 faded, its last 4 steps being zero-shot only, and
+    # 1.0 -> 0.745 few-shot only (0.69-0.745 over seeds 1-3): at lr 1e-3 Adam's first steps move every weight about
+    # as far whatever its gradient, and a model this sure of its answers has almost only noise to follow.
     records = read_metrics(tmp_path / "faded")
     assert [r["schedule/few_shot_keep"] for r in records[1:]] == pytest.approx([1 - s / 6 for s in range(1, 7)] + [0.0] * 4)
     assert "eval_accuracy_transfer" in records[0] and "eval_accuracy_transfer" in records[-1]
