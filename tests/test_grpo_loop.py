@@ -250,7 +250,10 @@ def test_gradient_checkpointing_trains_to_the_same_weights(tiny_model_dir, tmp_p
     initial = load_file(tiny_model_dir / "model.safetensors")
     assert any(not torch.equal(initial[k], trained["true"][k]) for k in initial)
     for key, weight in trained["false"].items():
-        torch.testing.assert_close(trained["true"][key], weight, atol=1e-5, rtol=1e-4)  # float rounding: ~0.3% of an Adam step
+        # Float rounding, which Adam scales up where a gradient is near 0 (its step is lr x g / |g|): measured up to
+        # 0.3% of a 1e-3 step on AMX kernels, 1.6% (1.57e-5) on AVX2. A recompute that computed something else would
+        # move most weights by a large share of the step.
+        torch.testing.assert_close(trained["true"][key], weight, atol=3e-5, rtol=1e-4)
 
 
 def test_gradient_checkpointing_on_a_model_that_cannot_names_the_key_and_the_model(tiny_model_dir, tmp_path,
