@@ -3,10 +3,12 @@ which it cannot compute, mostly guesses and seldom calls the calculator; when it
 GRPO on the episodes' outcome reward alone makes it call the tool, and held-out greedy accuracy (the trainer's own
 evaluation: the multi-turn rollout, greedy, problems from env.eval_seed) rises from ~0 to most problems.
 
-Measured (2-core AMD EPYC, one torch thread, beside other work): the model made to call the tool copies its result
-out 100% of the time; it calls the tool in 0.25 of its sampled episodes before GRPO and 0.58 after 8 steps of 8 x 8
-episodes; held-out greedy accuracy on 100 problems 0.000 -> 0.550. About 95 s of CPU in all (400 supervised steps
-most of it), 9 min of wall time on the shared cores."""
+Measured (Intel Xeon with AMX, one torch thread): the model made to call the tool copies its result out 97% of the
+time; it calls the tool in 0.25 of its sampled episodes before GRPO and 0.83 after 8 steps of 8 x 8 episodes;
+held-out greedy accuracy on 100 problems 0.000 -> 0.780. Model seeds 1-3: 0.98, 0.99, 0.87. At lr 1e-3 the runs
+learned to call in 2-3 steps and then fell apart (episodes running into rollout.max_episode_tokens, entropy rising,
+reward 0 by step 5-7 for seed 1): 0.55, 0.00, 0.97, 0.75 for seeds 0-3, and 0.07 for seed 0 on a 2-core AMD EPYC
+(AVX2). About 80 s of CPU in all, 70 of them the 400 supervised steps."""
 
 from __future__ import annotations
 
@@ -37,7 +39,7 @@ def run_config(model_path, output_dir, **overrides):
         "env.kwargs": json.dumps(TASK_KWARGS), "env.max_new_tokens": "96", "rollout.max_episode_tokens": "120",
         "env.eval_size": "100", "env.eval_batch_size": "0", "run.steps": "8", "run.output_dir": str(output_dir),
         "run.save_every": "0", "run.progress": "false", "run.tensorboard": "false", "run.plots": "false",
-        "rollout.prompts_per_step": "8", "rollout.group_size": "8", "grpo.beta": "0", "optim.lr": "1e-3",
+        "rollout.prompts_per_step": "8", "rollout.group_size": "8", "grpo.beta": "0", "optim.lr": "3e-4",
         "loss.micro_batch_size": "64",
     }
     return load_config(GRPOConfig, overrides={**base, **overrides})
