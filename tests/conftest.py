@@ -4,8 +4,10 @@ from __future__ import annotations
 
 # The files that take longest, longest first (worker-seconds on the 2-core Intel Xeon, `make test`, 2026-11-29):
 # torchrun launches, the learning runs, the bench's and examples' end-to-end calls.
-LONG_FILES = ("test_distributed.py", "test_split_rollouts.py", "test_multiturn_learning.py", "test_grpo_learning.py",
-              "test_bench.py", "test_examples.py")  # 225, 167, 116, 79, 61, 57 s
+# Their seconds under `make test` on an Intel Xeon with AMX (2 cores, 2026-12-02): 153, 110, 77, 50, 31, 28; a 2-core
+# AMD EPYC (AVX2) took 1.5-3x as long.
+LONG_FILES = ("test_distributed.py", "test_split_rollouts.py", "test_multiturn_learning.py", "test_bench.py",
+              "test_grpo_learning.py", "test_examples.py")
 
 
 def pytest_collection_modifyitems(config, items):
