@@ -1,9 +1,11 @@
 """Learning that transfers (issue 18): a tiny character model that answers 1-digit sums well when worked examples
-precede the question and badly when asked the bare question. GRPO on few-shot prompts alone moves its zero-shot
-accuracy less than the same run with env.schedule fading the examples out (few_shot_keep 1 -> 0). Measured (200
-held-out problems, greedy, Intel Xeon with AMX), zero-shot accuracy: 0.035 -> 0.480 few-shot only, 0.035 -> 0.695
-faded; model seeds 1-3: faded ahead by 0.345, 0.44 and 0.30; with torch and oneDNN capped at AVX2
-(ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2), seed 0: 0.050 -> 0.380 and 0.725.
+precede the question and badly when asked the bare question. GRPO on few-shot prompts alone keeps its few-shot
+accuracy and moves its zero-shot accuracy a little; the same run with env.schedule fading the examples out
+(few_shot_keep 1 -> 0) moves it most of the way. Measured (200 held-out problems, greedy, Intel Xeon with AMX),
+zero-shot accuracy: 0.035 -> 0.255 few-shot only, 0.035 -> 0.970 faded; model seeds 1-3: 0.48, 0.19, 0.26 against
+0.955, 1.00, 0.935. At lr 1e-3 (the other learning tests' rate) the gap was 0.215-0.44, and both runs lost few-shot
+accuracy: Adam's first steps move every weight about as far whatever its gradient, and near-unanimous groups on a
+model this sure of its answers leave mostly noise to follow.
 The runs log the zero-shot score as eval_accuracy_transfer (env.transfer_eval_kwargs = {few_shot: []})."""
 
 from __future__ import annotations
@@ -62,11 +64,11 @@ def savvy_model(tmp_path_factory):
 
 
 def run_config(model_path, output_dir, **overrides):
-    """The learning tests' run (tests/test_grpo_learning.py) on the few-shot task, without a KL term, scoring the
-    bare question too (eval_accuracy_transfer)."""
+    """The learning tests' run (tests/test_grpo_learning.py) on the few-shot task, without a KL term, at lr 3e-4 (see
+    the module's docstring), scoring the bare question too (eval_accuracy_transfer)."""
     return learning_config(model_path, output_dir, **{
         "env.kwargs": json.dumps(TASK_KWARGS), "env.transfer_eval_kwargs": "{few_shot: []}", "run.plots": "false",
-        "grpo.beta": "0", **overrides,
+        "grpo.beta": "0", "optim.lr": "3e-4", **overrides,
     })
 
 
@@ -88,11 +90,11 @@ def test_fading_the_examples_moves_zero_shot_accuracy_and_few_shot_training_does
         print(f"{name}: few-shot {summary['eval_accuracy_before']:.3f} -> {summary['eval_accuracy_after']:.3f}, "
               f"zero-shot {summary['eval_accuracy_transfer_before']:.3f} -> {summary['eval_accuracy_transfer_after']:.3f}")
     assert faded["eval_accuracy_transfer_before"] == fixed["eval_accuracy_transfer_before"] <= 0.4
-    assert faded["eval_accuracy_transfer_after"] >= faded["eval_accuracy_transfer_before"] + 0.3
-    assert faded["eval_accuracy_transfer_after"] >= fixed["eval_accuracy_transfer_after"] + 0.15  # measured 0.215-0.44
-    # Not asserted: the few-shot accuracies. Measured: 1.0 -> 0.595 faded, its last 4 steps being zero-shot only, and
-    # 1.0 -> 0.745 few-shot only (0.69-0.745 over seeds 1-3): at lr 1e-3 Adam's first steps move every weight about
-    # as far whatever its gradient, and a model this sure of its answers has almost only noise to follow.
+    assert faded["eval_accuracy_transfer_after"] >= faded["eval_accuracy_transfer_before"] + 0.5
+    assert faded["eval_accuracy_transfer_after"] >= fixed["eval_accuracy_transfer_after"] + 0.3  # measured 0.475-0.81
+    assert fixed["eval_accuracy_after"] >= 0.9  # the prompt it trains on stays answered (measured 0.975-1.0)
+    # Not asserted: the faded run's few-shot accuracy. Measured 1.0 -> 0.195 (0.225-0.785 over seeds 1-3), its last 4
+    # steps being zero-shot only: fading trades the prompt it leaves for the one it moves to.
     records = read_metrics(tmp_path / "faded")
     assert [r["schedule/few_shot_keep"] for r in records[1:]] == pytest.approx([1 - s / 6 for s in range(1, 7)] + [0.0] * 4)
     assert "eval_accuracy_transfer" in records[0] and "eval_accuracy_transfer" in records[-1]
