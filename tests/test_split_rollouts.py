@@ -62,7 +62,11 @@ def test_a_split_k1_run_ends_on_the_colocated_runs_weights_and_resumes_bitwise(t
     train(load_config(GRPOConfig, overrides={**settings, "run.output_dir": str(tmp_path / "colocated")}))
     want = final_weights(tmp_path / "colocated")
     assert all(torch.equal(want[key], value) for key, value in final_weights(tmp_path / "split").items())
-    assert without_times(tmp_path / "split") == without_times(tmp_path / "colocated")
+    # The metrics to a float's last bits: under torch's AVX2 kernels one logged mean (rollout_logp_abs_diff, a float32
+    # sum) came out 2 ulp apart between the processes while the weights stayed bitwise equal.
+    split, colocated = without_times(tmp_path / "split"), without_times(tmp_path / "colocated")
+    assert [record.keys() for record in split] == [record.keys() for record in colocated]
+    assert all(a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-12) for a, b in zip(split, colocated) for key in a)
     staleness = [record["async/staleness"] for record in read_metrics(tmp_path / "split") if "async/staleness" in record]
     assert staleness == [0, 1, 1, 1]
 
