@@ -2,6 +2,7 @@
 
 import json
 import os
+from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -10,6 +11,7 @@ import rlvr_env
 from rlvr_env.data import DataFileError
 
 GSM8K_ROW = {"question": "What is 2 + 2?", "answer": "2 + 2 = 4\n#### 4"}
+MATH_TINY = Path(__file__).parent / "data" / "math_tiny.jsonl"
 
 
 def write_jsonl(path, rows):
@@ -151,3 +153,46 @@ def test_a_data_file_is_read_as_rlvr_score_reads_one(tmp_path):
     path.write_bytes(json.dumps(GSM8K_ROW).encode() + b'\n{"question": "q", "answer": 1' + b"0" * 5000 + b"}\n")
     with pytest.raises(DataFileError, match=r"bom\.jsonl:2: cannot read the JSON \(Exceeds the limit"):
         rlvr_env.make_task("GSM8K", data_path=str(path))
+
+
+@pytest.mark.parametrize("solution, answer", [
+    ("3 + 4 = 7\n####7", "7"),  # no space after the marker
+    ("first #### 1, then\n#### 2", "2"),  # the last marker's number
+    ("so 1,234 in all\n#### 1,234", "1234"),
+])
+def test_gsm8k_reads_the_number_after_the_last_marker(solution, answer):
+    from rlvr_env.tasks.gsm8k import final_answer
+
+    assert final_answer(solution) == answer
+
+
+@pytest.mark.parametrize("flag", ["fallback_last_number", "literal_answer", "boxed_only"])
+def test_gsm8k_flags_must_be_booleans(tmp_path, flag):
+    with pytest.raises(ValueError, match=f"^{flag} must be true or false, got 'false'$"):
+        rlvr_env.make_task("GSM8K", data_path=write_jsonl(tmp_path / "q.jsonl", [GSM8K_ROW]), **{flag: "false"})
+
+
+def test_problems_carry_their_index_and_file_line(tmp_path):
+    gsm8k = rlvr_env.make_task("GSM8K", data_path=write_jsonl(tmp_path / "q.jsonl", [GSM8K_ROW, GSM8K_ROW]))
+    assert [gsm8k.problem(i, 0).metadata for i in range(2)] == [{"index": 0, "line": 1}, {"index": 1, "line": 2}]
+    algebra = rlvr_env.make_task("MATH", data_path=str(MATH_TINY), types=["Algebra"])
+    assert algebra.problem(0, 0).metadata == {"index": 0, "line": 2, "level": 2, "type": "Algebra"}
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"levels": 3}, "levels must be a list of integers in 1..5, got 3"),
+    ({"levels": [7]}, r"levels must be a list of integers in 1..5, got \(7,\)"),
+    ({"types": "Algebra"}, "types must be a list of strings, got 'Algebra'"),
+    ({"types": [1]}, r"types must be a list of strings, got \(1,\)"),
+])
+def test_math_filters_of_the_wrong_shape_are_refused_by_name(settings, message):
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        rlvr_env.make_task("MATH", data_path=str(MATH_TINY), **settings)
+
+
+def test_math_curriculum_adds_one_level_at_a_time_and_each_level_loads():
+    task = rlvr_env.make_task("MATH", data_path=str(MATH_TINY))
+    levels = task.curriculum_levels()
+    assert levels == [{"levels": tuple(range(1, top + 1))} for top in range(1, 6)]
+    # math_tiny.jsonl holds one problem of each of levels 1-4 and one of no level
+    assert [len(rlvr_env.make_task("MATH", data_path=str(MATH_TINY), **level)) for level in levels[:4]] == [1, 2, 3, 4]

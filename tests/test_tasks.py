@@ -277,6 +277,7 @@ def write(tmp_path, name, lines):
         ("GSM8K", [""], r"bad\.jsonl: no records"),
         ("MATH", ['{"problem": "p", "solution": "no box"}'], r"bad\.jsonl:1: field 'solution' has no final \\boxed"),
         ("MATH", ['{"problem": "p", "solution": "\\\\boxed{1}"}', '{"solution": "s"}'], r"bad\.jsonl:2: missing field 'problem'"),
+        ("MATH", ['{"problem": "p", "answer": null}'], r"bad\.jsonl:1: missing field 'solution'"),
     ],
 )
 def test_data_file_errors_name_path_line_and_field(tmp_path, task, lines, message):
