@@ -1,0 +1,82 @@
+"""rewards/latex.py's parser on its own: the trees it builds for the shapes answers take (the verifier's tests check
+the verdicts built on them)."""
+
+from fractions import Fraction
+
+import pytest
+
+from rewards import math_equal
+from rewards.latex import ParseError, parse_answer
+
+
+@pytest.mark.parametrize("answer, name", [
+    ("x_1", "x_1"),
+    ("x_{12}", "x_12"),
+    ("a_{n}", "a_n"),
+    ("x_i", "x_i"),  # i alone is the imaginary unit; as a subscript it is a name's part
+    ("S_{MBCN}", "S_MBCN"),
+    ("a_{12k}", "a_12k"),
+    ("x_{1.5}", "x_3/2"),
+])
+def test_a_subscript_becomes_part_of_the_name(answer, name):
+    assert parse_answer(answer) == ("sym", name)
+
+
+def test_an_expression_subscript_is_named_by_its_canonical_form():
+    assert parse_answer("F_{n-k-1}") == parse_answer("F_{n-1-k}") != parse_answer("F_{n-k}")
+    assert parse_answer("F_{n-k-1}")[1].startswith("F_{(")
+    assert math_equal("F_{n-k-1} + 1", "1 + F_{n-1-k}") and not math_equal("F_{n-k-1}", "F_{n-k}")
+
+
+@pytest.mark.parametrize("answer, message", [
+    ("x_{(1,2)}", "complex subscript"),
+    ("5_2", "subscripted number"),
+])
+def test_subscripts_the_parser_cannot_name_are_refused(answer, message):
+    with pytest.raises(ParseError, match=f"^{message}$"):
+        parse_answer(answer)
+
+
+def num(value):
+    return ("num", Fraction(value), None)
+
+
+def eq(name, value):
+    return ("eq", ("sym", name), num(value))
+
+
+PAIRS_57 = ("set", (("tuple", (num(5), num(2))), ("tuple", (num(7), num(2)))))
+
+
+@pytest.mark.parametrize("answer, tree", [
+    ("p=5,q=2;p=7,q=2", PAIRS_57),  # solutions separated by ';', the variables in the same order
+    ("x_1=1,x_2=2;x_1=3,x_2=4", ("set", (("tuple", (num(1), num(2))), ("tuple", (num(3), num(4)))))),
+    # otherwise a flat set of what was written
+    ("p=5,q=2;q=7,p=2", ("set", (eq("p", 5), eq("q", 2), eq("q", 7), eq("p", 2)))),  # another order
+    ("p=5,q=2;p=7", ("set", (eq("p", 5), eq("q", 2), eq("p", 7)))),  # another shape
+    ("p=5;p=7", ("set", (eq("p", 5), eq("p", 7)))),  # one variable: no pairs
+    ("p=5,p=2;p=7,p=3", ("set", (eq("p", 5), eq("p", 2), eq("p", 7), eq("p", 3)))),  # a variable twice
+    ("1,2;3,4", ("set", (num(1), num(2), num(3), num(4)))),  # no variables
+])
+def test_semicolons_separate_solutions_only_when_each_names_the_same_variables(answer, tree):
+    assert parse_answer(answer) == tree
+
+
+PLUS_MINUS_1 = ("set", (num(1), ("neg", num(1))))
+FIVE = ("add", (num(2), num(3)))
+
+
+@pytest.mark.parametrize("answer, tree", [
+    # inside a container each \pm value is the set of its values, and an item without one stays as it is
+    ("(\\pm 1, 2+3)", ("tuple", (PLUS_MINUS_1, FIVE))),
+    ("1:\\pm 1", ("ratio", (num(1), PLUS_MINUS_1))),
+    ("\\{\\pm 1\\} \\cup \\{2+3\\}", ("union", (PLUS_MINUS_1, ("set", (FIVE,))))),
+    ("\\begin{pmatrix} \\pm 1 & 2+3 \\end{pmatrix}", ("matrix", ((PLUS_MINUS_1, FIVE),))),
+    ("x \\in [\\pm 1, 2+3]", ("interval", True, PLUS_MINUS_1, FIVE, True)),
+    ("x = \\pm 1", ("eq", ("sym", "x"), PLUS_MINUS_1)),
+    ("x < \\pm 1", ("rel", "<", ("sym", "x"), PLUS_MINUS_1)),
+    ("2+3 < \\pm 1", ("rel", "<", FIVE, PLUS_MINUS_1)),
+    ("1 < \\pm 1 < 2+3", ("chain", (("rel", "<", num(1), PLUS_MINUS_1), ("rel", "<", PLUS_MINUS_1, FIVE)))),
+])
+def test_a_plus_minus_value_is_the_set_of_its_values_wherever_it_stands(answer, tree):
+    assert parse_answer(answer) == tree
