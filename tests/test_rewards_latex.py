@@ -80,3 +80,40 @@ FIVE = ("add", (num(2), num(3)))
 ])
 def test_a_plus_minus_value_is_the_set_of_its_values_wherever_it_stands(answer, tree):
     assert parse_answer(answer) == tree
+
+
+@pytest.mark.parametrize("answer, tree", [
+    ("\\sqrt[3]{8}", ("pow", num(8), ("div", num(1), num(3)))),
+    ("\\sqrt[3]8", ("pow", num(8), ("div", num(1), num(3)))),
+    ("\\sqrt[n]{x}", ("pow", ("sym", "x"), ("div", num(1), ("sym", "n")))),
+    ("\\sqrt{8}", ("fn", "sqrt", (num(8),))),
+])
+def test_an_nth_root_is_the_power_one_over_n(answer, tree):
+    assert parse_answer(answer) == tree
+
+
+def test_nth_roots_are_compared_by_value():
+    assert math_equal("\\sqrt[3]{8}", "2") and math_equal("\\sqrt[4]{16}", "2")
+    assert math_equal("\\sqrt[3]{16}", "2\\sqrt[3]{2}") and not math_equal("\\sqrt[3]{8}", "\\sqrt{8}")
+
+
+ONE_TO_FOUR = ("matrix", ((num(1), num(2)), (num(3), num(4))))
+
+
+@pytest.mark.parametrize("environment", ["pmatrix", "bmatrix", "matrix", "Bmatrix", "smallmatrix", "array"])
+def test_every_matrix_environment_reads_as_a_matrix(environment):
+    assert parse_answer(f"\\begin{{{environment}}} 1 & 2 \\\\ 3 & 4 \\end{{{environment}}}") == ONE_TO_FOUR
+
+
+@pytest.mark.parametrize("answer", [
+    "\\begin{array}{cc} 1 & 2 \\\\ 3 & 4 \\end{array}",
+    "\\begin{array}{|c|c|} 1 & 2 \\\\ 3 & 4 \\end{array}",  # the column spec is skipped, rules and all
+    "\\left(\\begin{array}{cc} 1 & 2 \\\\ 3 & 4 \\end{array}\\right)",
+])
+def test_an_arrays_column_spec_is_skipped(answer):
+    assert parse_answer(answer) == ONE_TO_FOUR
+
+
+def test_a_determinant_or_another_environment_is_refused_by_name():
+    with pytest.raises(ParseError, match="^environment 'vmatrix'$"):
+        parse_answer("\\begin{vmatrix} 1 & 2 \\\\ 3 & 4 \\end{vmatrix}")
