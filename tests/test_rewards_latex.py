@@ -117,3 +117,34 @@ def test_an_arrays_column_spec_is_skipped(answer):
 def test_a_determinant_or_another_environment_is_refused_by_name():
     with pytest.raises(ParseError, match="^environment 'vmatrix'$"):
         parse_answer("\\begin{vmatrix} 1 & 2 \\\\ 3 & 4 \\end{vmatrix}")
+
+
+TWO, ZERO = ("add", (num(1), num(1))), ("add", (num(1), ("neg", num(1))))
+
+
+@pytest.mark.parametrize("answer, tree", [
+    # each operation around a \pm value is taken once per sign
+    ("2(1 \\pm 1)", ("set", (("mul", (num(2), TWO)), ("mul", (num(2), ZERO))))),
+    ("\\frac{\\pm 1}{2}", ("set", (("div", num(1), num(2)), ("div", ("neg", num(1)), num(2))))),
+    ("(1 \\pm 1)^2", ("set", (("pow", TWO, num(2)), ("pow", ZERO, num(2))))),
+    ("-(1 \\pm 1)", ("set", (("neg", TWO), ("neg", ZERO)))),
+    ("(1 \\pm 1)\\%", ("set", (("pct", TWO), ("pct", ZERO)))),
+    ("\\sqrt{1 \\pm 1}", ("set", (("fn", "sqrt", (TWO,)), ("fn", "sqrt", (ZERO,))))),
+])
+def test_plus_minus_inside_an_operation_gives_one_value_per_sign(answer, tree):
+    assert parse_answer(answer) == tree
+
+
+@pytest.mark.parametrize("answer, tree", [
+    ("5 meters", ("unit", num(5), "meter")),
+    ("-5 meters", ("unit", ("neg", num(5)), "meter")),
+    ("\\frac{1}{2} meters", ("unit", ("div", num(1), num(2)), "meter")),
+    ("-\\frac{1}{2} kg", ("unit", ("neg", ("div", num(1), num(2))), "kg")),
+    ("5\\text{ inches}", ("unit", num(5), "inch")),
+    ("5\\text{ boxes}", ("unit", num(5), "box")),
+    ("5\\text{ mins}", ("unit", num(5), "min")),
+    ("5\\text{ lbs}", ("unit", num(5), "lbs")),  # 3 letters or fewer: an abbreviation, kept whole
+    ("x meters", ("text", "x meters")),  # only a number takes a unit
+])
+def test_a_number_with_a_unit_word_keeps_the_unit_in_the_singular(answer, tree):
+    assert parse_answer(answer) == tree
