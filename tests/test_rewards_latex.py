@@ -148,3 +148,20 @@ def test_plus_minus_inside_an_operation_gives_one_value_per_sign(answer, tree):
 ])
 def test_a_number_with_a_unit_word_keeps_the_unit_in_the_singular(answer, tree):
     assert parse_answer(answer) == tree
+
+
+@pytest.mark.parametrize("answer, tree", [
+    ("\\frac12", ("div", num(1), num(2))),  # an unbraced argument is one digit
+    ("\\frac123", ("mul", (("div", num(1), num(2)), num(3)))),
+    ("\\sqrt2.25", ("fn", "sqrt", (("num", Fraction(9, 4), 2),))),  # but a decimal stays whole
+    ("\\frac x2", ("div", ("sym", "x"), num(2))),
+    ("\\frac\\pi2", ("div", ("const", "pi"), num(2))),
+    ("\\text{\\{1, 2\\}}", ("set", (num(1), num(2)))),  # escaped braces inside a style command's group
+])
+def test_unbraced_and_nested_arguments(answer, tree):
+    assert parse_answer(answer) == tree
+
+
+def test_an_argument_that_is_an_operator_is_refused_by_name():
+    with pytest.raises(ParseError, match="^expected an argument, got '\\+'$"):
+        parse_answer("\\frac+2")
