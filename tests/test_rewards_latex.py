@@ -165,3 +165,31 @@ def test_unbraced_and_nested_arguments(answer, tree):
 def test_an_argument_that_is_an_operator_is_refused_by_name():
     with pytest.raises(ParseError, match="^expected an argument, got '\\+'$"):
         parse_answer("\\frac+2")
+
+
+X = ("sym", "x")
+
+
+@pytest.mark.parametrize("answer, tree", [
+    ("\\log_2 8", ("fn", "log", (num(8), num(2)))),  # the base as the second argument
+    ("\\log_{2}(8)", ("fn", "log", (num(8), num(2)))),
+    ("\\ln x", ("fn", "ln", (X,))),
+    ("\\sin(x)", ("fn", "sin", (X,))),
+    ("\\sin^2 x", ("pow", ("fn", "sin", (X,)), num(2))),  # sin^2 x is (sin x)^2
+    ("\\sin^{2}(x)", ("pow", ("fn", "sin", (X,)), num(2))),
+    ("\\sin x^2", ("fn", "sin", (("pow", X, num(2)),))),
+    ("\\theta + 1", ("add", (("sym", "theta"), num(1)))),
+    ("\\emptyset", ("set", ())),
+    ("\\varnothing", ("set", ())),
+])
+def test_functions_greek_letters_and_the_empty_set(answer, tree):
+    assert parse_answer(answer) == tree
+
+
+@pytest.mark.parametrize("answer, message", [
+    ("\\foo", "unsupported command \\\\foo"),
+    ("\\sin_2 x", "unexpected '_'"),  # only a logarithm takes a base
+])
+def test_commands_the_parser_does_not_know_are_refused_by_name(answer, message):
+    with pytest.raises(ParseError, match=f"^{message}$"):
+        parse_answer(answer)
