@@ -193,3 +193,30 @@ def test_functions_greek_letters_and_the_empty_set(answer, tree):
 def test_commands_the_parser_does_not_know_are_refused_by_name(answer, message):
     with pytest.raises(ParseError, match=f"^{message}$"):
         parse_answer(answer)
+
+
+@pytest.mark.parametrize("answer, tree", [
+    ("\\{\\}", ("set", ())),
+    ("\\left\\{ \\right\\}", ("set", ())),
+    ("\\{x\\}", ("set", (X,))),
+    ("\\{1; 2\\}", ("set", (num(1), num(2)))),  # a semicolon separates items as a comma does
+    ("(1;2)", ("tuple", (num(1), num(2)))),
+])
+def test_braces_and_brackets_hold_items_separated_by_commas_or_semicolons(answer, tree):
+    assert parse_answer(answer) == tree
+
+
+@pytest.mark.parametrize("answer, message", [
+    ("\\sqrt{2", "expected '}', got ''"),
+    ("\\sum_{2=1}^{3} k", "\\\\sum without an index"),  # the index must be a variable
+    ("\\sum_{k}^{3} k", "\\\\sum without an index"),
+])
+def test_malformed_groups_are_refused_by_name(answer, message):
+    with pytest.raises(ParseError, match=f"^{message}$"):
+        parse_answer(answer)
+
+
+def test_plus_minus_expands_to_sixteen_values_and_no_more():
+    assert len(parse_answer("(1 \\pm 1)(2 \\pm 1)(3 \\pm 1)(4 \\pm 1)")[1]) == 16
+    with pytest.raises(ParseError, match="^too many \\\\pm$"):
+        parse_answer("(1 \\pm 1)(2 \\pm 1)(3 \\pm 1)(4 \\pm 1)(5 \\pm 1)")
