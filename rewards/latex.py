@@ -319,6 +319,19 @@ class _Parser:
             else:
                 return _flat("mul", factors)
 
+    def function_argument(self) -> tuple:
+        """A function's argument written without brackets: the implicit product that follows, as written maths and
+        math-verify read it (\\cos 2x is cos(2x), \\sin \\pi x is sin(pi x)), up to an operator, a bracket, a second
+        number or another function (\\sin x \\cos x is sin(x) cos(x))."""
+        factors = [self.power()]
+        while True:
+            kind, value = self.peek()
+            another_number = kind == "num" and factors[-1][0] == "num"  # "3 4": term() refuses it
+            function = kind == "cmd" and value[1:] in (*_FUNCTIONS, "sum", "prod")
+            if another_number or function or value in ("(", "[", "{") or not self._starts_atom(kind, value):
+                return _flat("mul", factors)
+            factors.append(self.power())
+
     @staticmethod
     def _starts_atom(kind: str, value: str) -> bool:
         if kind in ("num", "word"):
@@ -480,7 +493,7 @@ class _Parser:
             if self.at("^"):
                 self.take()
                 exponent = self.group()
-            arg = self.power() if not self.at("(") else self.atom()
+            arg = self.atom() if self.at("(") else self.function_argument()
             node = ("fn", bare, (arg,) if base is None else (arg, base))
             return ("pow", node, exponent) if exponent is not None else node
         if bare in _GREEK:

@@ -220,3 +220,29 @@ def test_plus_minus_expands_to_sixteen_values_and_no_more():
     assert len(parse_answer("(1 \\pm 1)(2 \\pm 1)(3 \\pm 1)(4 \\pm 1)")[1]) == 16
     with pytest.raises(ParseError, match="^too many \\\\pm$"):
         parse_answer("(1 \\pm 1)(2 \\pm 1)(3 \\pm 1)(4 \\pm 1)(5 \\pm 1)")
+
+
+TWO_X = ("mul", (num(2), X))
+
+
+@pytest.mark.parametrize("answer, tree", [
+    # without brackets a function takes the implicit product that follows, as math-verify reads it
+    ("\\cos 2x", ("fn", "cos", (TWO_X,))),
+    ("\\log 2x", ("fn", "log", (TWO_X,))),
+    ("\\sin \\pi x", ("fn", "sin", (("mul", (("const", "pi"), X)),))),
+    ("\\sin^2 2x", ("pow", ("fn", "sin", (TWO_X,)), num(2))),
+    ("\\sin 2x + 1", ("add", (("fn", "sin", (TWO_X,)), num(1)))),
+    # up to another function, an explicit operator, a bracket or a second number
+    ("\\sin x \\cos x", ("mul", (("fn", "sin", (X,)), ("fn", "cos", (X,))))),
+    ("\\sin x \\cdot y", ("mul", (("fn", "sin", (X,)), ("sym", "y")))),
+    ("\\sin x (x+1)", ("mul", (("fn", "sin", (X,)), ("add", (X, num(1)))))),
+    ("\\sin 2 3", ("mul", (("fn", "sin", (num(2),)), num(3)))),
+])
+def test_a_function_without_brackets_takes_the_product_that_follows(answer, tree):
+    assert parse_answer(answer) == tree
+
+
+def test_cos_2x_is_the_cosine_of_2x_not_x_times_cos_2():
+    """It was x cos(2): x\\cos 2 scored as right for a gold of \\cos 2x, and the double-angle forms as wrong."""
+    assert math_equal("\\cos 2x", "\\cos(2x)") and not math_equal("\\cos 2x", "x\\cos 2")
+    assert math_equal("\\sin 2x", "2\\sin x \\cos x") and math_equal("\\cos 2x", "1 - 2\\sin^2 x")
