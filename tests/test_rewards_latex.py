@@ -246,3 +246,46 @@ def test_cos_2x_is_the_cosine_of_2x_not_x_times_cos_2():
     """It was x cos(2): x\\cos 2 scored as right for a gold of \\cos 2x, and the double-angle forms as wrong."""
     assert math_equal("\\cos 2x", "\\cos(2x)") and not math_equal("\\cos 2x", "x\\cos 2")
     assert math_equal("\\sin 2x", "2\\sin x \\cos x") and math_equal("\\cos 2x", "1 - 2\\sin^2 x")
+
+
+ONE, TWO_NUM, THREE = num(1), num(2), num(3)
+
+
+@pytest.mark.parametrize("answer, tree", [
+    ("(1, 2]", ("interval", False, ONE, TWO_NUM, True)),
+    ("[1, 2)", ("interval", True, ONE, TWO_NUM, False)),
+    ("[1, 2]", ("interval", True, ONE, TWO_NUM, True)),
+    ("[1; 2]", ("interval", True, ONE, TWO_NUM, True)),
+    ("(1, 2)", ("tuple", (ONE, TWO_NUM))),  # also the open interval: compare.py decides
+    ("(1, 2, 3)", ("tuple", (ONE, TWO_NUM, THREE))),
+    ("[1, 2, 3]", ("tuple", (ONE, TWO_NUM, THREE))),
+    ("(3)", THREE),
+    ("[3]", THREE),
+])
+def test_brackets_make_intervals_tuples_or_groupings(answer, tree):
+    assert parse_answer(answer) == tree
+
+
+@pytest.mark.parametrize("answer, message", [
+    ("[1, 2, 3)", "mismatched brackets"),
+    ("(1, 2, 3]", "mismatched brackets"),
+    ("[3)", "half-open bracket around one value"),
+    ("(3]", "half-open bracket around one value"),
+    ("(1, 2", "unclosed '\\('"),
+])
+def test_brackets_that_close_wrong_are_refused_by_name(answer, message):
+    with pytest.raises(ParseError, match=f"^{message}$"):
+        parse_answer(answer)
+
+
+@pytest.mark.parametrize("answer, tree", [
+    (".5", ("num", Fraction(1, 2), 1)),  # the places written are kept for rounding checks
+    ("0.5", ("num", Fraction(1, 2), 1)),
+    ("1.25", ("num", Fraction(5, 4), 2)),
+    ("5.", num(5)),
+    ("3 \\cdot 2", ("mul", (THREE, TWO_NUM))),
+    ("3 \\times 2", ("mul", (THREE, TWO_NUM))),
+    ("1 \\mp 2", ("set", (("add", (ONE, TWO_NUM)), ("add", (ONE, ("neg", TWO_NUM)))))),
+])
+def test_decimals_and_operators_between_numbers(answer, tree):
+    assert parse_answer(answer) == tree
