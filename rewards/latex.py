@@ -88,6 +88,9 @@ _FUNCTIONS = {
     "sin", "cos", "tan", "cot", "sec", "csc", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh",
     "log", "ln", "exp", "lg",
 }
+# f^{-1}: the inverse function where the notation means it (sin^{-1} x = arcsin x); None where it is read both ways
+_INVERSE_NOTATION = {"sin": "arcsin", "cos": "arccos", "tan": "arctan", "cot": None, "sec": None, "csc": None,
+                     "sinh": None, "cosh": None, "tanh": None}
 _CONSTANT_CMDS = {"pi": ("const", "pi"), "infty": ("const", "inf"), "infinity": ("const", "inf"), "inf": ("const", "inf")}
 _GREEK = {
     "alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta", "vartheta", "iota",
@@ -493,6 +496,11 @@ class _Parser:
             if self.at("^"):
                 self.take()
                 exponent = self.group()
+            if exponent == ("neg", _num(Fraction(1))) and bare in _INVERSE_NOTATION:
+                # \sin^{-1} x is arcsin x, not 1/sin x; for the others the notation is read both ways
+                if _INVERSE_NOTATION[bare] is None:
+                    raise ParseError(f"\\{bare}^{{-1}}: an inverse or a reciprocal")
+                bare, exponent = _INVERSE_NOTATION[bare], None
             arg = self.atom() if self.at("(") else self.function_argument()
             node = ("fn", bare, (arg,) if base is None else (arg, base))
             return ("pow", node, exponent) if exponent is not None else node

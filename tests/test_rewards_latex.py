@@ -289,3 +289,26 @@ def test_brackets_that_close_wrong_are_refused_by_name(answer, message):
 ])
 def test_decimals_and_operators_between_numbers(answer, tree):
     assert parse_answer(answer) == tree
+
+
+@pytest.mark.parametrize("answer, tree", [
+    ("\\sin^{-1} x", ("fn", "arcsin", (X,))),  # the inverse function, as the notation means
+    ("\\cos^{-1}(0.5)", ("fn", "arccos", (("num", Fraction(1, 2), 1),))),
+    ("\\tan^{-1} x", ("fn", "arctan", (X,))),
+    ("\\sin^{-2} x", ("pow", ("fn", "sin", (X,)), ("neg", num(2)))),  # any other power is a power
+    ("\\log^{-1} x", ("pow", ("fn", "log", (X,)), ("neg", num(1)))),
+])
+def test_a_trig_function_to_the_minus_one_is_its_inverse(answer, tree):
+    assert parse_answer(answer) == tree
+
+
+@pytest.mark.parametrize("function", ["cot", "sec", "csc", "sinh", "cosh", "tanh"])
+def test_minus_one_on_a_function_whose_inverse_has_no_standard_name_here_is_refused(function):
+    with pytest.raises(ParseError, match=f"^\\\\{function}\\^{{-1}}: an inverse or a reciprocal$"):
+        parse_answer(f"\\{function}^{{-1}} x")
+
+
+def test_sin_to_the_minus_one_is_arcsin_not_the_cosecant():
+    """It was 1/sin x: \\frac{1}{\\sin x} scored as right for a gold of \\sin^{-1} x, and \\arcsin x as wrong."""
+    assert math_equal("\\sin^{-1} x", "\\arcsin x") and not math_equal("\\sin^{-1} x", "\\frac{1}{\\sin x}")
+    assert math_equal("\\tan^{-1} 1", "\\frac{\\pi}{4}")
