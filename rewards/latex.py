@@ -88,6 +88,7 @@ _FUNCTIONS = {
     "sin", "cos", "tan", "cot", "sec", "csc", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh",
     "log", "ln", "exp", "lg",
 }
+_FLOOR_CEILING = {r"\lfloor": (r"\rfloor", "floor"), r"\lceil": (r"\rceil", "ceil")}  # opener: (closer, function)
 # f^{-1}: the inverse function where the notation means it (sin^{-1} x = arcsin x); None where it is read both ways
 _INVERSE_NOTATION = {"sin": "arcsin", "cos": "arccos", "tan": "arctan", "cot": None, "sec": None, "csc": None,
                      "sinh": None, "cosh": None, "tanh": None}
@@ -342,7 +343,7 @@ class _Parser:
         if kind == "cmd":
             return value not in _RELATIONS and value not in (
                 r"\pm", r"\mp", r"\cdot", r"\times", r"\div", r"\cup", r"\cap", "\\\\", r"\}", r"\to", r"\implies",
-                r"\quad", r"\text", r"\end",
+                r"\quad", r"\text", r"\end", r"\rfloor", r"\rceil",
             )
         return value in ("(", "{", "[", "|") and value != "|"
 
@@ -437,6 +438,11 @@ class _Parser:
         if value == r"\{":
             items = self.items(r"\}")
             return ("set", tuple(items))
+        if value in _FLOOR_CEILING:
+            inner = self.additive()
+            closer, name = _FLOOR_CEILING[value]
+            self.expect(closer)
+            return ("fn", name, (inner,))
         if kind == "cmd":
             return self.command(value)
         raise ParseError(f"unexpected {value!r}")

@@ -30,6 +30,7 @@ _FUNCTIONS = {
     "sin": sympy.sin, "cos": sympy.cos, "tan": sympy.tan, "cot": sympy.cot, "sec": sympy.sec, "csc": sympy.csc,
     "arcsin": sympy.asin, "arccos": sympy.acos, "arctan": sympy.atan, "sinh": sympy.sinh, "cosh": sympy.cosh,
     "tanh": sympy.tanh, "exp": sympy.exp, "ln": sympy.log, "sqrt": sympy.sqrt, "abs": sympy.Abs,
+    "floor": sympy.floor, "ceil": sympy.ceiling,
 }
 _MAX_EXPONENT = 10_000
 

@@ -312,3 +312,30 @@ def test_sin_to_the_minus_one_is_arcsin_not_the_cosecant():
     """It was 1/sin x: \\frac{1}{\\sin x} scored as right for a gold of \\sin^{-1} x, and \\arcsin x as wrong."""
     assert math_equal("\\sin^{-1} x", "\\arcsin x") and not math_equal("\\sin^{-1} x", "\\frac{1}{\\sin x}")
     assert math_equal("\\tan^{-1} 1", "\\frac{\\pi}{4}")
+
+
+@pytest.mark.parametrize("answer, tree", [
+    ("\\lfloor 2.5 \\rfloor", ("fn", "floor", (("num", Fraction(5, 2), 1),))),
+    ("\\lceil 2.5 \\rceil", ("fn", "ceil", (("num", Fraction(5, 2), 1),))),
+    ("\\left\\lfloor \\frac{7}{2} \\right\\rfloor", ("fn", "floor", (("div", num(7), num(2)),))),
+    ("2\\lfloor x \\rfloor + 1", ("add", (("mul", (num(2), ("fn", "floor", (X,)))), num(1)))),
+    ("\\lfloor x \\rfloor \\lceil x \\rceil", ("mul", (("fn", "floor", (X,)), ("fn", "ceil", (X,))))),
+])
+def test_floor_and_ceiling_brackets(answer, tree):
+    assert parse_answer(answer) == tree
+
+
+@pytest.mark.parametrize("answer, message", [
+    ("\\lfloor 2.5", "expected '\\\\\\\\rfloor', got ''"),
+    ("\\lfloor 2.5 \\rceil", "expected '\\\\\\\\rfloor', got '\\\\\\\\rceil'"),
+])
+def test_a_floor_bracket_must_close_as_it_opened(answer, message):
+    with pytest.raises(ParseError, match=f"^{message}$"):
+        parse_answer(answer)
+
+
+def test_floor_and_ceiling_are_compared_by_value():
+    """They were unsupported commands: \\lfloor 2.5 \\rfloor scored 0 against 2 (math-verify: 1)."""
+    assert math_equal("\\lfloor 2.5 \\rfloor", "2") and math_equal("\\lceil 2.5 \\rceil", "3")
+    assert math_equal("\\lfloor -2.5 \\rfloor", "-3") and not math_equal("\\lfloor 2.5 \\rfloor", "3")
+    assert not math_equal("\\lfloor x \\rfloor", "\\lceil x \\rceil")
