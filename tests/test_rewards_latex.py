@@ -339,3 +339,56 @@ def test_floor_and_ceiling_are_compared_by_value():
     assert math_equal("\\lfloor 2.5 \\rfloor", "2") and math_equal("\\lceil 2.5 \\rceil", "3")
     assert math_equal("\\lfloor -2.5 \\rfloor", "-3") and not math_equal("\\lfloor 2.5 \\rfloor", "3")
     assert not math_equal("\\lfloor x \\rfloor", "\\lceil x \\rceil")
+
+
+@pytest.mark.parametrize("answer, tree", [
+    ("-5\\text{ meters}", ("unit", ("neg", num(5)), "meter")),
+    ("\\frac{1}{2}\\text{ cup}", ("unit", ("div", num(1), num(2)), "cup")),
+    ("-\\frac{1}{2}\\text{ cups}", ("unit", ("neg", ("div", num(1), num(2))), "cup")),
+])
+def test_a_number_before_a_text_word_takes_it_as_its_unit(answer, tree):
+    assert parse_answer(answer) == tree
+
+
+@pytest.mark.parametrize("answer", ["-x\\text{ cups}", "\\frac{x}{2}\\text{ cups}", "\\frac{1}{x}\\text{ cups}",
+                                    "2^3\\text{ cups}"])
+def test_only_a_number_a_negated_number_or_a_fraction_of_numbers_takes_a_text_unit(answer):
+    with pytest.raises(ParseError, match="^words mixed with math$"):
+        parse_answer(answer)
+
+
+def test_a_subscript_that_is_a_constant_or_an_expression_names_the_symbol():
+    assert parse_answer("a_{\\pi}") == ("sym", "a_pi")
+    names = {answer: parse_answer(answer) for answer in (
+        "a_{-k}", "a_{k}", "a_{k/2}", "a_{\\frac{k}{2}}", "a_{k^2}", "a_{k^3}", "a_{2k}")}
+    assert all(tree[0] == "sym" and tree[1].startswith("a_") for tree in names.values())
+    assert names["a_{k/2}"] == names["a_{\\frac{k}{2}}"]  # the same expression, written two ways
+    assert len({tree[1] for tree in names.values()}) == len(names) - 1  # every other pair differs
+
+
+def test_a_trailing_row_break_ends_no_extra_row():
+    assert parse_answer("\\begin{pmatrix} 1 & 2 \\\\ 3 & 4 \\\\ \\end{pmatrix}") == ONE_TO_FOUR
+
+
+@pytest.mark.parametrize("answer, message", [
+    ("\\begin{pmatrix} 1 & 2 \\\\ 3 \\end{pmatrix}", "ragged matrix"),
+    ("\\begin{pmatrix} 1 , 2 \\end{pmatrix}", "unexpected ',' in matrix"),
+    ("\\begin{array}{cc} 1 & 2", "unexpected '' in matrix"),
+    ("\\begin{array}{cc", "expected '}', got ''"),
+])
+def test_a_malformed_matrix_is_refused_by_name(answer, message):
+    with pytest.raises(ParseError, match=f"^{message}$"):
+        parse_answer(answer)
+
+
+@pytest.mark.parametrize("answer, tree", [
+    ("\\sin 2\\pi", ("fn", "sin", (("mul", (num(2), ("const", "pi"))),))),  # a constant joins the product
+    ("\\sin x \\sum_{k=1}^{2} k", ("mul", (("fn", "sin", (X,)), ("fn", "sum", (("sym", "k"), ("sym", "k"), num(1),
+                                                                                num(2)))))),
+    ("\\sin x \\prod_{k=1}^{2} k", ("mul", (("fn", "sin", (X,)), ("fn", "prod", (("sym", "k"), ("sym", "k"), num(1),
+                                                                                  num(2)))))),
+    ("\\sin x {y}", ("mul", (("fn", "sin", (X,)), ("sym", "y")))),
+    ("\\sin x [y]", ("mul", (("fn", "sin", (X,)), ("sym", "y")))),
+])
+def test_where_a_functions_bracketless_argument_ends(answer, tree):
+    assert parse_answer(answer) == tree
