@@ -392,3 +392,26 @@ def test_a_malformed_matrix_is_refused_by_name(answer, message):
 ])
 def test_where_a_functions_bracketless_argument_ends(answer, tree):
     assert parse_answer(answer) == tree
+
+
+SIN_X, Y = ("fn", "sin", (X,)), ("sym", "y")
+
+
+@pytest.mark.parametrize("answer, tree", [
+    ("\\sin x \\times y", ("mul", (SIN_X, Y))),
+    ("\\sin x \\div y", ("div", SIN_X, Y)),
+    ("\\sin x \\cup y", ("union", (SIN_X, Y))),
+    ("\\sin x \\mp y", ("set", (("add", (SIN_X, Y)), ("add", (SIN_X, ("neg", Y)))))),
+    ("\\sin x \\text{ and } y", ("set", (SIN_X, Y))),
+])
+def test_an_operator_ends_a_functions_bracketless_argument(answer, tree):
+    assert parse_answer(answer) == tree
+
+
+@pytest.mark.parametrize("answer, tree", [
+    ("x^-1", ("pow", X, ("neg", num(1)))),  # a signed exponent without braces
+    ("x^+2", ("pow", X, num(2))),
+    ("x^-y", ("pow", X, ("neg", Y))),
+])
+def test_an_exponent_may_carry_its_sign_without_braces(answer, tree):
+    assert parse_answer(answer) == tree
