@@ -54,6 +54,16 @@ def without_times(run_dir: Path) -> list[dict]:
             for record in without_wall_times(read_metrics(run_dir))]
 
 
+def assert_metrics_match(records: list[dict], others: list[dict], ignore: tuple[str, ...] = (), **tolerance) -> None:
+    """Two runs' metrics (without_times) agree step by step: the same keys, and each value but those of keys ending in
+    an ``ignore`` suffix equal to the other's within ``tolerance`` (pytest.approx's rel and abs)."""
+    assert [record.keys() for record in records] == [record.keys() for record in others]
+    for record, other in zip(records, others):
+        for key, value in record.items():
+            if not key.endswith(ignore):
+                assert value == pytest.approx(other[key], **tolerance), (record["step"], key)
+
+
 def test_a_split_k1_run_ends_on_the_colocated_runs_weights_and_resumes_bitwise(tiny_model_dir, tmp_path):
     """Batch t drawn on rank 1 by step t - 2's weights, sent there by rank 0: the colocated k = 1 run's batches, hence
     its weights and metrics. Cut back to checkpoint-2 (which keeps batch 3), it resumes to them."""
@@ -64,9 +74,7 @@ def test_a_split_k1_run_ends_on_the_colocated_runs_weights_and_resumes_bitwise(t
     assert all(torch.equal(want[key], value) for key, value in final_weights(tmp_path / "split").items())
     # The metrics to a float's last bits: under torch's AVX2 kernels one logged mean (rollout_logp_abs_diff, a float32
     # sum) came out 2 ulp apart between the processes while the weights stayed bitwise equal.
-    split, colocated = without_times(tmp_path / "split"), without_times(tmp_path / "colocated")
-    assert [record.keys() for record in split] == [record.keys() for record in colocated]
-    assert all(a[key] == pytest.approx(b[key], rel=1e-6, abs=1e-12) for a, b in zip(split, colocated) for key in a)
+    assert_metrics_match(without_times(tmp_path / "split"), without_times(tmp_path / "colocated"), rel=1e-6, abs=1e-12)
     staleness = [record["async/staleness"] for record in read_metrics(tmp_path / "split") if "async/staleness" in record]
     assert staleness == [0, 1, 1, 1]
 
@@ -96,9 +104,7 @@ def test_two_learners_train_on_their_shares_as_one_process_trains_and_resume_bit
     assert max((want[key] - got[key]).abs().max().item() for key in want) < 1e-5
     start = load_file(tiny_model_dir / "model.safetensors")
     assert max((want[key] - start[key]).abs().max().item() for key in want) > 1e-3  # not untrained copies
-    split, one = without_times(tmp_path / "split"), without_times(tmp_path / "one")
-    assert [record.keys() for record in split] == [record.keys() for record in one]
-    assert all(abs(a[key] - b[key]) < 1e-5 for a, b in zip(split, one) for key in a if isinstance(a[key], float))
+    assert_metrics_match(without_times(tmp_path / "split"), without_times(tmp_path / "one"), abs=1e-5)
 
     assert all(torch.equal(got[key], value) for key, value in cut_and_resumed_weights(settings, processes=3).items())
 
@@ -131,11 +137,9 @@ def test_ppo_and_online_dpo_on_two_learners_train_as_one_process_trains(algo, tm
     assert max((want[key] - got[key]).abs().max().item() for key in want) < 1e-4  # test_distributed's 1 vs 2 ranks
     start = load_file(model / "model.safetensors")
     assert max((want[key] - start[key]).abs().max().item() for key in want) > 1e-3  # not untrained copies
-    split, one_process = without_times(tmp_path / "split"), without_times(tmp_path / "one")
-    assert [record.keys() for record in split] == [record.keys() for record in one_process]
+    split = without_times(tmp_path / "split")
     # a clipped share counts tokens, and one on the clip's edge flips with rounding (PPO's value_clip_frac: 1 of 256)
-    assert all(abs(a[key] - b[key]) < 1e-4 for a, b in zip(split, one_process) for key in a
-               if isinstance(a[key], float) and not key.endswith("clip_frac"))
+    assert_metrics_match(split, without_times(tmp_path / "one"), ignore=("clip_frac",), abs=1e-4)
     if algo == "online_dpo":  # a step of one pair: one learner had none and joined the other's update (DDP) all the same
         assert 1 in [record["dpo/pairs"] for record in split if "dpo/pairs" in record]
 
