@@ -330,7 +330,7 @@ class _Parser:
         factors = [self.power()]
         while True:
             kind, value = self.peek()
-            another_number = kind == "num" and factors[-1][0] == "num"  # "3 4": term() refuses it
+            another_number = kind == "num" and factors[-1][0] == "num"  # "\sin 2 3" is sin(2)·3, as before
             function = kind == "cmd" and value[1:] in (*_FUNCTIONS, "sum", "prod")
             if another_number or function or value in ("(", "[", "{") or not self._starts_atom(kind, value):
                 return _flat("mul", factors)
