@@ -415,3 +415,26 @@ def test_an_operator_ends_a_functions_bracketless_argument(answer, tree):
 ])
 def test_an_exponent_may_carry_its_sign_without_braces(answer, tree):
     assert parse_answer(answer) == tree
+
+
+@pytest.mark.parametrize("answer, tree", [
+    ("e", ("const", "e")),
+    ("i", ("const", "i")),
+    ("2i", ("mul", (num(2), ("const", "i")))),
+    ("e(2)", ("mul", (("sym", "e"), num(2)))),  # before a bracket e and i are names, as f(2) is
+    ("i(2)", ("mul", (("sym", "i"), num(2)))),
+    ("\\sin(x) y", ("mul", (SIN_X, Y))),  # a bracketed argument ends at its bracket
+])
+def test_e_and_i_are_constants_unless_a_bracket_follows(answer, tree):
+    assert parse_answer(answer) == tree
+
+
+@pytest.mark.parametrize("answer, message", [
+    ("{}", "empty group"),
+    ("\\sin x \\to y", "trailing '\\\\\\\\to'"),  # an operator the parser does not know ends the expression
+    ("\\sin x \\cap y", "trailing '\\\\\\\\cap'"),
+    ("\\sin x \\implies y", "trailing '\\\\\\\\implies'"),
+])
+def test_what_cannot_follow_is_refused_by_name(answer, message):
+    with pytest.raises(ParseError, match=f"^{message}$"):
+        parse_answer(answer)
