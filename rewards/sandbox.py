@@ -82,13 +82,16 @@ class Worker:
         """function(*args) in the worker; its JSON-plain result (as returned where ``raw``: the function's
         own promise of JSON data), or CheckTimeout after `timeout` seconds."""
         payload = pickle.dumps((function, args, raw), protocol=pickle.HIGHEST_PROTOCOL)
+        # The clock starts before the request goes out: a deadline taken after the write let a worker that the write
+        # woke answer first, while this thread waited for a core, and a reply was already in at a 1 us limit.
+        deadline = time.monotonic() + timeout
         try:
             self.process.stdin.write(struct.pack("<Q", len(payload)) + payload)
         except (BrokenPipeError, OSError) as exc:
             self.kill()
             raise WorkerError("rewards worker is gone") from exc
         try:
-            line = self._read_line(time.monotonic() + timeout)
+            line = self._read_line(deadline)
         except BaseException:
             # Anything else in flight (Ctrl-C caught by the caller, a bad timeout): the reply still to
             # come would answer the next request, so this worker must never be reused.

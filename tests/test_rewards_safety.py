@@ -93,6 +93,37 @@ def test_limit_holds_from_threads_and_asyncio():
     assert math_equal("\\boxed{x^2-1}", "(x-1)(x+1)")  # the blocking form works inside a loop's thread too
 
 
+def _quick():
+    return "answered"
+
+
+class _PipeThenLoseTheCore:
+    """A worker's stdin whose writer is descheduled right after each write, as a loaded machine does."""
+
+    def __init__(self, pipe):
+        self.pipe = pipe
+
+    def write(self, data):
+        written = self.pipe.write(data)
+        time.sleep(0.3)
+        return written
+
+    def __getattr__(self, name):
+        return getattr(self.pipe, name)
+
+
+def test_the_limit_counts_from_before_the_request_is_sent(monkeypatch):
+    """The deadline was taken after the request's write: on a loaded 2-core machine the worker that the write woke
+    answered while the caller waited for a core, and a check at a 1 us limit came back "ok" (CI, AMD EPYC)."""
+    assert run_limited(_quick, (), 5.0) == "answered"  # a worker is up and idle: the next call takes it
+    worker = WORKERS._idle[-1]
+    monkeypatch.setattr(worker.process, "stdin", _PipeThenLoseTheCore(worker.process.stdin))
+    with pytest.raises(CheckTimeout):
+        run_limited(_quick, (), 0.1)
+    assert not worker.alive  # killed at its deadline, never reused
+    assert run_limited(_quick, (), 5.0) == "answered"
+
+
 def _verify_in_child(completion):
     result = math_verifier(completion, answer="(x-1)(x+1)", timeout=1.0)
     return result.score, result.status
