@@ -69,6 +69,8 @@ def exact_value(node: tuple) -> Fraction | None:
         return Fraction(result)
     if kind == "fn" and node[1] in _BIG_OPERATORS:
         return _big_operator_value(node)
+    if kind == "fn" and node[1] in ("max", "min", "gcd", "lcm"):
+        return _list_function_value(node[1], [exact_value(arg) for arg in node[2]])
     if kind == "fn" and node[1] == "binom" and len(node[2]) == 2:
         n, k = exact_value(node[2][0]), exact_value(node[2][1])
         if n is None or k is None:
@@ -81,6 +83,22 @@ def exact_value(node: tuple) -> Fraction | None:
         check_binom_size(n, k)
         return Fraction(math.comb(int(n), int(k)))
     return None
+
+
+def _list_function_value(name: str, values: list[Fraction | None]) -> Fraction | None:
+    """max/min of rationals; gcd/lcm of integers (math.gcd's and math.lcm's signs: never negative); else None."""
+    if any(value is None for value in values):
+        return None
+    if name in ("max", "min"):
+        return max(values) if name == "max" else min(values)
+    if any(value.denominator != 1 for value in values):
+        return None
+    integers = [value.numerator for value in values]
+    if name == "gcd":
+        return Fraction(math.gcd(*integers))
+    if sum(abs(n).bit_length() for n in integers) > MAX_RESULT_BITS:
+        raise TooLarge("lcm too large")
+    return Fraction(math.lcm(*integers))
 
 
 _BIG_OPERATORS = ("sum", "prod")

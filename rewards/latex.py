@@ -88,6 +88,13 @@ _FUNCTIONS = {
     "sin", "cos", "tan", "cot", "sec", "csc", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh",
     "log", "ln", "exp", "lg",
 }
+# Functions of a bracketed list: \max(a, b), \min\{a, b\}, \gcd(a, b), \operatorname{lcm}(a, b)
+_LIST_FUNCTIONS = {"max", "min", "gcd", "lcm"}
+# \operatorname{lcm}(, \mathrm{gcd}\{ ...: the function itself; "5 \text{min}" with no bracket after it stays a unit
+_NAMED_LIST_FUNCTION_RE = re.compile(
+    r"\\(?:operatorname|mathrm|textrm|text)\s*\{\s*(" + "|".join(sorted(_LIST_FUNCTIONS)) + r")\s*\}(?=\s*(?:\(|\\\{))"
+)
+_LIST_OPENER_RE = re.compile(r"\s*(?:\(|\\\{)")
 _FLOOR_CEILING = {r"\lfloor": (r"\rfloor", "floor"), r"\lceil": (r"\rceil", "ceil")}  # opener: (closer, function)
 # f^{-1}: the inverse function where the notation means it (sin^{-1} x = arcsin x); None where it is read both ways
 _INVERSE_NOTATION = {"sin": "arcsin", "cos": "arccos", "tan": "arctan", "cot": None, "sec": None, "csc": None,
@@ -154,7 +161,7 @@ def normalize(answer: str) -> str:
     s = _TRAILING_APPROX_RE.sub(r"\1", s).replace(r"\approx", "=")
     s = _FRAC_SPELLINGS_RE.sub(r"\\frac", s).replace(r"\dbinom", r"\binom").replace(r"\tbinom", r"\binom")
     s = _DEGREES_RE.sub("", s)
-    s = _unwrap_style_commands(s)
+    s = _unwrap_style_commands(_NAMED_LIST_FUNCTION_RE.sub(r"\\\1", s))
     s = _BRACED_COMMA_RE.sub(",", s).replace(r"\$", "").replace("$", "").replace(r"\%", "%")
     s = re.sub(r"\s*(?:percent(?:age)?|pct)\b", "%", s)
     s = re.sub(r"\s+", " ", s).strip().rstrip(".,;").strip()  # sentence punctuation after the answer
@@ -202,6 +209,8 @@ def tokenize(s: str) -> list[tuple[str, str]]:
                 tokens.extend(("word", ch) for ch in word)  # points, not words: S_{MBCN}, \frac{NO}{BO}
             elif word in ("or", "and"):
                 tokens.append(("text", word))  # hedged answers ("3 or 4") are not values
+            elif word in _LIST_FUNCTIONS and _LIST_OPENER_RE.match(s, match.end()):
+                tokens.append(("cmd", "\\" + word))  # max(1, 2) as \max(1, 2); "5 min" stays a unit
             elif word in _FUNCTIONS or word in ("sqrt", "pi", "inf", "infinity", "oo"):
                 tokens.append(("cmd", "\\" + ("infty" if word in ("inf", "infinity", "oo") else word)))
             elif len(word) > 3 and word.lower() not in _FUNCTIONS or word.lower() in _ANSWER_WORDS:
@@ -331,7 +340,7 @@ class _Parser:
         while True:
             kind, value = self.peek()
             another_number = kind == "num" and factors[-1][0] == "num"  # "\sin 2 3" is sin(2)·3, as before
-            function = kind == "cmd" and value[1:] in (*_FUNCTIONS, "sum", "prod")
+            function = kind == "cmd" and value[1:] in (*_FUNCTIONS, *_LIST_FUNCTIONS, "sum", "prod")
             if another_number or function or value in ("(", "[", "{") or not self._starts_atom(kind, value):
                 return _flat("mul", factors)
             factors.append(self.power())
@@ -510,6 +519,8 @@ class _Parser:
             arg = self.atom() if self.at("(") else self.function_argument()
             node = ("fn", bare, (arg,) if base is None else (arg, base))
             return ("pow", node, exponent) if exponent is not None else node
+        if bare in _LIST_FUNCTIONS:
+            return self.list_function(bare)
         if bare in _GREEK:
             return ("sym", bare)
         if bare == "begin":
@@ -517,6 +528,16 @@ class _Parser:
         if bare in ("emptyset", "varnothing"):
             return ("set", ())
         raise ParseError(f"unsupported command {name}")
+
+    def list_function(self, name: str) -> tuple:
+        """\\max(a, b, c) or \\max\\{a, b, c\\} -> ("fn", "max", (a, b, c)); a subscript (\\max_{x}) or a bare argument
+        is refused rather than guessed."""
+        if not self.at("(", r"\{"):
+            raise ParseError(f"\\{name} without its arguments in brackets")
+        args = self.items(")" if self.take()[1] == "(" else r"\}")
+        if not args:
+            raise ParseError(f"\\{name} of nothing")
+        return ("fn", name, tuple(args))
 
     def big_operator(self, name: str) -> tuple:
         """\\sum_{k=0}^{n-1} F_k F_{n-k-1} -> ("fn", "sum", (body, k, 0, n-1)); the body is the product that follows."""

@@ -76,6 +76,12 @@ def to_sympy(node: tuple) -> sympy.Expr:
         if name in ("log", "lg"):
             base = args[1] if len(args) > 1 else (10 if name == "lg" else sympy.E)
             return sympy.log(args[0], base)
+        if name in ("max", "min"):
+            return (sympy.Max if name == "max" else sympy.Min)(*args)
+        if name in ("gcd", "lcm"):
+            if all(arg.is_Integer for arg in args):
+                return (sympy.igcd if name == "gcd" else sympy.ilcm)(*args)
+            return sympy.Function(name)(*args)  # of symbols: as written (sympy.gcd is the polynomials' gcd)
         return _FUNCTIONS[name](args[0])
     raise TypeError(f"not a scalar: {kind}")
 
