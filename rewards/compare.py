@@ -281,6 +281,10 @@ def equivalent(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
         return equivalent(pred[2], gold, scalar_equal)
     if gold[0] == "eq" and pred[0] != "eq" and _is_name(gold[1]):  # "(p, q) = (3, 2)", "AB = 4": the value answers
         return equivalent(pred, gold[2], scalar_equal)
+    if gold[0] == "tuple":  # "x = 3, y = -1" answers "(3, -1)"
+        pred = _assignments_as_tuple(pred)
+    if pred[0] == "tuple":
+        gold = _assignments_as_tuple(gold)
     kind = gold[0]
     if kind in _CONTAINERS or pred[0] in _CONTAINERS:
         return _containers(pred, gold, scalar_equal)
@@ -411,6 +415,18 @@ def _is_number_literal(node: tuple) -> bool:
     while node[0] == "neg":
         node = node[1]
     return node[0] == "num" and (node[2] is not None or node[1].denominator == 1)
+
+
+def _assignments_as_tuple(node: tuple) -> tuple:
+    """x = 3, y = -1 -> (3, -1): values given to two or more names written in alphabetical order, the order an
+    ordered pair's names take ((x, y), (a, b, c), (r, theta)). Written in another order (y = -1, x = 3) they are
+    left a list of equations: either order may be the one meant, and a wrong guess would pay a wrong answer."""
+    if node[0] != "set" or len(node[1]) < 2 or any(item[0] != "eq" or item[1][0] != "sym" for item in node[1]):
+        return node
+    names = [item[1][1] for item in node[1]]
+    if any(first >= second for first, second in zip(names, names[1:])):
+        return node
+    return ("tuple", tuple(item[2] for item in node[1]))
 
 
 def _as_interval(node: tuple) -> tuple:

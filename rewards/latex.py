@@ -51,6 +51,9 @@ _DOUBLE_ESCAPED_RE = re.compile(
     r"(?<!\\)\\(?=\\(?:[dtc]?frac|sqrt|left|right|le|leq|ge|geq|ne|neq|pi|infty|cdot|times|pm|in|cup|text|mathrm|boxed)"
     r"(?![a-zA-Z]))"
 )
+# \lvert x \rvert and \vert x \vert are |x|; \mathbb{R}, the real numbers, is the interval it names
+_ABS_BAR_RE = re.compile(r"\\[lr]?vert(?![a-zA-Z])")
+_REALS_RE = re.compile(r"\\mathbb\s*(?:\{\s*R\s*\}|R(?![a-zA-Z]))")
 # An approximation written after an exact value is a remark on it ("x = 1/3 \\approx 0.33"); alone it states the value.
 _TRAILING_APPROX_RE = re.compile(r"(=[^,;=]*?)\s*\\approx[^,;=]*")
 _FRAC_SPELLINGS_RE = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
@@ -158,6 +161,7 @@ def normalize(answer: str) -> str:
             s = s[len(left):len(s) - len(right)].strip()
     s = _DOUBLE_ESCAPED_RE.sub("", s)
     s = _DROP_RE.sub(" ", _LATEX_THOUSANDS_RE.sub(",", s))
+    s = _REALS_RE.sub(r"(-\\infty,\\infty)", _ABS_BAR_RE.sub("|", s))
     s = _TRAILING_APPROX_RE.sub(r"\1", s).replace(r"\approx", "=")
     s = _FRAC_SPELLINGS_RE.sub(r"\\frac", s).replace(r"\dbinom", r"\binom").replace(r"\tbinom", r"\binom")
     s = _DEGREES_RE.sub("", s)

@@ -242,6 +242,13 @@ def test_sample_points_give_each_variable_a_distinct_value_at_every_point():
     ("x < 1", "-x > -1", True), ("2x < 2", "x < 1", True), ("x < 1", "2x < 2", True), ("-2x < -2", "x < 1", False),
     ("x \\ne 1", "2x \\ne 2", True), ("x \\ne 1", "-x \\ne -1", True), ("x < 1", "x \\le 1", False),
     ("1 < 2 < 3", "1 < 2 < 3", True), ("1 < x < 3", "1 < x \\le 3", False),
+    # values given to names in alphabetical order answer an ordered tuple, either way round; in another order, or
+    # with a name twice, they do not (which order was meant is a guess)
+    ("x = 3, y = -1", "(3, -1)", True), ("(3, -1)", "x = 3, y = -1", True), ("a=1, b=2, c=3", "(1, 2, 3)", True),
+    ("\\rho = 2, \\theta = \\frac{\\pi}{3}", "\\left(2, \\frac{\\pi}{3}\\right)", True),
+    ("y = -1, x = 3", "(3, -1)", False), ("x = -1, y = 3", "(3, -1)", False), ("x = 3, x = 4", "(3, 4)", False),
+    ("x = 3, y = -1, z = 0", "(3, -1)", False), ("x = 3, y + 1 = 0", "(3, -1)", False),
+    ("x = 3, y = -1", "x = 3, y = -1", True), ("y = -1, x = 3", "x = 3, y = -1", True),
     # units: compared when both are given
     ("5 m", "5 cm", False), ("5 m", "5", True), ("5", "5 m", True), ("5 m", "5 m", True),
     # text against text

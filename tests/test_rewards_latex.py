@@ -376,6 +376,24 @@ def test_a_list_function_without_its_list_is_refused_by_name(answer, message):
         parse_answer(answer)
 
 
+@pytest.mark.parametrize("answer, tree", [
+    ("\\lvert -3 \\rvert", ("fn", "abs", (("neg", num(3)),))),
+    ("\\left\\lvert x \\right\\rvert", ("fn", "abs", (X,))),
+    ("\\vert x \\vert + 1", ("add", (("fn", "abs", (X,)), num(1)))),
+    ("\\mathbb{R}", ("tuple", (("neg", ("const", "inf")), ("const", "inf")))),  # (a, b): compare.py's open interval
+    ("x \\in \\mathbb R", ("tuple", (("neg", ("const", "inf")), ("const", "inf")))),
+])
+def test_vert_bars_are_absolute_values_and_the_reals_are_the_whole_line(answer, tree):
+    assert parse_answer(answer) == tree
+
+
+def test_the_reals_and_vert_bars_are_compared_by_value():
+    """Both were unsupported commands (\\lvert -3 \\rvert scored 0 against 3; math-verify: 1)."""
+    assert math_equal("\\lvert -3 \\rvert", "3") and math_equal("\\mathbb{R}", "(-\\infty, \\infty)")
+    assert not math_equal("\\mathbb{R}", "[0, \\infty)") and not math_equal("\\mathbb{Z}", "(-\\infty, \\infty)")
+    assert not math_equal("\\mathbb{RR}", "(-\\infty, \\infty)")
+
+
 def test_max_min_gcd_and_lcm_are_compared_by_value():
     """They were unsupported commands (\\max(1, 2) scored 0 against 2; math-verify: 1)."""
     assert math_equal("\\max(1, 2)", "2") and not math_equal("\\max(1, 2)", "1")
