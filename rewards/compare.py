@@ -430,8 +430,12 @@ def _assignments_as_tuple(node: tuple) -> tuple:
 
 
 def _as_interval(node: tuple) -> tuple:
-    """x > 3 -> (3, oo); 1 <= x < 2 -> [1, 2): a one-variable inequality is its solution interval."""
+    """x > 3 -> (3, oo); 1 <= x < 2 -> [1, 2); x != 0 -> (-oo, 0) U (0, oo): a one-variable inequality is its
+    solution interval(s)."""
     inf = ("const", "inf")
+    if node[0] == "rel" and node[1] == "!=" and (node[2][0] == "sym") != (node[3][0] == "sym"):
+        point = node[3] if node[2][0] == "sym" else node[2]
+        return ("union", (("interval", False, ("neg", inf), point, False), ("interval", False, point, inf, False)))
     if node[0] == "rel" and node[1] in ("<", "<="):
         closed = node[1] == "<="
         if node[2][0] == "sym" and node[3][0] != "sym":

@@ -198,6 +198,10 @@ def test_sample_points_give_each_variable_a_distinct_value_at_every_point():
     # only a variable against a bound that is not a bare variable: x < y and 1 < 2 are no intervals
     ("x < y", "(-\\infty, y)", False), ("y < x", "(y, \\infty)", False), ("1 < 2", "(-\\infty, 2)", False),
     ("1 < 2", "(1, \\infty)", False), ("1 < \\sin(x) < 2", "(-2, -1) \\cup (1, 2)", False),
+    # x != a is the line without a, either way round
+    ("x \\ne 2", "(-\\infty, 2) \\cup (2, \\infty)", True), ("(-\\infty, 0) \\cup (0, \\infty)", "x \\neq 0", True),
+    ("2 \\ne x", "(-\\infty, 2) \\cup (2, \\infty)", True), ("x \\ne 2", "(-\\infty, 2] \\cup (2, \\infty)", False),
+    ("x \\ne 2", "(-\\infty, 3) \\cup (3, \\infty)", False), ("x \\ne y", "(-\\infty, y) \\cup (y, \\infty)", False),
     ("1 < x \\le 2", "(1, 2]", True), ("1 \\le x < 2", "[1, 2)", True), ("1 < x < 2", "[1, 2)", False),
     ("0 < f(x) < 1", "(0, 1)", True), ("0 < 2x < 1", "(0, 1)", False), ("a < x < b", "(a, b)", True),
     ("a < f(x) < 1", "(a, 1)", False), ("0 < f(x) < b", "(0, b)", False),  # a named quantity: between numbers only
