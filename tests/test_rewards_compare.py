@@ -5,7 +5,7 @@ from fractions import Fraction
 
 import pytest
 
-from rewards import math_equal
+from rewards import math_equal, math_verifier
 from rewards.compare import (
     MAX_BIG_OPERATOR_WORK,
     MAX_RESULT_BITS,
@@ -37,6 +37,8 @@ def value(text: str) -> Fraction | None:
     ("\\sum_{k=1}^{4} k^2", Fraction(30)), ("\\prod_{k=1}^{4} k", Fraction(24)), ("\\sum_{k=2}^{2} k", Fraction(2)),
     ("\\sum_{k=3}^{1} k", Fraction(0)), ("\\prod_{k=3}^{1} k", Fraction(1)),  # empty ranges: the sum's and product's units
     ("\\sum_{k=1}^{3} \\frac{1}{k}", Fraction(11, 6)),
+    ("\\max(4, 6)", Fraction(6)), ("\\min(4, 6)", Fraction(4)), ("\\max(\\frac{1}{2}, \\frac{1}{3})", Fraction(1, 2)),
+    ("\\gcd(12, -18)", Fraction(6)), ("\\operatorname{lcm}(4, 6)", Fraction(12)), ("\\gcd(0, 0)", Fraction(0)),
     ("1^{10^{9}}", Fraction(1)), ("(-1)^{10^{9}+1}", Fraction(-1)), ("0^{10^{9}}", Fraction(0)),  # no size to guard
 ])
 def test_exact_values(text, expected):
@@ -47,6 +49,7 @@ def test_exact_values(text, expected):
     "x+1", "x\\%", "\\sqrt{2}", "\\pi", "2^{1/2}", "0^{-1}", "\\frac{1}{0}", "(-1)!", "(1/2)!", "\\binom{1/2}{1}",
     "\\binom{x}{2}",
     "\\sum_{k=1}^{n} k", "\\sum_{k=1}^{3} x", "\\sum_{k=1}^{3} \\sqrt{k}",
+    "\\max(x, 1)", "\\gcd(1.5, 3)", "\\operatorname{lcm}(4, \\sqrt{2})",
 ])
 def test_no_exact_value_for_symbols_irrationals_and_undefined_values(text):
     assert value(text) is None
@@ -64,6 +67,16 @@ def test_the_size_guards_name_themselves():
         value("2^{5000}")
     with pytest.raises(TooLarge, match="factorial too large"):
         value("301!")
+    with pytest.raises(TooLarge, match="^lcm too large$"):
+        exact_value(("fn", "lcm", (("num", Fraction(2**4095), None), ("num", Fraction(1), None))))
+
+
+def test_an_lcm_is_refused_past_the_bound_on_its_arguments_bits():
+    """lcm <= the product of its arguments: their bit lengths, summed, bound the result's."""
+    within = ("fn", "lcm", (("num", Fraction(2 ** (MAX_RESULT_BITS - 2)), None), ("num", Fraction(1), None)))
+    assert exact_value(within) == 2 ** (MAX_RESULT_BITS - 2)  # 4095 + 1 bits: at the bound
+    with pytest.raises(TooLarge):
+        exact_value(("fn", "lcm", (("num", Fraction(2 ** (MAX_RESULT_BITS - 1)), None), ("num", Fraction(1), None))))
 
 
 def test_the_size_guard_bounds():
@@ -260,6 +273,13 @@ def test_sample_points_give_each_variable_a_distinct_value_at_every_point():
 ])
 def test_structural_equivalence(pred, gold, equal):
     assert math_equal(pred, gold) is equal
+
+
+@pytest.mark.parametrize("pred, gold", [("1, 2", "(1, 2)"), ("x = 3, y + 1 = 0", "(3, -1)"), ("a = 3, |y| = 1", "(3, 1)"),
+                                        ("x = 3", "(3, 4)")])
+def test_a_list_that_is_not_values_given_to_names_is_no_tuple_and_no_error(pred, gold):
+    result = math_verifier(f"\\boxed{{{pred}}}", answer=gold)
+    assert (result.score, result.status) == (0.0, "ok")
 
 
 def test_equivalent_leaves_the_leaves_to_the_scalar_test():
