@@ -60,7 +60,7 @@ CORE_USERS = ["tests/test_grpo_loop.py", "tests/test_ppo.py", *GRPO_REFERENCE, *
 VERIFIER_TESTS = ["tests/test_rewards_extraction.py", "tests/test_rewards_equivalence.py",
                   "tests/test_rewards_equivalence_edges.py", "tests/test_rewards_robustness.py",
                   "tests/test_math_verify_suite.py", "tests/test_rewards_safety.py", "tests/test_rewards_mathcheck.py",
-                  "tests/test_rewards_compare.py", "tests/test_rewards_latex.py"]
+                  "tests/test_rewards_compare.py", "tests/test_rewards_latex.py", "tests/test_rewards_renderings.py"]
 TASK_TESTS = ["tests/test_tasks.py", "tests/test_task_countdown.py", "tests/test_task_arithmetic.py",
               "tests/test_env_task_edges.py", "tests/test_env.py"]
 MODULES: dict[str, list[str]] = {
