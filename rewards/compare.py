@@ -273,8 +273,9 @@ def equivalent(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
         return _percent(pred, gold, scalar_equal)
     if pred[0] == gold[0] == "rel" and pred[1] == gold[1]:
         sides = _all((equivalent(pred[2], gold[2], scalar_equal), equivalent(pred[3], gold[3], scalar_equal)))
-        # the same inequality with terms moved or scaled by a positive constant: x < 1 and -x > -1
-        return True if sides is True else _same_up_to_factor(pred, gold, scalar_equal, positive=pred[1] != "!=")
+        # the same inequality with terms moved or scaled by a positive constant: x < 1 and -x > -1. Sides left
+        # undecided (x < log_2 pi^2 against 2 log_2 pi > x) go on to the scalar test that can decide them.
+        return _any((sides, _same_up_to_factor(pred, gold, scalar_equal, positive=pred[1] != "!=")))
     pred, gold = _matrix_value(_as_interval(pred)), _matrix_value(_as_interval(gold))
     # "x = 3" against "3": judge the value; both equations: compare them as equations
     if pred[0] == "eq" and gold[0] != "eq":

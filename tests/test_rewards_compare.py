@@ -256,6 +256,10 @@ def test_sample_points_give_each_variable_a_distinct_value_at_every_point():
     ("x = x", "y = 2x", False), ("y = \\sqrt{x}", "y = x^2", False),
     # the difference vanishes at a sample point (x = 37/101) and is twice the gold's at the others
     ("2x + 2y = 74/101 + 2y", "x + y = 37/101 + y", True),
+    # sides only sympy decides go on to it: they were scored 0 in-process
+    ("x < \\log_{2}(\\pi^{2})", "\\frac{\\ln(\\pi^2)}{\\ln 2} > x", True),
+    ("x < e^{\\sqrt{3} - 6}", "\\exp(\\sqrt{3} - 6) > x", True),
+    ("x < \\sqrt{2}", "\\sqrt{3} > x", False), ("x < e^{\\sqrt{3} - 6}", "\\exp(\\sqrt{3} - 5) > x", False),
     ("x < 1", "-x > -1", True), ("2x < 2", "x < 1", True), ("x < 1", "2x < 2", True), ("-2x < -2", "x < 1", False),
     ("x \\ne 1", "2x \\ne 2", True), ("x \\ne 1", "-x \\ne -1", True), ("x < 1", "x \\le 1", False),
     ("1 < 2 < 3", "1 < 2 < 3", True), ("1 < x < 3", "1 < x \\le 3", False),
