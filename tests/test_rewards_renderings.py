@@ -1,8 +1,10 @@
 """One expression written two ways is one answer: a random expression tree, rendered as a model and as a dataset
 might write it (\\left( \\right) and \\cdot against bare brackets, \\frac against /, \\dfrac against \\div, e^{} against
 \\exp, \\sqrt[3]{} against ^{1/3}, \\log_{2} against a quotient of logarithms, terms and factors swapped), must score
-1; the same expression plus 1/7 must score 0. Its first runs found constants sympy's simplify could not prove equal
-(rewards/symbolic.py: agreement to 40 digits)."""
+1; the same expression plus 1/7 must score 0. The same for answers built of two expressions: a set in either order, a
+tuple, an equation and an inequality each way round, an interval as brackets and as an inequality, a matrix in two
+environments. Their first runs found constants sympy's simplify could not prove equal (rewards/symbolic.py: agreement
+to 40 digits) and inequalities whose sides only sympy decides scored 0 in-process (rewards/compare.py)."""
 
 import sympy
 from hypothesis import HealthCheck, assume, example, given, settings
@@ -86,3 +88,37 @@ def test_one_expression_written_two_ways_scores_one_and_plus_a_seventh_scores_ze
     assert (same.score, same.status) == (1.0, "ok"), same.details
     other = math_verifier(f"\\boxed{{{written} + \\frac{{1}}{{7}}}}", answer=rewritten)
     assert (other.score, other.status) == (0.0, "ok"), other.details
+
+
+SHAPES = ["set", "tuple", "equation", "inequality", "interval", "matrix"]
+
+
+def two_renderings(shape: str, first: tuple, second: tuple) -> tuple[str, str] | None:
+    """An answer of ``shape`` built from two expressions, written two ways; None where the shape does not fit them."""
+    (v1, a1, a2), (v2, b1, b2) = first, second
+    if shape == "set":
+        return (f"\\{{{a1}, {b1}\\}}", f"{b2}, {a2}") if sympy.simplify(v1 - v2) != 0 else None
+    if shape == "tuple":
+        return f"\\left({a1}, {b1}\\right)", f"({a2}, {b2})"
+    if shape == "equation":
+        return (f"y = {a1}", f"{a2} = y") if X not in v1.free_symbols else None
+    if shape == "matrix":
+        return f"\\begin{{pmatrix}} {a1} & {b1} \\end{{pmatrix}}", f"\\begin{{bmatrix}} {a2} & {b2} \\end{{bmatrix}}"
+    if v1.free_symbols or v2.free_symbols or not (v1.is_real and v2.is_real):
+        return None
+    if shape == "inequality":
+        return f"x < {a1}", f"{a2} > x"
+    (low, low1, low2), (high, high1, high2) = sorted([(float(v1), a1, a2), (float(v2), b1, b2)])
+    return (f"{low1} \\le x < {high1}", f"[{low2}, {high2})") if low < high else None
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(SHAPES), expressions(2), expressions(2))
+@example("inequality", (2 * sympy.log(sympy.pi, 2), "\\log_{2}\\left(\\left(\\pi\\right)^{2}\\right)",
+                        "\\frac{\\ln((\\pi)^2)}{\\ln 2}"), (sympy.Integer(1), "1", "1"))
+def test_an_answer_of_two_expressions_written_two_ways_scores_one(shape, first, second):
+    assume(defined(first[0]) and defined(second[0]))
+    written = two_renderings(shape, first, second)
+    assume(written is not None)
+    same = math_verifier(f"\\boxed{{{written[0]}}}", answer=written[1])
+    assert (same.score, same.status) == (1.0, "ok"), same.details
