@@ -298,10 +298,8 @@ def equivalent(pred: tuple, gold: tuple, scalar_equal: ScalarEqual) -> Verdict:
             return sides
         # the same curve written another way: 2x+4y-3=0 and y=-x/2+3/4, a plane with every sign flipped
         return _any((sides, _same_up_to_factor(pred, gold, scalar_equal, positive=False)))
-    if kind == "rel" or pred[0] == "rel":
-        if pred[0] != gold[0] or pred[1] != gold[1]:
-            return False
-        return _all((equivalent(pred[2], gold[2], scalar_equal), equivalent(pred[3], gold[3], scalar_equal)))
+    if kind == "rel" or pred[0] == "rel":  # the same relation on both sides was compared above: any other pair differs
+        return False
     if kind == "chain" or pred[0] == "chain":
         if pred[0] != gold[0] or len(pred[1]) != len(gold[1]):
             return False

@@ -272,8 +272,12 @@ def test_sample_points_give_each_variable_a_distinct_value_at_every_point():
     ("x = 3, y = -1", "x = 3, y = -1", True), ("y = -1, x = 3", "x = 3, y = -1", True),
     # units: compared when both are given
     ("5 m", "5 cm", False), ("5 m", "5", True), ("5", "5 m", True), ("5 m", "5 m", True),
+    # a relation against anything but the same relation differs; chains compare link by link
+    ("x < y", "x \\le y", False), ("x < y", "x + 1", False), ("x + 1", "x < y", False),
+    ("0 < 2x < 1", "0 < x + x < 1", True), ("0 < 2x < 1", "0 < 3x < 1", False), ("0 < 2x < 1 < y", "0 < 2x < 1", False),
+    ("0 < 2x < 1", "2x + 1", False), ("2x + 1", "0 < 2x < 1", False), ("0 < 2x \\le 1", "0 < 2x < 1", False),
     # text against text
-    ("\\text{yes}", "\\text{yes}", True), ("\\text{yes}", "\\text{no}", False),
+    ("\\text{yes}", "\\text{yes}", True), ("\\text{yes}", "\\text{no}", False), ("\\text{yes}", "\\text{Yes}", True),
 ])
 def test_structural_equivalence(pred, gold, equal):
     assert math_equal(pred, gold) is equal
