@@ -143,13 +143,14 @@ EQUAL_CONSTANT_DIGITS = 40
 
 
 def _agree_to_digits(a: sympy.Expr, b: sympy.Expr, digits: int) -> bool:
-    """Do two constant expressions agree to ``digits`` significant digits (evaluated to 20 more)?"""
+    """Do two constant expressions agree to ``digits`` significant digits (evaluated to 20 more, in sympy's floats:
+    Python's would lose e^{-1000} to 0 and call it equal to 2e^{-1000})?"""
+    precision = digits + 20
     try:
-        a_value, b_value = complex(a.evalf(digits + 20)), complex(b.evalf(digits + 20))
-        difference = (a - b).evalf(digits + 20)
-        magnitude = max(abs(a_value), abs(b_value), 1.0)
-        return bool(difference.is_number) and abs(complex(difference)) <= magnitude * 10.0 ** -digits
-    except (TypeError, ValueError, ZeroDivisionError, OverflowError):
+        difference = abs((a - b).evalf(precision))
+        magnitude = max(abs(a.evalf(precision)), abs(b.evalf(precision)))
+        return bool(difference <= magnitude * sympy.Float(10, precision) ** -digits)
+    except (TypeError, ValueError, ZeroDivisionError, OverflowError):  # no number to compare: not shown equal
         return False
 
 

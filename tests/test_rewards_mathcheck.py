@@ -132,6 +132,8 @@ def test_constants_simplify_leaves_unproved_are_equal_when_they_agree_to_forty_d
     assert symbolic._agree_to_digits(one + sympy.Rational(1, 10**41), one, 40)
     assert not symbolic._agree_to_digits(one + sympy.Rational(1, 10**39), one, 40)
     assert symbolic._agree_to_digits(10**50 * (one + sympy.Rational(1, 10**41)), 10**50 * one, 40)  # relative
+    assert not symbolic._agree_to_digits(sympy.exp(-1000), 2 * sympy.exp(-1000), 40)  # relative below 1 too
+    assert not math_equal("e^{-200}", "2e^{-200}") and not symbolic._agree_to_digits(sympy.Symbol("x"), one, 40)
 
 
 def test_the_worker_functions_give_their_verdicts_in_this_process_too():
