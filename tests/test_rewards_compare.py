@@ -251,7 +251,7 @@ def test_sample_points_give_each_variable_a_distinct_value_at_every_point():
     ("1\\%", "1", True), ("-1\\%", "-1", True), ("1\\%", "0.01", True),  # a bare gold of size 1 may have lost its sign
     # equations and inequalities
     ("x = 3", "3", True), ("AB = 4", "4", True), ("4", "AB = 4", True), ("x + 1 = 4", "3", False),
-    ("2x = 6", "x = 3", False), ("x = 3", "x = 3", True), ("3 = x", "x = 3", True),
+    ("2x = 6", "x = 3", False), ("x = 3", "2x = 6", False), ("x = 3", "x = 3", True), ("3 = x", "x = 3", True),
     ("2x+4y-3=0", "y=-x/2+3/4", True), ("x + y = 1", "x - y = 1", False), ("1 = 2", "2 = 4", False),
     ("x = x", "y = 2x", False), ("y = \\sqrt{x}", "y = x^2", False),
     # the difference vanishes at a sample point (x = 37/101) and is twice the gold's at the others
