@@ -93,11 +93,12 @@ _FUNCTIONS = {
 }
 # Functions of a bracketed list: \max(a, b), \min\{a, b\}, \gcd(a, b), \operatorname{lcm}(a, b)
 _LIST_FUNCTIONS = {"max", "min", "gcd", "lcm"}
+_LIST_OPENER_RE = re.compile(r"\s*(?:\(|\\\{)")  # the list's bracket, after any spaces
 # \operatorname{lcm}(, \mathrm{gcd}\{ ...: the function itself; "5 \text{min}" with no bracket after it stays a unit
 _NAMED_LIST_FUNCTION_RE = re.compile(
-    r"\\(?:operatorname|mathrm|textrm|text)\s*\{\s*(" + "|".join(sorted(_LIST_FUNCTIONS)) + r")\s*\}(?=\s*(?:\(|\\\{))"
+    r"\\(?:operatorname|mathrm|textrm|text)\s*\{\s*(" + "|".join(sorted(_LIST_FUNCTIONS)) + r")\s*\}"
+    r"(?=" + _LIST_OPENER_RE.pattern + ")"
 )
-_LIST_OPENER_RE = re.compile(r"\s*(?:\(|\\\{)")
 _FLOOR_CEILING = {r"\lfloor": (r"\rfloor", "floor"), r"\lceil": (r"\rceil", "ceil")}  # opener: (closer, function)
 # f^{-1}: the inverse function where the notation means it (sin^{-1} x = arcsin x); None where it is read both ways
 _INVERSE_NOTATION = {"sin": "arcsin", "cos": "arccos", "tan": "arctan", "cot": None, "sec": None, "csc": None,
