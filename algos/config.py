@@ -34,6 +34,7 @@ import yaml
 from algos.core import LOSS_AGGREGATIONS, POLICY_LOSSES, ROLLOUT_CORRECTIONS
 from algos.core.variants import Registry
 from rlvr_env.curriculum import StepSchedule
+from rlvr_env.prompting import validate_chat_template_kwargs
 from rlvr_env.registry import registered_tasks, resolve_id
 from rlvr_env.task import build_config
 
@@ -96,6 +97,9 @@ class EnvConfig:
     max_new_tokens: int = 64  # completion budget L_max (rows are truncated there)
     max_prompt_tokens: int | None = None  # None = the longest prompt of the batch
     use_chat_template: bool = True  # render prompts with the tokenizer's chat template
+    # The chat template's own variables, e.g. {enable_thinking: false} for Qwen3 (TRL's and verl's
+    # chat_template_kwargs), given to every rendering: rollouts, evaluation, warm start, DPO pairs. {} = none.
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
     system_prompt: str | None = None
     eval_size: int = 100  # held-out problems for `rlvr eval` and periodic evaluation (a dataset: its first ones)
     eval_seed: int = 12345  # held-out problems of a procedural task come from a seed training never uses
@@ -123,6 +127,10 @@ class EnvConfig:
         require(self.max_prompt_tokens is None or self.max_prompt_tokens >= 1, "env.max_prompt_tokens", "must be >= 1 or null")
         require(self.eval_size >= 1, "env.eval_size", "must be >= 1")
         require(self.eval_batch_size >= 0, "env.eval_batch_size", "must be >= 0 (0 = all at once)")
+        try:
+            validate_chat_template_kwargs(self.chat_template_kwargs)
+        except ValueError as error:
+            raise ValueError(f"config env.{error}") from None
 
         try:
             schedule = StepSchedule(self.schedule, "env.schedule")

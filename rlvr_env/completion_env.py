@@ -11,7 +11,7 @@ from typing import Any
 import gymnasium as gym
 
 from rewards.result import VerifyResult
-from rlvr_env.prompting import render_prompt
+from rlvr_env.prompting import render_prompt, validate_chat_template_kwargs
 from rlvr_env.registry import make_task
 from rlvr_env.spaces import UnicodeText
 from rlvr_env.task import Problem, Task
@@ -92,12 +92,15 @@ class CompletionEnv(gym.Env):
         max_prompt_chars: int = 16_384,
         max_completion_chars: int = MAX_COMPLETION_CHARS,
         problem_seed: int = 0,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         if max_prompt_chars < 1 or max_completion_chars < 1:
             raise ValueError("max_prompt_chars and max_completion_chars must be positive")
+        validate_chat_template_kwargs(chat_template_kwargs)
         self.task = copy.copy(task)  # reset options reconfigure this env's copy, never the caller's task
         self.tokenizer = tokenizer
         self.use_chat_template = use_chat_template
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.max_completion_chars = max_completion_chars
         self.problem_seed = problem_seed
         self.observation_space = UnicodeText(max_prompt_chars, min_length=1)
@@ -109,7 +112,7 @@ class CompletionEnv(gym.Env):
         super().reset(seed=seed)
         index, self.problem = problem_from_options(self.task, self.np_random, self.problem_seed, options)
         messages = self.task.messages(self.problem)
-        prompt = render_prompt(messages, self.tokenizer, self.use_chat_template)
+        prompt = render_prompt(messages, self.tokenizer, self.use_chat_template, self.chat_template_kwargs)
         if len(prompt) > self.observation_space.max_length:
             limit = self.observation_space.max_length
             raise ValueError(f"prompt of problem {index} has {len(prompt)} characters > max_prompt_chars={limit}")
@@ -136,7 +139,8 @@ class CompletionEnv(gym.Env):
 
 
 # CompletionEnv's own keyword arguments; everything else given to gymnasium.make is a task config field.
-ENV_ARGUMENTS = ("tokenizer", "use_chat_template", "max_prompt_chars", "max_completion_chars", "problem_seed")
+ENV_ARGUMENTS = ("tokenizer", "use_chat_template", "chat_template_kwargs", "max_prompt_chars", "max_completion_chars",
+                 "problem_seed")
 
 
 def make_completion_env(task_id: str, **kwargs: Any) -> CompletionEnv:

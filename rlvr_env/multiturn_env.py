@@ -15,6 +15,7 @@ A step appends the message; then, in this order:
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -23,6 +24,7 @@ from gymnasium import spaces
 
 from rewards.result import NO_ANSWER, VerifyResult
 from rlvr_env.completion_env import outcome_info, problem_from_options
+from rlvr_env.prompting import chat_text, validate_chat_template_kwargs
 from rlvr_env.registry import make_task
 from rlvr_env.spaces import UnicodeText
 from rlvr_env.task import Problem, Task, TaskConfig
@@ -70,20 +72,20 @@ class MultiTurnTask(Task):
         return None
 
 
-def render_conversation(messages, tokenizer=None, toolbox: Toolbox | None = None) -> str:
-    """The prompt for the next assistant message. With a chat template: the tools through
-    ``apply_chat_template(tools=...)`` when the template renders them, tool outputs as ``<tool_response>``
-    user turns when it has no tool role; without one, ``role: content`` blocks."""
+def render_conversation(messages, tokenizer=None, toolbox: Toolbox | None = None,
+                        chat_template_kwargs: Mapping[str, Any] | None = None) -> str:
+    """The prompt for the next assistant message. With a chat template (``chat_text``, given
+    ``chat_template_kwargs``): the tools through ``apply_chat_template(tools=...)`` when the template renders
+    them, tool outputs as ``<tool_response>`` user turns when it has no tool role; without one, ``role: content``
+    blocks."""
     if tokenizer is not None and getattr(tokenizer, "chat_template", None):
         if supports_tools(tokenizer):
-            return tokenizer.apply_chat_template(
-                list(messages), tools=(toolbox.schemas if toolbox else None), tokenize=False, add_generation_prompt=True
-            )
+            return chat_text(tokenizer, messages, chat_template_kwargs, tools=toolbox.schemas if toolbox else None)
         turns = [
             {"role": "user", "content": f"<tool_response>\n{m['content']}\n</tool_response>"} if m["role"] == "tool" else m
             for m in messages
         ]
-        return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+        return chat_text(tokenizer, turns, chat_template_kwargs)
     return "".join(f"{m['role']}: {m['content']}\n\n" for m in messages) + "assistant: "
 
 
@@ -112,15 +114,18 @@ class MultiTurnEnv(gym.Env):
     metadata = {"render_modes": []}
 
     def __init__(self, task: MultiTurnTask, tokenizer=None, max_message_chars: int = 8192,
-                 max_context_tokens: int | None = None, problem_seed: int = 0) -> None:
+                 max_context_tokens: int | None = None, problem_seed: int = 0,
+                 chat_template_kwargs: Mapping[str, Any] | None = None) -> None:
         if not isinstance(task, MultiTurnTask):
             raise ValueError(f"MultiTurnEnv needs a MultiTurnTask, got {type(task).__name__}")
         if max_message_chars < 1:
             raise ValueError(f"max_message_chars must be positive, got {max_message_chars}")
         if max_context_tokens is not None and (tokenizer is None or max_context_tokens < 1):
             raise ValueError("max_context_tokens needs a tokenizer and must be positive")
+        validate_chat_template_kwargs(chat_template_kwargs)
         self.task = copy.copy(task)  # reset options reconfigure this env's copy, never the caller's task
         self.tokenizer = tokenizer
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.toolbox = self.task.tools
         self.max_message_chars = max_message_chars
         self.max_context_tokens = max_context_tokens
@@ -182,7 +187,7 @@ class MultiTurnEnv(gym.Env):
     def _over_context(self) -> bool:
         if self.max_context_tokens is None:
             return False
-        prompt = render_conversation(self.messages, self.tokenizer, self.toolbox)
+        prompt = render_conversation(self.messages, self.tokenizer, self.toolbox, self.chat_template_kwargs)
         return len(self.tokenizer(prompt, add_special_tokens=False)["input_ids"]) > self.max_context_tokens
 
     def _observation(self) -> tuple[dict[str, str], ...]:
@@ -190,7 +195,7 @@ class MultiTurnEnv(gym.Env):
 
     def _info(self) -> dict[str, Any]:
         return {
-            "prompt": render_conversation(self.messages, self.tokenizer, self.toolbox),
+            "prompt": render_conversation(self.messages, self.tokenizer, self.toolbox, self.chat_template_kwargs),
             "turn": self.turn,
             "tool_calls": [dict(c) for c in self.tool_calls],
             "tool_errors": sum(c["status"] != "ok" for c in self.tool_calls),
@@ -198,7 +203,7 @@ class MultiTurnEnv(gym.Env):
 
 
 # MultiTurnEnv's own keyword arguments; everything else given to gymnasium.make is a task config field.
-ENV_ARGUMENTS = ("tokenizer", "max_message_chars", "max_context_tokens", "problem_seed")
+ENV_ARGUMENTS = ("tokenizer", "max_message_chars", "max_context_tokens", "problem_seed", "chat_template_kwargs")
 
 
 def make_multiturn_env(task_id: str, **kwargs: Any) -> MultiTurnEnv:

@@ -2,20 +2,86 @@
 
 from __future__ import annotations
 
+import warnings
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
+from jinja2 import TemplateError
 
 from rlvr_env.task import validate_prompt_template
 
+# apply_chat_template's own arguments: a template switch by one of these names would never reach the template.
+_APPLY_ARGUMENTS = frozenset({
+    "conversation", "tools", "documents", "chat_template", "add_generation_prompt", "continue_final_message",
+    "tokenize", "padding", "truncation", "max_length", "return_tensors", "return_dict", "return_assistant_tokens_mask",
+    "tokenizer_kwargs",
+})
 
-def render_prompt(messages: Sequence[dict[str, str]], tokenizer=None, use_chat_template: bool = True) -> str:
+
+def validate_chat_template_kwargs(kwargs) -> None:
+    """Raise ValueError naming chat_template_kwargs unless it is a mapping of template variable names (str) to
+    values, none of them one of apply_chat_template's own arguments (tokenize, tools, ...)."""
+    if kwargs is None:
+        return
+    if not isinstance(kwargs, Mapping):
+        raise ValueError(f"chat_template_kwargs must be a mapping of template variables "
+                         f"(e.g. {{enable_thinking: false}}), got {kwargs!r}")
+    for name in kwargs:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"chat_template_kwargs: {name!r} is not a template variable name")
+        if name in _APPLY_ARGUMENTS:
+            raise ValueError(f"chat_template_kwargs: {name!r} is apply_chat_template's own argument, set by the "
+                             f"rollout, not a template variable")
+
+
+def chat_text(tokenizer, messages: Sequence[dict[str, str]], chat_template_kwargs: Mapping[str, Any] | None = None,
+              **options) -> str:
+    """``messages`` through ``tokenizer``'s chat template, ending with the generation prompt. ``options`` (tools)
+    and ``chat_template_kwargs`` (the template's own variables, e.g. Qwen3's enable_thinking, as TRL's and verl's
+    chat_template_kwargs) reach the template. A template that refuses a leading system turn (Gemma 2's raises
+    "System role not supported") gets the system text folded into the first user turn, as Gemma 3's own template
+    does, with a warning; any other refusal is a ValueError that quotes the template's message."""
+    turns, variables = list(messages), {**(chat_template_kwargs or {}), **options}
+
+    def apply(conversation):
+        return tokenizer.apply_chat_template(conversation, tokenize=False, add_generation_prompt=True, **variables)
+
+    try:
+        return apply(turns)
+    except TemplateError as error:
+        refusal = error
+    folded = _system_folded(turns)
+    if folded is not None:
+        try:
+            text = apply(folded)
+        except TemplateError:
+            pass
+        else:
+            warnings.warn(f"the chat template refuses a system turn ({refusal}): the system prompt is folded into the "
+                          f"first user turn, as Gemma 3's template does", stacklevel=2)
+            return text
+    roles = [turn["role"] for turn in turns]
+    raise ValueError(f"the tokenizer's chat template refuses a conversation of roles {roles}: {refusal}") from None
+
+
+def _system_folded(turns: list[dict[str, str]]) -> list[dict[str, str]] | None:
+    """``turns`` with a leading system turn's text put before the first user turn's (a blank line between);
+    None when there is no system turn followed by a user turn to fold it into."""
+    if len(turns) < 2 or turns[0]["role"] != "system" or turns[1]["role"] != "user":
+        return None
+    first = {**turns[1], "content": f"{turns[0]['content']}\n\n{turns[1]['content']}"}
+    return [first, *turns[2:]]
+
+
+def render_prompt(messages: Sequence[dict[str, str]], tokenizer=None, use_chat_template: bool = True,
+                  chat_template_kwargs: Mapping[str, Any] | None = None) -> str:
     """Chat turns -> prompt text: through the tokenizer's chat template when it has
-    one (ending with the generation prompt), else plain text with turns separated
-    by blank lines (what a base model continues)."""
-    if tokenizer is not None and use_chat_template and getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    one (``chat_text``), else plain text with turns separated by blank lines (what a
+    base model continues)."""
+    if uses_chat_template(tokenizer, use_chat_template):
+        return chat_text(tokenizer, messages, chat_template_kwargs)
     return "\n\n".join(turn["content"] for turn in messages)
 
 

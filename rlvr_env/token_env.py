@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import functools
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -13,7 +13,7 @@ import numpy as np
 from gymnasium import spaces
 
 from rlvr_env.completion_env import outcome_info, problem_from_options
-from rlvr_env.prompting import encode_prompts, render_prompt, uses_chat_template
+from rlvr_env.prompting import encode_prompts, render_prompt, uses_chat_template, validate_chat_template_kwargs
 from rlvr_env.task import Problem, Task
 
 
@@ -80,13 +80,16 @@ class TokenEnv(gym.Env):
         use_chat_template: bool = True,
         stop_token_ids: Sequence[int] | None = None,
         problem_seed: int = 0,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
+        validate_chat_template_kwargs(chat_template_kwargs)
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         self.task = copy.copy(task)  # reset options reconfigure this env's copy, never the caller's task
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
         self.use_chat_template = use_chat_template
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.stop_ids = frozenset(stop_ids_of(tokenizer, stop_token_ids))
         self.problem_seed = problem_seed
         self.action_space = spaces.Discrete(len(tokenizer))
@@ -97,7 +100,8 @@ class TokenEnv(gym.Env):
         super().reset(seed=seed)
         index, self.problem = problem_from_options(self.task, self.np_random, self.problem_seed, options)
         chat = uses_chat_template(self.tokenizer, self.use_chat_template)
-        prompt = render_prompt(self.task.messages(self.problem), self.tokenizer, self.use_chat_template)
+        prompt = render_prompt(self.task.messages(self.problem), self.tokenizer, self.use_chat_template,
+                               self.chat_template_kwargs)
         self._prompt_ids = encode_prompts([prompt], self.tokenizer, chat_rendered=chat)[0]
         self._generated: list[int] = []
         delimiter = self.task.process_step_end

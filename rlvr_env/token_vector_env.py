@@ -20,7 +20,7 @@ import copy
 import numbers
 import sys
 import types
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from gymnasium.vector.utils import batch_space
 
 import rewards
 from rlvr_env.completion_env import PROCEDURAL_INDEX_RANGE, apply_task_option, checked_problem_index
-from rlvr_env.prompting import encode_prompts, render_prompt, uses_chat_template
+from rlvr_env.prompting import encode_prompts, render_prompt, uses_chat_template, validate_chat_template_kwargs
 from rlvr_env.task import Problem, Task, solved
 from rlvr_env.token_env import credit_newest_step, step_end_flags, stop_ids_of
 
@@ -97,9 +97,11 @@ class TokenVectorEnv(VectorEnv):
         stop_token_ids: Sequence[int] | None = None,
         problem_seed: int = 0,
         score_workers: int | None = None,
+        chat_template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         """``system_prompt`` overrides the task's; ``max_prompt_tokens`` makes a longer prompt
-        an error (None: no limit); ``score_workers`` goes to ``rewards.score_batch``."""
+        an error (None: no limit); ``score_workers`` goes to ``rewards.score_batch``;
+        ``chat_template_kwargs`` are the chat template's own variables (Qwen3's enable_thinking)."""
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         if max_new_tokens < 1:
@@ -108,6 +110,7 @@ class TokenVectorEnv(VectorEnv):
             raise ValueError(f"max_prompt_tokens must be >= 1 or None, got {max_prompt_tokens}")
         if tokenizer.pad_token_id is None and tokenizer.eos_token_id is None:
             raise ValueError("tokenizer needs a pad_token_id or an eos_token_id to pad with")
+        validate_chat_template_kwargs(chat_template_kwargs)
         self.task = copy.copy(task)  # system_prompt and reset options reconfigure this copy, never the caller's task
         if system_prompt is not None:
             self.task.configure(system_prompt=system_prompt)
@@ -117,6 +120,7 @@ class TokenVectorEnv(VectorEnv):
         self.max_prompt_tokens = max_prompt_tokens
         self.device = torch.device(device)
         self.use_chat_template = use_chat_template
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.problem_seed = problem_seed
         self.score_workers = score_workers
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
@@ -178,7 +182,8 @@ class TokenVectorEnv(VectorEnv):
         self.problems = [p for p in unique_problems for _ in range(group_size)]
 
         chat = uses_chat_template(self.tokenizer, self.use_chat_template)
-        texts = [render_prompt(self.task.messages(p), self.tokenizer, self.use_chat_template) for p in unique_problems]
+        texts = [render_prompt(self.task.messages(p), self.tokenizer, self.use_chat_template, self.chat_template_kwargs)
+                 for p in unique_problems]
         encoded = encode_prompts(texts, self.tokenizer, chat_rendered=chat)
         width = max(len(ids) for ids in encoded)
         if self.max_prompt_tokens is not None and width > self.max_prompt_tokens:

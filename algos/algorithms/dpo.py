@@ -216,7 +216,8 @@ class DPOTrainer:
         if index not in self._rows:
             prompt, chosen, rejected = self.pairs[index]
             env_cfg = self.config.env
-            render = partial(render_prompt, tokenizer=self.tokenizer, use_chat_template=env_cfg.use_chat_template)
+            render = partial(render_prompt, tokenizer=self.tokenizer, use_chat_template=env_cfg.use_chat_template,
+                             chat_template_kwargs=env_cfg.chat_template_kwargs)
             chat = uses_chat_template(self.tokenizer, env_cfg.use_chat_template)
             self._rows[index] = tuple(warm_start.conversation_row(prompt, reply, render, self.tokenizer, chat)
                                       for reply in (chosen, rejected))

@@ -38,6 +38,7 @@ def make_env(config, tokenizer, num_envs: int, device: torch.device, problem_see
         device=device,
         max_prompt_tokens=env_cfg.max_prompt_tokens,
         use_chat_template=env_cfg.use_chat_template,
+        chat_template_kwargs=env_cfg.chat_template_kwargs,
         system_prompt=env_cfg.system_prompt,
         problem_seed=config.run.seed if problem_seed is None else problem_seed,
         stop_token_ids=None if model is None else stop_token_ids(model, tokenizer),

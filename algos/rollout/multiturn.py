@@ -266,8 +266,9 @@ def start_episodes(env, model, max_episode_tokens: int | None) -> tuple[list[Epi
     stop_ids = frozenset(env.stop_ids.tolist())
     chat = uses_chat_template(tokenizer, env.use_chat_template)
     episodes = [
-        Episode(MultiTurnEnv(env.task, tokenizer if chat else None, problem_seed=env.problem_seed), tokenizer,
-                stop_ids, env.max_new_tokens, max_tokens)
+        Episode(MultiTurnEnv(env.task, tokenizer if chat else None, problem_seed=env.problem_seed,
+                             chat_template_kwargs=env.chat_template_kwargs),
+                tokenizer, stop_ids, env.max_new_tokens, max_tokens)
         for _ in env.problems
     ]
     prompts = encode_prompts([episode.begin(problem) for episode, problem in zip(episodes, env.problems)], tokenizer,

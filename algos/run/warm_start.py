@@ -79,7 +79,7 @@ def conversation_row(prompt: Messages, replies: Messages, render: Callable[[Mess
     return ids, labels
 
 
-def demonstration_row(task, problem, tokenizer, use_chat_template: bool) -> Row:
+def demonstration_row(task, problem, tokenizer, use_chat_template: bool, chat_template_kwargs=None) -> Row:
     """``conversation_row`` of ``problem``'s demonstration (``task.gold_messages``), rendered as the trainers' rollout
     renders ``task``: a MultiTurnTask's episode as MultiTurnEnv does (its tools; their plain-text instructions when
     the template shows none), a single-turn task's prompt as TokenVectorEnv does."""
@@ -87,9 +87,11 @@ def demonstration_row(task, problem, tokenizer, use_chat_template: bool) -> Row:
     if isinstance(task, MultiTurnTask):
         toolbox, template = task.tools, tokenizer if chat else None
         prompt = with_tool_instructions(task.messages(problem), toolbox, template)
-        render = partial(render_conversation, tokenizer=template, toolbox=toolbox)
+        render = partial(render_conversation, tokenizer=template, toolbox=toolbox, chat_template_kwargs=chat_template_kwargs)
     else:
-        prompt, render = task.messages(problem), partial(render_prompt, tokenizer=tokenizer, use_chat_template=use_chat_template)
+        prompt = task.messages(problem)
+        render = partial(render_prompt, tokenizer=tokenizer, use_chat_template=use_chat_template,
+                         chat_template_kwargs=chat_template_kwargs)
     return conversation_row(prompt, task.gold_messages(problem), render, tokenizer, chat)
 
 
@@ -160,7 +162,8 @@ def warm_start(run: RunSetup) -> Iterator[dict[str, Any]]:
     for step in range(1, config.warm_start.steps + 1):
         indices = demonstration_indices(config.run.seed, step, task.size, config.warm_start.batch_size)
         rows = [demonstration_row(task, task.problem(index, run.env.problem_seed), run.tokenizer,
-                                  config.env.use_chat_template) for index in indices[mine.start : mine.stop]]
+                                  config.env.use_chat_template, config.env.chat_template_kwargs)
+                for index in indices[mine.start : mine.stop]]
         yield supervised_step(run, optimizer, scaler, rows)
 
 
