@@ -1,7 +1,7 @@
 """Reasoning tasks as Gymnasium environments.
 
 ``import rlvr_env`` registers the built-in tasks (``rlvr/Arithmetic-v0``,
-``rlvr/Countdown-v0``, ``rlvr/GSM8K-v0``, ``rlvr/MATH-v0``, and the multi-turn
+``rlvr/Countdown-v0``, ``rlvr/GSM8K-v0``, ``rlvr/MATH-v0``, ``rlvr/Dataset-v0`` (your own file), and the multi-turn
 ``rlvr/CalculatorArithmetic-v0``, ``rlvr/Code-v0``, ``rlvr/GuessNumber-v0``); reasoning-gym
 datasets are registered by :func:`register_reasoning_gym`. TokenVectorEnv
 imports torch on first use only, so the text-level envs work without it.
@@ -17,6 +17,7 @@ from rlvr_env.tasks.calculator_arithmetic import CalculatorArithmeticTask
 from rlvr_env.tasks.code import CodeTask
 from rlvr_env.tasks.competition_math import MATHTask
 from rlvr_env.tasks.countdown import CountdownTask
+from rlvr_env.tasks.dataset import DatasetRowsTask
 from rlvr_env.tasks.gsm8k import GSM8KTask
 from rlvr_env.tasks.guess_number import GuessNumberTask
 from rlvr_env.token_env import TokenEnv
@@ -26,6 +27,7 @@ register_task("Arithmetic", ArithmeticTask)
 register_task("Countdown", CountdownTask)
 register_task("GSM8K", GSM8KTask)
 register_task("MATH", MATHTask)
+register_task("Dataset", DatasetRowsTask)
 register_task("CalculatorArithmetic", CalculatorArithmeticTask)  # multi-turn ids: gymnasium.make gives a MultiTurnEnv
 register_task("Code", CodeTask)
 register_task("GuessNumber", GuessNumberTask)

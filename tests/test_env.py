@@ -20,6 +20,7 @@ RG_SAMPLE = ["rlvr/rg.leg_counting-v0", "rlvr/rg.circuit_logic-v0", "rlvr/rg.emo
 def data_files(monkeypatch):
     monkeypatch.setenv("RLVR_GSM8K_PATH", str(DATA / "gsm8k_tiny.jsonl"))
     monkeypatch.setenv("RLVR_MATH_PATH", str(DATA / "math_tiny.jsonl"))
+    monkeypatch.setenv("RLVR_DATASET_PATH", str(DATA / "dataset_tiny.jsonl"))
 
 
 @pytest.fixture(scope="module")

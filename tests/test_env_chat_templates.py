@@ -130,6 +130,7 @@ def test_bad_chat_template_kwargs_are_named(kwargs, message):
 def test_every_registered_env_takes_chat_template_kwargs_through_gymnasium_make(env_id, monkeypatch):
     monkeypatch.setenv("RLVR_GSM8K_PATH", str(DATA / "gsm8k_tiny.jsonl"))
     monkeypatch.setenv("RLVR_MATH_PATH", str(DATA / "math_tiny.jsonl"))
+    monkeypatch.setenv("RLVR_DATASET_PATH", str(DATA / "dataset_tiny.jsonl"))
     tokenizer = tokenizer_with(THINKING_TEMPLATE)
     env = gymnasium.make(env_id, tokenizer=tokenizer, chat_template_kwargs={"enable_thinking": False})
     observation, info = env.reset(seed=1)

@@ -14,6 +14,7 @@ from rlvr_env.tasks.countdown import ExpressionError, evaluate_expression
 DATA = Path(__file__).parent / "data"
 GSM8K = DATA / "gsm8k_tiny.jsonl"
 MATH = DATA / "math_tiny.jsonl"
+ROWS = DATA / "dataset_tiny.jsonl"
 
 TASKS = {
     "Arithmetic": {},
@@ -22,6 +23,7 @@ TASKS = {
     "Countdown": {},
     "GSM8K": {"data_path": str(GSM8K)},
     "MATH": {"data_path": str(MATH)},
+    "Dataset": {"data_path": str(ROWS)},
     "CalculatorArithmetic": {},
     "Code": {},
     "GuessNumber": {},

@@ -1,0 +1,142 @@
+"""rlvr/Dataset-v0: your own file of prompts and reference answers, with no code to write.
+
+The rows the other frameworks' users already have load as they are:
+
+- TRL's: ``{"prompt": "..." or [{"role": "user", "content": "..."}], "solution": "..."}``
+  (``answer_field: solution``; ``answer_in_boxed: true`` when it holds a worked solution ending in ``\\boxed{}``);
+- verl's: ``{"prompt": [{"role": ..., "content": ...}], "reward_model": {"ground_truth": "..."}}``
+  (``answer_field: reward_model.ground_truth``);
+- plain: ``{"prompt": "...", "answer": "..."}`` (the defaults).
+
+A prompt written as chat turns is the conversation the model reads (its own system turn, else the config's
+``system_prompt``, then the config's ``few_shot`` pairs); a prompt written as text goes through
+``prompt_template``. Completions are scored by the math verifier (``rewards.math_verifier``: the final
+``\\boxed{}`` or "the answer is", compared as maths, text as text), as in MATH.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rewards.extract import final_boxed
+from rlvr_env.answers import answer_reward, validate_answer_weights
+from rlvr_env.data import DataFileError, DatasetTask
+from rlvr_env.prompting import chat_turns
+from rlvr_env.task import Problem, Task, TaskConfig, validate_flags, validate_prompt_template
+
+ENV_VAR = "RLVR_DATASET_PATH"
+ROLES = ("system", "user", "assistant")
+
+
+@dataclass
+class DatasetConfig(TaskConfig):
+    """``data_path``: .jsonl or .parquet (default: $RLVR_DATASET_PATH). ``prompt_field`` and ``answer_field`` name the
+    row's fields (a dotted name reaches into a nested one: verl's ``reward_model.ground_truth``)."""
+
+    data_path: str | None = None
+    prompt_field: str = "prompt"  # text, or chat turns [{role, content}, ...] (TRL's conversational rows, verl's)
+    answer_field: str = "answer"  # the reference answer: a string or a number
+    answer_in_boxed: bool = False  # the answer field is a worked solution: its final \boxed{} is the answer
+    # A text prompt is shown through this ({prompt}: the row's text; literal braces doubled); chat turns as they are.
+    prompt_template: str = "{prompt}"
+    correct_weight: float = 1.0
+    format_weight: float = 0.0  # credit for a filled \boxed{}, reported apart as "format"
+    fallback_last_number: bool = False  # an answer without a marker is read as its last number (numeric answers)
+    boxed_only: bool = False  # only a \boxed{} answer counts
+
+    def validate(self) -> None:
+        super().validate()
+        for name in ("prompt_field", "answer_field"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not all(value.split(".")):
+                raise ValueError(f"{name} must be a field name (dotted for a nested field), got {value!r}")
+        validate_prompt_template(self.prompt_template, "prompt")
+        validate_answer_weights(self.correct_weight, self.format_weight)
+        validate_flags(answer_in_boxed=self.answer_in_boxed, fallback_last_number=self.fallback_last_number,
+                       boxed_only=self.boxed_only)
+
+
+def field_value(record: dict[str, Any], dotted: str, path: Path, line: int) -> Any:
+    """``record``'s value at ``dotted`` ("reward_model.ground_truth"), or a DataFileError naming what is missing."""
+    value: Any = record
+    for depth, key in enumerate(dotted.split(".")):
+        if not isinstance(value, dict) or key not in value:
+            where = ".".join(dotted.split(".")[:depth]) or "the row"
+            fields = ", ".join(sorted(value)) if isinstance(value, dict) else type(value).__name__
+            raise DataFileError(f"{path}:{line}: missing field {dotted!r} ({where} has: {fields})")
+        value = value[key]
+    return value
+
+
+def chat_prompt(value: Any, field: str, path: Path, line: int) -> tuple[dict[str, str], ...]:
+    """A prompt written as chat turns, checked: each a {role, content} of system/user/assistant; a user's first
+    (after an optional system turn) and last."""
+    turns = []
+    for i, turn in enumerate(value):
+        if not (isinstance(turn, dict) and turn.get("role") in ROLES and isinstance(turn.get("content"), str)):
+            raise DataFileError(f"{path}:{line}: field {field!r} turn {i} must be {{role: system|user|assistant, "
+                                f"content: text}}, got {turn!r}")
+        turns.append({"role": turn["role"], "content": turn["content"]})
+    question = turns[1:] if turns and turns[0]["role"] == "system" else turns
+    if not question or question[0]["role"] != "user" or question[-1]["role"] != "user":
+        raise DataFileError(f"{path}:{line}: field {field!r} must start (after a system turn) and end with a user turn, "
+                            f"got roles {[turn['role'] for turn in turns]}")
+    return tuple(turns)
+
+
+def reference_answer(value: Any, config: DatasetConfig, path: Path, line: int) -> str:
+    """The row's answer as the verifier's gold: a non-empty string or a number; a solution's final \\boxed{} with
+    ``answer_in_boxed``."""
+    field = config.answer_field
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not str(value).strip():
+        raise DataFileError(f"{path}:{line}: field {field!r} must be a non-empty string or a number, got {value!r}")
+    answer = str(value).strip()
+    if config.answer_in_boxed:
+        boxed = final_boxed(answer, or_is_list=True)
+        if not boxed or not boxed[0]:
+            raise DataFileError(f"{path}:{line}: field {field!r} has no final \\boxed{{...}} answer (answer_in_boxed)")
+        answer = boxed[0]
+    return answer
+
+
+class DatasetRowsTask(DatasetTask, Task):
+    config_cls = DatasetConfig
+    env_var = ENV_VAR
+
+    def parse(self, records, path: Path, config: DatasetConfig) -> list[Problem]:
+        problems = []
+        for line, record in records:
+            prompt = field_value(record, config.prompt_field, path, line)
+            answer = reference_answer(field_value(record, config.answer_field, path, line), config, path, line)
+            metadata: dict[str, Any] = {"index": len(problems), "line": line}
+            if isinstance(prompt, (list, tuple)):
+                metadata["messages"] = chat_prompt(prompt, config.prompt_field, path, line)
+                text = metadata["messages"][-1]["content"]
+            elif isinstance(prompt, str) and prompt.strip():
+                text = config.prompt_template.format(prompt=prompt)
+            else:
+                raise DataFileError(f"{path}:{line}: field {config.prompt_field!r} must be a non-empty string or a "
+                                    f"list of chat turns, got {prompt!r}")
+            problems.append(Problem(text, answer, metadata))
+        return problems
+
+    def messages(self, problem: Problem) -> list[dict[str, str]]:
+        """The system prompt (a chat row's own system turn, else the config's), the few-shot pairs, then the row's
+        question: its turns, or the templated text."""
+        turns = problem.metadata.get("messages")
+        if turns is None:
+            return chat_turns(self.config.system_prompt, self.config.few_shot, problem.prompt)
+        own_system = turns[0]["role"] == "system"
+        system, question = (turns[0]["content"], turns[1:]) if own_system else (self.config.system_prompt, turns)
+        lead = chat_turns(system, self.config.few_shot, question[0]["content"])  # ends with the row's first user turn
+        return [*lead, *(dict(turn) for turn in question[1:])]
+
+    @property
+    def verifier(self):
+        cfg = self.config
+        return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number, boxed_only=cfg.boxed_only)
+
+    def gold_completion(self, problem: Problem) -> str:
+        return f"The answer is \\boxed{{{problem.answer}}}."
