@@ -18,6 +18,7 @@ import importlib
 import json
 import os
 import sys
+from functools import partial
 from typing import Any
 
 from rewards.cli import int_at_least
@@ -132,13 +133,18 @@ def register(subparsers) -> None:
         subparsers,
         "eval",
         _eval_keys,
-        help="greedy accuracy of a model on held-out problems of an env",
-        description="Greedy accuracy on env.eval_size held-out problems (seed env.eval_seed).",
+        help="greedy accuracy of a model on held-out problems of an env (--samples N: pass@k and maj@N)",
+        description="Greedy accuracy on env.eval_size held-out problems (seed env.eval_seed); with --samples N, N "
+                    "completions a problem sampled at rollout.temperature (top_p, top_k) instead: the unbiased pass@k "
+                    "for k = 1, 2, 4, ..., N (pass@1: the share of samples solved) and maj@N (the majority answer's).",
     )
     evaluate.add_argument("--env", help="task id (config env.id)")
     evaluate.add_argument("--model", help="local transformers directory or 'default' (config model.path)")
     evaluate.add_argument("--config", help="TOML or YAML file with config sections")
     evaluate.add_argument("--num-problems", type=int_at_least(1), help="held-out problems (config env.eval_size)")
+    evaluate.add_argument("--samples", type=int_at_least(1), default=0, metavar="N",
+                          help="sample N completions a problem (rollout.temperature, each row from its own seed) and "
+                               "report pass@k and maj@N instead of greedy accuracy")
     evaluate.add_argument(
         "--zero-shot", action="store_true",
         help="score the same held-out problems zero-shot: the task's few-shot examples removed (env.eval_kwargs.few_shot "
@@ -236,7 +242,7 @@ def _eval(args) -> int:
     } - {f.name for f in dataclasses.fields(EvalConfig)}
     extra = {"env.id": args.env, "model.path": args.model, "env.eval_size": args.num_problems}
     from algos.model.loading import resolve_model_path
-    from algos.run.evaluation import eval_task, evaluate_saved_model, zero_shot
+    from algos.run.evaluation import eval_task, evaluate, evaluate_sampled, evaluate_saved_model, zero_shot
 
     try:
         config = _load(EvalConfig, args, extra, unused_sections=training_sections)
@@ -245,7 +251,8 @@ def _eval(args) -> int:
         eval_set = eval_task(config)  # built once: it reads a dataset's file
         # what "default", a checkpoint or a run directory names now (a run's latest checkpoint's model/), resolved once
         model_dir = str(resolve_model_path(config.model.path))
-        accuracy = evaluate_saved_model(config, model_dir, eval_set)
+        score = partial(evaluate_sampled, samples=args.samples) if args.samples else evaluate
+        scores = evaluate_saved_model(config, model_dir, eval_set, score)
     except (*USER_ERRORS, KeyboardInterrupt) as err:
         return _report(err)
     finally:
@@ -255,8 +262,10 @@ def _eval(args) -> int:
         return 0
     indices = eval_set[1]
     problems = config.env.eval_size if indices is None else len(indices)
+    sampling = {"samples": args.samples, "temperature": config.rollout.temperature, **scores} if args.samples else {
+        "accuracy": scores}
     print(json.dumps({"env": config.env.id, "model": config.model.path, "model_dir": model_dir, "problems": problems,
-                      "prompt": "zero-shot" if args.zero_shot else "config", "accuracy": accuracy}))
+                      "prompt": "zero-shot" if args.zero_shot else "config", **sampling}))
     return 0
 
 

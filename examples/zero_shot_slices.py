@@ -11,7 +11,7 @@ no examples), greedy, --max-new-tokens new tokens. Three slices of --per-slice p
 
 prints a table and, with --out, writes it and every response as JSON. The i-th slice's problems come from seed
 --seed + i, which neither training nor a run's periodic evaluation (env.eval_seed = 12345) draws from. Loading,
-prompts and greedy batched generation are `rlvr eval`'s (algos.run.evaluation.greedy_rollouts); answer extraction is the rewards'
+prompts and greedy batched generation are `rlvr eval`'s (algos.run.evaluation.eval_rollouts); answer extraction is the rewards'
 (rewards.extract.last_boxed, rlvr_env.answers.last_number, rewards.math_equal).
 
     python examples/zero_shot_slices.py --model default --per-slice 100 --out zero_shot.json
@@ -29,7 +29,7 @@ from pathlib import Path
 from algos.config import EvalConfig, from_dict
 from algos.model.loading import load_policy, resolve_model_path
 from algos.rollout import build_task, make_rollout_backend
-from algos.run.evaluation import greedy_rollouts, procedural_eval_indices
+from algos.run.evaluation import eval_rollouts, procedural_eval_indices
 from algos.system.hardware import resolve_precision
 from algos.system.runtime import DTYPES, mixed_precision, resolve_device
 from rewards import math_equal
@@ -72,7 +72,7 @@ def slice_config(model: str, task_kwargs: dict, seed: int, args) -> EvalConfig:
 def run_slice(model, tokenizer, config, device) -> list[dict]:
     """Greedy responses to the slice's held-out problems, generated as `rlvr eval` generates them."""
     task, backend, records = build_task(config, held_out=True), make_rollout_backend(config), []
-    for result in greedy_rollouts(model, tokenizer, config, backend, device, task, procedural_eval_indices(config)):
+    for result in eval_rollouts(model, tokenizer, config, backend, device, task, procedural_eval_indices(config)):
         prompts = [tokenizer.decode(ids[mask.bool()]) for ids, mask in zip(result.prompt_ids, result.prompt_mask)]
         for problem, prompt, response in zip(result.problems, prompts, result.completions):
             records.append({"expression": problem.metadata["expression"], "answer": problem.answer, "prompt": prompt,

@@ -1,5 +1,5 @@
-"""Held-out evaluation: greedy accuracy on problems training never samples (a procedural task's
-from env.eval_seed; a dataset's first env.eval_size, from env.eval_kwargs' file when set)."""
+"""Held-out evaluation on problems training never samples (a procedural task's from env.eval_seed; a dataset's first
+env.eval_size, from env.eval_kwargs' file when set): greedy accuracy, or pass@k and maj@N of N samples a problem."""
 
 from __future__ import annotations
 
@@ -8,11 +8,13 @@ import warnings
 
 import torch
 
+from algos.core.sampled_accuracy import majority_solved, pass_at_k
 from algos.model.loading import load_policy
-from algos.rollout import build_task, make_env, make_rollout_backend
+from algos.rollout import build_task, make_env, make_rollout_backend, row_seeds
 from algos.run.resolve import resolve_run_config
 from algos.system.distributed import current_world, init_distributed, sum_over_ranks
 from algos.system.runtime import DTYPES, mixed_precision
+from rewards import extract_answer
 from rlvr_env.data import DatasetTask
 from rlvr_env.token_vector_env import draw_problem_indices
 
@@ -101,46 +103,100 @@ def procedural_eval_indices(config) -> list[int]:
 
 
 @torch.no_grad()
-def greedy_rollouts(model, tokenizer, config, backend, device: torch.device, task, indices):
-    """Greedy rollouts of ``task``'s held-out problems ``indices`` (seed env.eval_seed), env.eval_batch_size rows
-    at a time: one RolloutResult per batch, the model in eval mode meanwhile."""
-    batch = config.env.eval_batch_size or len(indices)
+def eval_rollouts(model, tokenizer, config, backend, device: torch.device, task, indices, samples: int = 0,
+                  first_position: int = 0):
+    """Rollouts of ``task``'s held-out problems ``indices`` (seed env.eval_seed), env.eval_batch_size rows at a time:
+    one RolloutResult per batch, the model in eval mode meanwhile. ``samples`` 0: one greedy row a problem; N: N rows
+    a problem sampled as config.rollout samples, each row from its own seed, a pure function of its position in the
+    whole evaluation (``first_position``: the position of ``indices[0]`` there), so a split across ranks or batches
+    draws the same tokens."""
+    rows_per_problem = max(samples, 1)
+    batch = max(1, (config.env.eval_batch_size or len(indices) * rows_per_problem) // rows_per_problem)
     was_training = model.training
     model.eval()
     try:
         for start in range(0, len(indices), batch):
             chunk = indices[start : start + batch]
-            env = make_env(config, tokenizer, num_envs=len(chunk), device=device, problem_seed=config.env.eval_seed,
-                           task=task, model=model)
-            env.reset(seed=config.env.eval_seed, options={"group_size": 1, "problem_indices": chunk})
-            yield backend.generate(model, env, greedy=True)
+            env = make_env(config, tokenizer, num_envs=len(chunk) * rows_per_problem, device=device,
+                           problem_seed=config.env.eval_seed, task=task, model=model)
+            env.reset(seed=config.env.eval_seed, options={"group_size": rows_per_problem, "problem_indices": chunk})
+            if not samples:
+                yield backend.generate(model, env, greedy=True)
+                continue
+            first_row = (first_position + start) * samples
+            yield backend.generate(model, env, seeds=row_seeds(config.env.eval_seed, range(first_row, first_row + env.num_envs)))
     finally:
         model.train(was_training)
+
+
+def _own_share(config, eval_set) -> tuple:
+    """(task, this rank's problem indices, the position of its first one among them all): under torchrun each rank
+    evaluates a contiguous share of the problems."""
+    task, every_index = eval_set or eval_task(config)
+    every_index = procedural_eval_indices(config) if every_index is None else every_index
+    world = current_world()
+    first = world.rank * len(every_index) // world.size
+    return task, every_index[first : (world.rank + 1) * len(every_index) // world.size], first
 
 
 def evaluate(model, tokenizer, config, backend, device: torch.device, eval_set=None) -> float:
     """Greedy accuracy on the held-out problems of ``eval_set`` (default: ``eval_task(config)``, built now),
     generated env.eval_batch_size rows at a time. Under torchrun each rank generates its share of the problems
     (``model`` whole on every rank: algos.system.distributed.whole_weights) and the counts are summed."""
-    task, every_index = eval_set or eval_task(config)
-    every_index = procedural_eval_indices(config) if every_index is None else every_index
-    world = current_world()
-    indices = every_index[world.rank * len(every_index) // world.size : (world.rank + 1) * len(every_index) // world.size]
+    task, indices, _ = _own_share(config, eval_set)
     solved = [torch.zeros(0, device=device)]
-    solved += [result.solved.float() for result in greedy_rollouts(model, tokenizer, config, backend, device, task, indices)]
+    solved += [result.solved.float() for result in eval_rollouts(model, tokenizer, config, backend, device, task, indices)]
     right, total = sum_over_ranks(torch.cat(solved).sum().item(), len(indices))
     return right / total
 
 
-def evaluate_saved_model(config, path, eval_set=None) -> float:
-    """Greedy held-out accuracy of a saved model directory, in the dtype and precision of config.model;
-    ``eval_set`` as in ``evaluate``. The config is resolved as a training run's is (resolve_run_config, with
-    model.path = ``path``): precision measured on that model's shapes, rollout.backend "auto" as training picks it;
-    ``config`` itself is left as it is."""
+def reported_ks(samples: int) -> list[int]:
+    """The k of pass@k an evaluation of ``samples`` per problem reports: 1, 2, 4, ... up to ``samples``, and it."""
+    ks = [2**i for i in range(samples.bit_length()) if 2**i <= samples]
+    return ks if ks[-1] == samples else [*ks, samples]
+
+
+def answer_votes(completions: list[str], samples: int) -> torch.Tensor:
+    """Long[P, N]: each sample's answer (rewards.extract_answer, spaces removed) as an id within its problem, -1 for
+    none. Answers are grouped as written (lighteval's maj@k does the same): "1/2" and "0.5" are two answers."""
+    votes = []
+    for start in range(0, len(completions), samples):
+        seen: dict[str, int] = {}
+        for completion in completions[start : start + samples]:
+            answer = extract_answer(completion)
+            votes.append(-1 if answer is None else seen.setdefault("".join(answer.split()), len(seen)))
+    return torch.tensor(votes, dtype=torch.long).reshape(-1, samples)
+
+
+def evaluate_sampled(model, tokenizer, config, backend, device: torch.device, eval_set=None, *,
+                     samples: int) -> dict[str, float]:
+    """``samples`` completions of each held-out problem, sampled as config.rollout samples (temperature, top_p,
+    top_k) -> {"pass@k": the unbiased pass@k for each of reported_ks (pass@1: the share of samples solved),
+    "maj@N": the share of problems whose majority answer is solved}, the problems split across ranks as in
+    ``evaluate``."""
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    task, indices, first = _own_share(config, eval_set)
+    ks = reported_ks(samples)
+    sums = torch.zeros(len(ks) + 1, dtype=torch.float64)  # pass@k for each k, then maj@N
+    for result in eval_rollouts(model, tokenizer, config, backend, device, task, indices, samples, first):
+        solved = result.solved.reshape(-1, samples).cpu()
+        sums[:-1] += torch.stack([pass_at_k(solved, k).sum() for k in ks])
+        sums[-1] += majority_solved(answer_votes(result.completions, samples), solved).sum()
+    *totals, problems = sum_over_ranks(*sums.tolist(), len(indices))
+    names = [f"pass@{k}" for k in ks] + [f"maj@{samples}"]
+    return {name: total / problems for name, total in zip(names, totals)}
+
+
+def evaluate_saved_model(config, path, eval_set=None, score=evaluate):
+    """``score`` (greedy ``evaluate``, or ``evaluate_sampled`` with its samples bound) of a saved model directory, in
+    the dtype and precision of config.model; ``eval_set`` as in ``evaluate``. The config is resolved as a training
+    run's is (resolve_run_config, with model.path = ``path``): precision measured on that model's shapes,
+    rollout.backend "auto" as training picks it; ``config`` itself is left as it is."""
     world = init_distributed(config.distributed, config.model.device)
     saved = dataclasses.replace(config, model=dataclasses.replace(config.model, path=str(path)))
     run = resolve_run_config(saved, world)
     model, tokenizer = load_policy(run.config.model.path, dtype=DTYPES[run.config.model.dtype], device=run.device)
     with mixed_precision(run.config.model, run.device):
-        return evaluate(model, tokenizer, run.config, make_rollout_backend(run.config), device=run.device,
-                        eval_set=eval_set)
+        return score(model, tokenizer, run.config, make_rollout_backend(run.config), device=run.device,
+                     eval_set=eval_set)
