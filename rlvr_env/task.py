@@ -121,8 +121,15 @@ class Task:
     @property
     def verifier(self):
         """A picklable ``(completion, *, answer, **info) -> VerifyResult`` for this task's problems, called with
-        ``answer=problem.answer``; ``details["components"]`` holds each part's score. Every view scores through it."""
+        ``answer=problem.answer`` and ``verifier_info(problem)``; ``details["components"]`` holds each part's score.
+        Every view scores through it."""
         raise NotImplementedError
+
+    def verifier_info(self, problem: Problem) -> dict[str, Any]:
+        """Keyword info the verifier gets beside ``problem``'s answer: every view scores a completion as
+        ``task.verifier(completion, answer=problem.answer, **task.verifier_info(problem))``. {} unless the verifier
+        reads more of the problem (Dataset's ``info_fields``)."""
+        return {}
 
     def gold_completion(self, problem: Problem) -> str:
         """A completion that must score 1.0 (the gold self-test)."""

@@ -401,9 +401,9 @@ class TokenVectorEnv(VectorEnv):
         texts = self._response_texts(rows, [step + 1 for step in step_list])
         if self._is_step_end is not None:
             self._credit_steps(row_list, step_list, texts, final=True)
-        results = rewards.score_batch(
-            texts, [self.problems[r].answer for r in row_list], verifier=self._verifier, workers=self.score_workers
-        )
+        problems = [self.problems[r] for r in row_list]
+        results = rewards.score_batch(texts, [p.answer for p in problems], verifier=self._verifier,
+                                      infos=[self.task.verifier_info(p) for p in problems], workers=self.score_workers)
         scores = torch.tensor([r.score for r in results], dtype=torch.float32, device=self.device)
         self.scores.index_copy_(0, rows, scores)
         self._reward_steps.index_put_((last_steps, rows), scores, accumulate=True)

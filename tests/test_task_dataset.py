@@ -4,6 +4,7 @@ row is named by file, line and field."""
 from __future__ import annotations
 
 import json
+import re
 
 import gymnasium as gym
 import pytest
@@ -104,3 +105,86 @@ def test_without_a_file_the_error_names_the_kwarg_and_the_variable(monkeypatch):
     monkeypatch.delenv("RLVR_DATASET_PATH", raising=False)
     with pytest.raises(DataFileError, match="pass data_path=... or set RLVR_DATASET_PATH"):
         rlvr_env.make_task("Dataset")
+
+
+# Reward functions of a user's own, as a test module names them (they run in this process only: ImportedVerifier is
+# called directly; score_batch's workers import the project's own functions below).
+def length_reward(completion, *, answer, **info):
+    return {"score": min(len(completion) / answer, 1.0), "length": len(completion)}
+
+
+def verl_reward(data_source, solution_str, ground_truth, extra_info=None):
+    return float(data_source == "mine" and extra_info["bonus"] and solution_str.strip() == str(ground_truth))
+
+
+def raising_reward(completion, *, answer, **info):
+    raise KeyError(answer)
+
+
+def junk_reward(completion, *, answer, **info):
+    return "yes"
+
+
+def test_an_imported_reward_function_is_called_its_own_way_and_never_raises():
+    from rewards import VerifyResult
+    from rewards.imported import ImportedVerifier
+
+    result = ImportedVerifier("test_task_dataset:length_reward")("abc", answer=6)
+    assert result == VerifyResult(0.5, "ok", {"length": 3})
+    verl = ImportedVerifier("test_task_dataset:verl_reward")
+    assert verl(" 4 ", answer=4, data_source="mine", extra_info={"bonus": True}).score == 1.0
+    assert verl(" 4 ", answer=4, data_source="theirs", extra_info={"bonus": True}).score == 0.0
+    assert ImportedVerifier("test_task_dataset:raising_reward")("x", answer="k") == VerifyResult(
+        0.0, "error", {"reason": "KeyError: 'k'"})
+    assert ImportedVerifier("test_task_dataset:junk_reward")("x", answer=1).details == {
+        "reason": "the reward function returned 'yes', not a score"}
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("no_colon", "a reward function is named 'package.module:function', got 'no_colon'"),
+    ("no_such_module_here:f", "cannot import 'no_such_module_here'"),
+    ("test_task_dataset:missing", "'test_task_dataset' has no 'missing'"),
+    ("test_task_dataset:QUESTION", "is a list, not a function"),
+])
+def test_a_reward_function_that_cannot_be_called_is_named_at_config_time(tmp_path, spec, message):
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"prompt": "x", "answer": "1"}])
+    with pytest.raises(ValueError, match=f"verifier must be 'math' or 'package.module:function': .*{re.escape(message)}"):
+        rlvr_env.make_task("Dataset", data_path=path, verifier=spec)
+
+
+def test_verl_rows_scored_by_a_verl_compute_score_through_every_view(tmp_path):
+    """verl's own row shape and its reward function's signature (the project's verl adapter,
+    rewards.adapters:compute_score, importable in score_batch's worker processes), with data_source and extra_info
+    from the row."""
+    rows = [{"data_source": "mine", "prompt": QUESTION, "reward_model": {"ground_truth": ["4", "four"]},
+             "extra_info": {"index": 7}}]
+    path = write_jsonl(tmp_path / "verl.jsonl", rows)
+    kwargs = {"data_path": path, "answer_field": "reward_model.ground_truth", "verifier": "rewards.adapters:compute_score",
+              "info_fields": ["data_source", "extra_info"], "format_weight": 0.5}
+    task = rlvr_env.make_task("Dataset", **kwargs)
+    problem = task.problem(0, 0)
+    assert problem.answer == ["4", "four"]  # a verifier of one's own gets the field as it is
+    assert task.verifier_info(problem) == {"data_source": "mine", "extra_info": {"index": 7}}
+
+    env = gym.make("rlvr/Dataset-v0", **kwargs)
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step("\\boxed{4}")
+    assert reward == 1.5 and info["reward_components"] == {"correct": 1.0, "format": 1.0}
+
+    tokenizer = build_char_tokenizer()
+    vector_env = rlvr_env.TokenVectorEnv(task, tokenizer, num_envs=2, max_new_tokens=12, score_workers=1)
+    vector_env.reset(seed=0)
+    texts = ["\\boxed{four}", "\\boxed{5}"]
+    ids = torch.full((2, 12), tokenizer.eos_token_id)
+    for row, text in enumerate(texts):
+        ids[row, : len(text)] = torch.tensor(tokenizer.encode(text, add_special_tokens=False))
+    result = vector_env.finish_with(ids)  # scored in a worker process
+    assert result.scores.tolist() == [1.5, 0.5] and result.statuses == ["ok", "ok"]
+
+
+def test_info_fields_need_a_verifier_of_ones_own(tmp_path):
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"prompt": "x", "answer": "1", "source": "a"}])
+    with pytest.raises(ValueError, match="info_fields go to a verifier of your own"):
+        rlvr_env.make_task("Dataset", data_path=path, info_fields=["source"])
+    with pytest.raises(DataFileError, match=r":1: missing field 'origin'"):
+        rlvr_env.make_task("Dataset", data_path=path, info_fields=["origin"], verifier="rewards:math_verifier")

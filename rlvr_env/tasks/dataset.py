@@ -11,7 +11,9 @@ The rows the other frameworks' users already have load as they are:
 A prompt written as chat turns is the conversation the model reads (its own system turn, else the config's
 ``system_prompt``, then the config's ``few_shot`` pairs); a prompt written as text goes through
 ``prompt_template``. Completions are scored by the math verifier (``rewards.math_verifier``: the final
-``\\boxed{}`` or "the answer is", compared as maths, text as text), as in MATH.
+``\\boxed{}`` or "the answer is", compared as maths, text as text), as in MATH, or by a reward function of your own
+(``verifier: "package.module:function"``, this project's signature or verl's ``compute_score``:
+rewards.imported), which gets the row's ``info_fields`` as keyword info.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rewards import WeightedSum
 from rewards.extract import final_boxed
-from rlvr_env.answers import answer_reward, validate_answer_weights
+from rewards.imported import ImportedVerifier
+from rlvr_env.answers import BoxedFormat, answer_reward, validate_answer_weights
 from rlvr_env.data import DataFileError, DatasetTask
 from rlvr_env.prompting import chat_turns
 from rlvr_env.task import Problem, Task, TaskConfig, validate_flags, validate_prompt_template
@@ -45,6 +49,16 @@ class DatasetConfig(TaskConfig):
     format_weight: float = 0.0  # credit for a filled \boxed{}, reported apart as "format"
     fallback_last_number: bool = False  # an answer without a marker is read as its last number (numeric answers)
     boxed_only: bool = False  # only a \boxed{} answer counts
+    # "math": the math verifier, as MATH scores. "package.module:function": your own reward function, called as
+    # function(completion, answer=..., **info) or as verl's compute_score(data_source, solution_str, ground_truth,
+    # extra_info); its answer is the row's answer field as it is (text, a number, a list or a mapping).
+    verifier: str = "math"
+    # Row fields your verifier gets as keyword info, each under its last dotted part (verl's: [data_source, extra_info]).
+    info_fields: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.info_fields = tuple(self.info_fields) if isinstance(self.info_fields, list) else self.info_fields
 
     def validate(self) -> None:
         super().validate()
@@ -53,6 +67,16 @@ class DatasetConfig(TaskConfig):
             if not isinstance(value, str) or not all(value.split(".")):
                 raise ValueError(f"{name} must be a field name (dotted for a nested field), got {value!r}")
         validate_prompt_template(self.prompt_template, "prompt")
+        if self.verifier != "math":
+            try:
+                ImportedVerifier(self.verifier)
+            except ValueError as error:
+                raise ValueError(f"verifier must be 'math' or 'package.module:function': {error}") from None
+        if not isinstance(self.info_fields, tuple) or not all(isinstance(f, str) and all(f.split(".")) for f in self.info_fields):
+            raise ValueError(f"info_fields must be a list of field names, got {self.info_fields!r}")
+        if self.info_fields and self.verifier == "math":
+            raise ValueError("info_fields go to a verifier of your own (verifier: 'package.module:function'); the math "
+                             "verifier reads none")
         validate_answer_weights(self.correct_weight, self.format_weight)
         validate_flags(answer_in_boxed=self.answer_in_boxed, fallback_last_number=self.fallback_last_number,
                        boxed_only=self.boxed_only)
@@ -86,10 +110,14 @@ def chat_prompt(value: Any, field: str, path: Path, line: int) -> tuple[dict[str
     return tuple(turns)
 
 
-def reference_answer(value: Any, config: DatasetConfig, path: Path, line: int) -> str:
+def reference_answer(value: Any, config: DatasetConfig, path: Path, line: int) -> Any:
     """The row's answer as the verifier's gold: a non-empty string or a number; a solution's final \\boxed{} with
-    ``answer_in_boxed``."""
+    ``answer_in_boxed``. A verifier of your own gets any value but null as it is."""
     field = config.answer_field
+    if config.verifier != "math" and not config.answer_in_boxed:
+        if value is None:
+            raise DataFileError(f"{path}:{line}: field {field!r} is null")
+        return value
     if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not str(value).strip():
         raise DataFileError(f"{path}:{line}: field {field!r} must be a non-empty string or a number, got {value!r}")
     answer = str(value).strip()
@@ -111,6 +139,8 @@ class DatasetRowsTask(DatasetTask, Task):
             prompt = field_value(record, config.prompt_field, path, line)
             answer = reference_answer(field_value(record, config.answer_field, path, line), config, path, line)
             metadata: dict[str, Any] = {"index": len(problems), "line": line}
+            if config.info_fields:
+                metadata["info"] = {name.split(".")[-1]: field_value(record, name, path, line) for name in config.info_fields}
             if isinstance(prompt, (list, tuple)):
                 metadata["messages"] = chat_prompt(prompt, config.prompt_field, path, line)
                 text = metadata["messages"][-1]["content"]
@@ -133,10 +163,16 @@ class DatasetRowsTask(DatasetTask, Task):
         lead = chat_turns(system, self.config.few_shot, question[0]["content"])  # ends with the row's first user turn
         return [*lead, *(dict(turn) for turn in question[1:])]
 
+    def verifier_info(self, problem: Problem) -> dict[str, Any]:
+        return dict(problem.metadata.get("info", {}))
+
     @property
     def verifier(self):
         cfg = self.config
-        return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number, boxed_only=cfg.boxed_only)
+        if cfg.verifier == "math":
+            return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number, boxed_only=cfg.boxed_only)
+        parts = [("correct", ImportedVerifier(cfg.verifier), cfg.correct_weight)]
+        return WeightedSum(parts + [("format", BoxedFormat(), cfg.format_weight)] if cfg.format_weight else parts)
 
     def gold_completion(self, problem: Problem) -> str:
         return f"The answer is \\boxed{{{problem.answer}}}."
