@@ -104,6 +104,10 @@ class EnvConfig:
     eval_size: int = 100  # held-out problems for `rlvr eval` and periodic evaluation (a dataset: its first ones)
     eval_seed: int = 12345  # held-out problems of a procedural task come from a seed training never uses
     eval_batch_size: int = 64  # evaluation rows generated at once; 0 = all eval_size (a big test set's KV cache may not fit)
+    # N > 0: each evaluation also samples N completions a problem (as rollouts sample: rollout.temperature) and logs
+    # eval_pass@k (k = 1, 2, 4, ..., N; unbiased) and eval_maj@N, as `rlvr eval --samples N` (N times the greedy
+    # evaluation's generation). 0 = greedy accuracy only. Reporting only: a resume may change it.
+    eval_samples: int = 0
     # Task arguments for evaluation, over env.kwargs: a dataset task's held-out file (verl's data.val_files),
     # e.g. {data_path: gsm8k_test.jsonl}; without it a dataset task is evaluated on its training file.
     eval_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -127,6 +131,7 @@ class EnvConfig:
         require(self.max_prompt_tokens is None or self.max_prompt_tokens >= 1, "env.max_prompt_tokens", "must be >= 1 or null")
         require(self.eval_size >= 1, "env.eval_size", "must be >= 1")
         require(self.eval_batch_size >= 0, "env.eval_batch_size", "must be >= 0 (0 = all at once)")
+        require(self.eval_samples >= 0, "env.eval_samples", "must be >= 0 (0 = greedy accuracy only)")
         try:
             validate_chat_template_kwargs(self.chat_template_kwargs)
         except ValueError as error:

@@ -105,6 +105,18 @@ def test_a_runs_summary_names_its_directory_and_curves_and_its_step_times_are_ea
     assert any((tmp_path / "tensorboard").glob("events.*")) == tensorboard
 
 
+def test_eval_samples_logs_pass_at_k_and_majority_beside_the_greedy_accuracy(tiny_model_dir, tmp_path):
+    config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{
+        "run.steps": "2", "run.eval_every": "1", "grpo.num_iterations": "1", "env.eval_samples": "3"}))
+    summary = train(config)
+    evaluations = [record for record in read_metrics(tmp_path) if "eval_accuracy" in record]
+    assert [record["step"] for record in evaluations] == [0, 1, 2]
+    for record in evaluations:
+        assert 0 <= record["eval_pass@1"] <= record["eval_pass@2"] <= record["eval_pass@3"] <= 1
+        assert 0 <= record["eval_maj@3"] <= 1
+    assert summary["eval_pass@3_after"] == evaluations[-1]["eval_pass@3"]
+
+
 @pytest.mark.parametrize(("metrics", "wait"), [
     ({"time/rollout_s": 2.5, "loss": 0.1}, 2.5),  # a synchronous step drew its batch
     ({"async/learner_wait_s": 0.75, "async/draw_s": 3.0}, 0.75),  # the actor drew it ahead: only the wait is the step's

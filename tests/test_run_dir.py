@@ -111,3 +111,20 @@ def test_a_resume_may_change_the_overrides_but_not_go_back(tmp_path):
         check_resumable(config, checkpoint)
     with pytest.raises(ValueError, match=r"with run.steps = 3: it has trained 4 steps$"):
         check_resumable(_config(tmp_path, **{"run.steps": "3"}), checkpoint)
+
+
+def test_a_key_whose_default_is_what_older_runs_did_resumes_at_it_and_any_other_missing_key_is_refused(tmp_path):
+    """env.chat_template_kwargs came after runs whose prompts had no template variables ({}, its default); a key
+    without that guarantee (grpo.beta) stays refused when the stored config lacks it."""
+    config = _config(tmp_path)
+    checkpoint = _checkpoint(config, 2)
+    saved = yaml.safe_load((checkpoint / "config.yaml").read_text())
+    del saved["env"]["chat_template_kwargs"]
+    (checkpoint / "config.yaml").write_text(yaml.safe_dump(saved))
+    check_resumable(config, checkpoint)
+    with pytest.raises(ValueError, match=r"env.chat_template_kwargs: \{\} -> \{'enable_thinking': False\}"):
+        check_resumable(_config(tmp_path, **{"env.chat_template_kwargs.enable_thinking": "false"}), checkpoint)
+    del saved["grpo"]["beta"]
+    (checkpoint / "config.yaml").write_text(yaml.safe_dump(saved))
+    with pytest.raises(ValueError, match=r"config.yaml has no grpo.beta \(it was written before the key existed"):
+        check_resumable(config, checkpoint)

@@ -6,7 +6,8 @@ how it reports, where and in what precision it computes); any other difference, 
 (written before the key existed, so what the run did there is unknown), is refused by name. A whole section the
 stored config lacks that was off before it existed (SECTIONS_OFF_BY_DEFAULT: warm_start) reads as off: its switch
 at its default, its other keys as given (an off section's settings did nothing); so does a rollout engine's section
-it lacks (ENGINE_SECTIONS: an engine registered after the run was saved, which did not sample it).
+it lacks (ENGINE_SECTIONS: an engine registered after the run was saved, which did not sample it), and so does a key
+whose default is what runs did before it existed (KEYS_AT_THEIR_DEFAULT_BEFORE).
 """
 
 from __future__ import annotations
@@ -30,12 +31,17 @@ BEST_MODEL_DIR = "best_model"
 # did: no warm start): its resume reads them off instead of refusing their keys as unknown.
 SECTIONS_OFF_BY_DEFAULT = {"warm_start": "warm_start.steps"}
 
+# Keys a config saved before they existed lacks, whose default is what every run did then (no chat template
+# variables): its resume reads them at their defaults instead of refusing them as unknown.
+KEYS_AT_THEIR_DEFAULT_BEFORE = frozenset({"env.chat_template_kwargs"})
+
 # What a resumed run may change: how long it runs, how it reports, where, on how many processes and in what
 # precision it computes (a bf16 run resumed on an AVX2 machine goes on in fp32: model.autocast "auto"); not what
 # it learns.
 RESUME_OVERRIDES = frozenset({
     "run.steps", "run.save_every", "run.keep_last", "run.eval_every", "run.progress", "run.tensorboard", "run.plots",
     "run.overwrite_output_dir", "run.full_determinism", "model.device", "model.autocast", "env.eval_batch_size",
+    "env.eval_samples",
     # A second evaluation under another prompt only reports; which evaluation's policy is kept as best_model only
     # saves a copy.
     "env.transfer_eval_kwargs", "env.transfer_eval_chat_template", "run.metric_for_best_model",
@@ -118,7 +124,7 @@ def check_resumable(config: Any, checkpoint: Path) -> None:
     trained_with.update({key: value for key, value in given.items()
                          if key.partition(".")[0] in unsaved_sections and key not in switches})
     if missing := sorted(key for key in given if key not in stored and key not in RESUME_OVERRIDES
-                         and key.partition(".")[0] not in unsaved_sections):
+                         and key not in KEYS_AT_THEIR_DEFAULT_BEFORE and key.partition(".")[0] not in unsaved_sections):
         raise ValueError(
             f"cannot resume {checkpoint}: {saved} has no {', '.join(missing)} (it was written before the key existed, "
             f"so what the run did there is unknown): add the value the run used to {saved}"

@@ -37,6 +37,7 @@ from algos.run.evaluation import (
     asks_the_same,
     eval_task,
     evaluate,
+    evaluate_sampled,
     transfer_eval_config,
     warn_if_eval_reads_training_data,
 )
@@ -181,8 +182,9 @@ def warm_start_policy(run: RunSetup, logger: MetricsLogger) -> None:
 
 
 def held_out_evaluation(run: RunSetup, backend: RolloutBackend) -> Callable[[], dict[str, float]]:
-    """The run's held-out evaluation, called before, during and after training -> {"eval_accuracy", and
-    "eval_accuracy_transfer" when env.transfer_eval_kwargs asks for it}."""
+    """The run's held-out evaluation, called before, during and after training -> {"eval_accuracy",
+    "eval_accuracy_transfer" when env.transfer_eval_kwargs asks for it, and "eval_pass@k" and "eval_maj@N" of
+    env.eval_samples = N samples a problem when N > 0}."""
     transfer_config = transfer_eval_config(run.config)  # env.transfer_eval_kwargs: the same problems, another prompt
     transfer_set = eval_task(transfer_config) if transfer_config is not None else None
     # a transfer prompt that asks what the main evaluation already asks (its examples are already gone) is not rerun
@@ -197,6 +199,10 @@ def held_out_evaluation(run: RunSetup, backend: RolloutBackend) -> Callable[[], 
             elif transfer_config is not None:
                 scores["eval_accuracy_transfer"] = evaluate(run.model, run.tokenizer, transfer_config, backend,
                                                             device=run.device, eval_set=transfer_set)
+            if samples := run.config.env.eval_samples:
+                sampled = evaluate_sampled(run.model, run.tokenizer, run.config, backend, device=run.device,
+                                           eval_set=run.eval_set, samples=samples)
+                scores.update({f"eval_{name}": value for name, value in sampled.items()})
         return scores
 
     return held_out_accuracy
