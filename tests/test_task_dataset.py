@@ -188,3 +188,22 @@ def test_info_fields_need_a_verifier_of_ones_own(tmp_path):
         rlvr_env.make_task("Dataset", data_path=path, info_fields=["source"])
     with pytest.raises(DataFileError, match=r":1: missing field 'origin'"):
         rlvr_env.make_task("Dataset", data_path=path, info_fields=["origin"], verifier="rewards:math_verifier")
+
+
+def test_the_warm_start_imitates_the_rows_worked_solutions(tmp_path):
+    from algos.run.warm_start import IGNORE_INDEX, demonstration_row
+
+    solution = "Two and two make four: \\boxed{4}."
+    rows = [{"prompt": "What is 2 + 2?", "solution": solution}]
+    task = rlvr_env.make_task("Dataset", data_path=write_jsonl(tmp_path / "trl.jsonl", rows), answer_field="solution",
+                              answer_in_boxed=True, demonstration_field="solution")
+    problem = task.problem(0, 0)
+    assert task.gold_completion(problem) == solution
+    assert task.verifier(solution, answer=problem.answer).score == 1.0  # the gold self-test holds on this row
+    tokenizer = build_char_tokenizer()
+    ids, labels = demonstration_row(task, problem, tokenizer, use_chat_template=True)
+    assert tokenizer.decode([i for i, label in zip(ids, labels) if label != IGNORE_INDEX]) == solution + "</s>"
+    with pytest.raises(DataFileError, match=r":1: field 'solution' must be a non-empty string \(a worked solution\)"):
+        rlvr_env.make_task("Dataset", data_path=write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "x", "answer": "4",
+                                                                                     "solution": 4}]),
+                           demonstration_field="solution")

@@ -43,6 +43,9 @@ class DatasetConfig(TaskConfig):
     prompt_field: str = "prompt"  # text, or chat turns [{role, content}, ...] (TRL's conversational rows, verl's)
     answer_field: str = "answer"  # the reference answer: a string or a number
     answer_in_boxed: bool = False  # the answer field is a worked solution: its final \boxed{} is the answer
+    # A field holding a worked solution (TRL's "solution", MATH's) that the warm start imitates (the gold completion);
+    # null: "The answer is \boxed{<answer>}."
+    demonstration_field: str | None = None
     # A text prompt is shown through this ({prompt}: the row's text; literal braces doubled); chat turns as they are.
     prompt_template: str = "{prompt}"
     correct_weight: float = 1.0
@@ -62,8 +65,10 @@ class DatasetConfig(TaskConfig):
 
     def validate(self) -> None:
         super().validate()
-        for name in ("prompt_field", "answer_field"):
+        for name in ("prompt_field", "answer_field", "demonstration_field"):
             value = getattr(self, name)
+            if name == "demonstration_field" and value is None:
+                continue
             if not isinstance(value, str) or not all(value.split(".")):
                 raise ValueError(f"{name} must be a field name (dotted for a nested field), got {value!r}")
         validate_prompt_template(self.prompt_template, "prompt")
@@ -139,6 +144,12 @@ class DatasetRowsTask(DatasetTask, Task):
             prompt = field_value(record, config.prompt_field, path, line)
             answer = reference_answer(field_value(record, config.answer_field, path, line), config, path, line)
             metadata: dict[str, Any] = {"index": len(problems), "line": line}
+            if config.demonstration_field:
+                demonstration = field_value(record, config.demonstration_field, path, line)
+                if not isinstance(demonstration, str) or not demonstration.strip():
+                    raise DataFileError(f"{path}:{line}: field {config.demonstration_field!r} must be a non-empty "
+                                        f"string (a worked solution), got {demonstration!r}")
+                metadata["demonstration"] = demonstration
             if config.info_fields:
                 metadata["info"] = {name.split(".")[-1]: field_value(record, name, path, line) for name in config.info_fields}
             if isinstance(prompt, (list, tuple)):
@@ -175,4 +186,5 @@ class DatasetRowsTask(DatasetTask, Task):
         return WeightedSum(parts + [("format", BoxedFormat(), cfg.format_weight)] if cfg.format_weight else parts)
 
     def gold_completion(self, problem: Problem) -> str:
-        return f"The answer is \\boxed{{{problem.answer}}}."
+        """The row's worked solution (demonstration_field), else the bare boxed answer."""
+        return problem.metadata.get("demonstration") or f"The answer is \\boxed{{{problem.answer}}}."
