@@ -65,11 +65,11 @@ class DatasetConfig(TaskConfig):
 
     def validate(self) -> None:
         super().validate()
-        for name in ("prompt_field", "answer_field", "demonstration_field"):
-            value = getattr(self, name)
-            if name == "demonstration_field" and value is None:
-                continue
-            if not isinstance(value, str) or not all(value.split(".")):
+        named = {"prompt_field": self.prompt_field, "answer_field": self.answer_field}
+        if self.demonstration_field is not None:
+            named["demonstration_field"] = self.demonstration_field
+        for name, value in named.items():
+            if not is_field_name(value):
                 raise ValueError(f"{name} must be a field name (dotted for a nested field), got {value!r}")
         validate_prompt_template(self.prompt_template, "prompt")
         if self.verifier != "math":
@@ -77,7 +77,7 @@ class DatasetConfig(TaskConfig):
                 ImportedVerifier(self.verifier)
             except ValueError as error:
                 raise ValueError(f"verifier must be 'math' or 'package.module:function': {error}") from None
-        if not isinstance(self.info_fields, tuple) or not all(isinstance(f, str) and all(f.split(".")) for f in self.info_fields):
+        if not isinstance(self.info_fields, tuple) or not all(map(is_field_name, self.info_fields)):
             raise ValueError(f"info_fields must be a list of field names, got {self.info_fields!r}")
         if self.info_fields and self.verifier == "math":
             raise ValueError("info_fields go to a verifier of your own (verifier: 'package.module:function'); the math "
@@ -85,6 +85,11 @@ class DatasetConfig(TaskConfig):
         validate_answer_weights(self.correct_weight, self.format_weight)
         validate_flags(answer_in_boxed=self.answer_in_boxed, fallback_last_number=self.fallback_last_number,
                        boxed_only=self.boxed_only)
+
+
+def is_field_name(value: Any) -> bool:
+    """Whether ``value`` names a row's field: "answer", or dotted into nested ones, "reward_model.ground_truth"."""
+    return isinstance(value, str) and all(value.split("."))
 
 
 def field_value(record: dict[str, Any], dotted: str, path: Path, line: int) -> Any:
@@ -134,6 +139,15 @@ def reference_answer(value: Any, config: DatasetConfig, path: Path, line: int) -
     return answer
 
 
+def worked_solution(record: dict[str, Any], field: str, path: Path, line: int) -> str:
+    """The row's worked solution at ``field``: non-blank text, or a DataFileError naming the row and the field."""
+    solution = field_value(record, field, path, line)
+    if not isinstance(solution, str) or not solution.strip():
+        raise DataFileError(f"{path}:{line}: field {field!r} must be a non-empty string (a worked solution), "
+                            f"got {solution!r}")
+    return solution
+
+
 class DatasetRowsTask(DatasetTask, Task):
     config_cls = DatasetConfig
     env_var = ENV_VAR
@@ -145,11 +159,7 @@ class DatasetRowsTask(DatasetTask, Task):
             answer = reference_answer(field_value(record, config.answer_field, path, line), config, path, line)
             metadata: dict[str, Any] = {"index": len(problems), "line": line}
             if config.demonstration_field:
-                demonstration = field_value(record, config.demonstration_field, path, line)
-                if not isinstance(demonstration, str) or not demonstration.strip():
-                    raise DataFileError(f"{path}:{line}: field {config.demonstration_field!r} must be a non-empty "
-                                        f"string (a worked solution), got {demonstration!r}")
-                metadata["demonstration"] = demonstration
+                metadata["demonstration"] = worked_solution(record, config.demonstration_field, path, line)
             if config.info_fields:
                 metadata["info"] = {name.split(".")[-1]: field_value(record, name, path, line) for name in config.info_fields}
             if isinstance(prompt, (list, tuple)):
