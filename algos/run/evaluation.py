@@ -152,7 +152,7 @@ def evaluate(model, tokenizer, config, backend, device: torch.device, eval_set=N
 
 def reported_ks(samples: int) -> list[int]:
     """The k of pass@k an evaluation of ``samples`` per problem reports: 1, 2, 4, ... up to ``samples``, and it."""
-    ks = [2**i for i in range(samples.bit_length()) if 2**i <= samples]
+    ks = [2**i for i in range(samples.bit_length())]  # the powers of two up to samples
     return ks if ks[-1] == samples else [*ks, samples]
 
 
