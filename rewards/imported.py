@@ -30,7 +30,7 @@ from .result import ERROR, OK, VerifyResult
 def import_function(spec: str) -> Callable:
     """The callable ``spec`` ("package.module:function", the function's name may be dotted) names, imported once per
     process; ValueError naming what is wrong otherwise."""
-    module_name, _, attribute = spec.partition(":") if isinstance(spec, str) else ("", "", "")
+    module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ValueError(f"a reward function is named 'package.module:function', got {spec!r}")
     try:
@@ -76,6 +76,8 @@ class ImportedVerifier:
     spec: str
 
     def __post_init__(self) -> None:
+        if not isinstance(self.spec, str):
+            raise ValueError(f"a reward function is named 'package.module:function', got {self.spec!r}")
         import_function(self.spec)
 
     def __call__(self, completion: str, *, answer: Any = None, **info: Any) -> VerifyResult:

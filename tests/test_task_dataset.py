@@ -142,6 +142,7 @@ def test_an_imported_reward_function_is_called_its_own_way_and_never_raises():
 
 @pytest.mark.parametrize(("spec", "message"), [
     ("no_colon", "a reward function is named 'package.module:function', got 'no_colon'"),
+    (["a:b"], "a reward function is named 'package.module:function', got ['a:b']"),
     ("no_such_module_here:f", "cannot import 'no_such_module_here'"),
     ("test_task_dataset:missing", "'test_task_dataset' has no 'missing'"),
     ("test_task_dataset:QUESTION", "is a list, not a function"),
