@@ -39,11 +39,27 @@ def test_pass_at_k_is_the_share_of_k_subsets_holding_a_solved_sample():
 
 
 def test_majority_vote_by_hand():
-    votes = torch.tensor([[0, 1, 1, 2], [3, 4, 4, 3], [4, 3, 3, 4], [0, 0, -1, -1], [-1, -1, -1, -1], [0, -1, -1, -1]])
-    solved = torch.tensor([[1, 0, 0, 0], [1, 0, 0, 1], [1, 0, 0, 1], [0, 0, 1, 1], [1, 1, 1, 1], [1, 0, 0, 0]],
+    votes = torch.tensor([[0, 1, 1, 2], [3, 4, 3, 4], [4, 3, 4, 3], [0, 0, -1, -1], [-1, -1, -1, -1], [0, -1, -1, -1]])
+    solved = torch.tensor([[1, 0, 0, 0], [1, 0, 1, 0], [0, 1, 0, 1], [0, 0, 1, 1], [1, 1, 1, 1], [1, 0, 0, 0]],
                           dtype=torch.bool)
     # 1 outvotes 0; a 2-2 tie goes to the answer given first (3, then 4); no answer never wins; one vote is a majority
-    assert majority_solved(votes, solved).tolist() == [False, True, True, False, False, True]
+    assert majority_solved(votes, solved).tolist() == [False, True, False, False, False, True]
+
+
+def test_majority_vote_is_counting_the_answers_with_ties_to_the_first_given():
+    generator = torch.Generator().manual_seed(1)
+    for samples in range(1, 8):
+        votes = torch.randint(-1, 3, (200, samples), generator=generator)
+        solved = torch.rand(200, samples, generator=generator) < 0.5
+        expected = []
+        for row_votes, row_solved in zip(votes.tolist(), solved.tolist()):
+            given = [v for v in row_votes if v >= 0]
+            if not given:
+                expected.append(False)
+                continue
+            winner = max(dict.fromkeys(given), key=given.count)  # max keeps the first of equal counts
+            expected.append(row_solved[row_votes.index(winner)])
+        assert majority_solved(votes, solved).tolist() == expected
 
 
 def test_answers_vote_as_written_within_their_problem():
