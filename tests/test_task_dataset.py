@@ -125,6 +125,10 @@ def junk_reward(completion, *, answer, **info):
     return "yes"
 
 
+def source_reward(completion, *, answer, source):
+    return source == "mine"  # a bool scores 0 or 1
+
+
 def test_an_imported_reward_function_is_called_its_own_way_and_never_raises():
     from rewards import VerifyResult
     from rewards.imported import ImportedVerifier
@@ -136,8 +140,9 @@ def test_an_imported_reward_function_is_called_its_own_way_and_never_raises():
     assert verl(" 4 ", answer=4, data_source="theirs", extra_info={"bonus": True}).score == 0.0
     assert ImportedVerifier("test_task_dataset:raising_reward")("x", answer="k") == VerifyResult(
         0.0, "error", {"reason": "KeyError: 'k'"})
-    assert ImportedVerifier("test_task_dataset:junk_reward")("x", answer=1).details == {
-        "reason": "the reward function returned 'yes', not a score"}
+    assert ImportedVerifier("test_task_dataset:junk_reward")("x", answer=1) == VerifyResult(
+        0.0, "error", {"reason": "the reward function returned 'yes', not a score"})
+    assert ImportedVerifier("test_task_dataset:source_reward")("x", answer=1, source="mine") == VerifyResult(1.0, "ok", {})
 
 
 @pytest.mark.parametrize(("spec", "message"), [
