@@ -27,6 +27,10 @@ def write_jsonl(path, rows) -> str:
 
 def test_plain_rows_are_asked_through_the_template_and_scored_by_the_math_verifier(tmp_path):
     path = write_jsonl(tmp_path / "rows.jsonl", [{"prompt": "Halve 3.", "answer": "3/2"}])
+    task = rlvr_env.make_task("Dataset", data_path=path, system_prompt="Be brief.")
+    problem = task.problem(0, 0)
+    assert problem.metadata == {"index": 0, "line": 1}
+    assert task.messages(problem) == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Halve 3."}]
     env = gym.make("rlvr/Dataset-v0", data_path=path, prompt_template="{prompt} Answer in \\boxed{{}}.")
     prompt, info = env.reset(seed=0)
     assert prompt == "Halve 3. Answer in \\boxed{}." and info["messages"] == [{"role": "user", "content": prompt}]
@@ -36,11 +40,14 @@ def test_plain_rows_are_asked_through_the_template_and_scored_by_the_math_verifi
 
 
 def test_trl_conversational_rows_with_worked_solutions(tmp_path):
-    rows = [{"prompt": QUESTION, "solution": "Two and two make \\boxed{4}."}]
+    rows = [{"prompt": QUESTION, "solution": "Two and two make \\boxed{4}."},
+            {"prompt": QUESTION, "solution": "So $x = \\boxed{2}$ and $y = \\boxed{3}$."},
+            {"prompt": QUESTION, "solution": "So $x = \\boxed{3}$ or $x = \\boxed{-3}$."}]
     task = rlvr_env.make_task("Dataset", data_path=write_jsonl(tmp_path / "trl.jsonl", rows), answer_field="solution",
                               answer_in_boxed=True, system_prompt="Think first.", few_shot=[("1 + 1?", "\\boxed{2}")])
     problem = task.problem(0, 0)
-    assert problem.answer == "4"
+    # a final sentence's boxes answer together, the roots of "or" too: a gold solution lists, it does not hedge
+    assert [task.problem(i, 0).answer for i in range(3)] == ["4", "2, 3", "3, -3"]
     assert task.messages(problem) == [
         {"role": "system", "content": "Think first."},
         {"role": "user", "content": "1 + 1?"}, {"role": "assistant", "content": "\\boxed{2}"},
@@ -84,6 +91,16 @@ def test_the_trainer_renders_chat_rows_with_the_models_template(tmp_path):
      r"must start \(after a system turn\) and end with a user turn, got roles \['user', 'assistant'\]"),
     ([{"prompt": "x", "answer": [1, 2]}], {}, r":1: field 'answer' must be a non-empty string or a number"),
     ([{"prompt": "x", "answer": "no box"}], {"answer_in_boxed": True}, r":1: field 'answer' has no final \\boxed"),
+    ([{"prompt": "x", "answer": "an empty \\boxed{}"}], {"answer_in_boxed": True}, r":1: field 'answer' has no final"),
+    ([{"prompt": "x", "answer": "   "}], {}, r"rows\.jsonl:1: field 'answer' must be a non-empty string or a number"),
+    ([{"prompt": "x", "answer": None}], {"verifier": "rewards:math_verifier"}, r"rows\.jsonl:1: field 'answer' is null"),
+    ([{"prompt": [{"role": "system", "content": "s"}], "answer": "1"}], {}, r"rows\.jsonl:1: .*got roles \['system'\]"),
+    ([{"prompt": "x", "gold": {"value": "1"}}], {"answer_field": "gold.value.text"},
+     r"rows\.jsonl:1: missing field 'gold.value.text' \(gold.value has: str\)"),
+    ([{"prompt": "x", "answer": "1"}], {"demonstration_field": "work"}, r"rows\.jsonl:1: missing field 'work'"),
+    ([{"prompt": "x", "answer": "1"}], {"info_fields": ["meta.source"], "verifier": "rewards:math_verifier"},
+     r"rows\.jsonl:1: missing field 'meta.source' \(the row has: answer, prompt\)"),
+    ([{"prompt": 5, "answer": "1"}], {}, r"rows\.jsonl:1: field 'prompt' must be a non-empty string or a list"),
 ])
 def test_a_bad_row_is_named_by_file_line_and_field(tmp_path, rows, kwargs, message):
     with pytest.raises(DataFileError, match=message):
@@ -92,6 +109,12 @@ def test_a_bad_row_is_named_by_file_line_and_field(tmp_path, rows, kwargs, messa
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"answer_field": "reward_model."}, "answer_field must be a field name"),
+    ({"prompt_field": ""}, "prompt_field must be a field name"),
+    ({"demonstration_field": 3}, "demonstration_field must be a field name"),
+    ({"info_fields": "source", "verifier": "rewards:math_verifier"}, "info_fields must be a list of field names"),
+    ({"info_fields": 5, "verifier": "rewards:math_verifier"}, "info_fields must be a list of field names"),
+    ({"fallback_last_number": "no"}, "fallback_last_number must be true or false"),
+    ({"boxed_only": "no"}, "boxed_only must be true or false"),
     ({"prompt_template": "no placeholder"}, r"prompt_template must contain \{prompt\}"),
     ({"answer_in_boxed": "yes"}, "answer_in_boxed must be true or false"),
 ])
@@ -163,14 +186,16 @@ def test_verl_rows_scored_by_a_verl_compute_score_through_every_view(tmp_path):
     rewards.adapters:compute_score, importable in score_batch's worker processes), with data_source and extra_info
     from the row."""
     rows = [{"data_source": "mine", "prompt": QUESTION, "reward_model": {"ground_truth": ["4", "four"]},
-             "extra_info": {"index": 7}}]
+             "extra_info": {"index": 7, "split": "train"}}]
     path = write_jsonl(tmp_path / "verl.jsonl", rows)
     kwargs = {"data_path": path, "answer_field": "reward_model.ground_truth", "verifier": "rewards.adapters:compute_score",
               "info_fields": ["data_source", "extra_info"], "format_weight": 0.5}
     task = rlvr_env.make_task("Dataset", **kwargs)
     problem = task.problem(0, 0)
     assert problem.answer == ["4", "four"]  # a verifier of one's own gets the field as it is
-    assert task.verifier_info(problem) == {"data_source": "mine", "extra_info": {"index": 7}}
+    assert task.verifier_info(problem) == {"data_source": "mine", "extra_info": {"index": 7, "split": "train"}}
+    dotted = rlvr_env.make_task("Dataset", **{**kwargs, "info_fields": ["extra_info.split"]})
+    assert dotted.verifier_info(dotted.problem(0, 0)) == {"split": "train"}  # under its last dotted part
 
     env = gym.make("rlvr/Dataset-v0", **kwargs)
     env.reset(seed=0)

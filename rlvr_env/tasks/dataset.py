@@ -132,8 +132,8 @@ def reference_answer(value: Any, config: DatasetConfig, path: Path, line: int) -
         raise DataFileError(f"{path}:{line}: field {field!r} must be a non-empty string or a number, got {value!r}")
     answer = str(value).strip()
     if config.answer_in_boxed:
-        boxed = final_boxed(answer, or_is_list=True)
-        if not boxed or not boxed[0]:
+        boxed = final_boxed(answer, or_is_list=True)  # a blank box is none; \boxed{3} or \boxed{-3} lists both
+        if boxed is None:
             raise DataFileError(f"{path}:{line}: field {field!r} has no final \\boxed{{...}} answer (answer_in_boxed)")
         answer = boxed[0]
     return answer
