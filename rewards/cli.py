@@ -73,6 +73,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     score.add_argument("--batch-size", type=int_at_least(1), default=256,
                        help="rows scored per batch (progress granularity)")
     score.add_argument("--backend", choices=BACKENDS, default="native", help="math checker, as rlvr verify's")
+    score.add_argument("--verifier", metavar="MODULE:FUNCTION", default=None,
+                       help="score with a reward function of your own instead of the math checker: this project's "
+                            "function(completion, *, answer, **info) or verl's compute_score (rewards.imported); it "
+                            "gets each row's answer as it is and the row's other fields as info")
     score.set_defaults(func=_score)
 
 
@@ -137,7 +141,8 @@ def _answer_problem(answer: object) -> str | None:
 _SCORE_WORDING = {"encoding": "not valid UTF-8", "json": "not valid JSON"}
 
 
-def _read_rows(path: Path, completion_key: str, answer_key: str) -> list[dict]:
+def _read_rows(path: Path, completion_key: str, answer_key: str, any_answer: bool = False) -> list[dict]:
+    """The file's rows, each checked: a completion to score and a gold answer (any non-null value ``any_answer``)."""
     if not path.is_file():
         raise BadInput(f"no such file {path}")
     rows = []
@@ -151,8 +156,9 @@ def _read_rows(path: Path, completion_key: str, answer_key: str) -> list[dict]:
             for key in (completion_key, answer_key):
                 if key not in row:
                     raise BadInput(f"{where}: missing field {key!r}")
-            for key, problem in ((completion_key, _completion_problem(row[completion_key])),
-                                 (answer_key, _answer_problem(row[answer_key]))):
+            answer = row[answer_key]
+            answer_problem = ("is null" if answer is None else None) if any_answer else _answer_problem(answer)
+            for key, problem in ((completion_key, _completion_problem(row[completion_key])), (answer_key, answer_problem)):
                 if problem:
                     raise BadInput(f"{where}: field {key!r} {problem}")
             rows.append(row)
@@ -177,13 +183,16 @@ def _score_file(args: argparse.Namespace) -> int:
 
     from .adapters import completion_text
     from .batch import score_batch
+    from .imported import ImportedVerifier
     from .mathcheck import MathVerifier
 
     try:
-        verifier = MathVerifier(backend=args.backend)
-    except ImportError as exc:
-        raise BadInput(str(exc)) from None
-    rows = _read_rows(args.path, args.completion_key, args.answer_key)
+        verifier = MathVerifier(backend=args.backend) if args.verifier is None else ImportedVerifier(args.verifier)
+    except (ImportError, ValueError) as exc:
+        raise BadInput(f"--verifier: {exc}" if args.verifier else str(exc)) from None
+    rows = _read_rows(args.path, args.completion_key, args.answer_key, any_answer=args.verifier is not None)
+    # a function of one's own reads the row's other fields (verl's data_source and extra_info, a task's test cases)
+    own = {args.completion_key, args.answer_key, "completion", "answer", "timeout"}
     if args.output:
         _write_rows(args.output, [])  # a bad --output fails now, not after scoring the whole file
     results = []
@@ -191,7 +200,8 @@ def _score_file(args: argparse.Namespace) -> int:
         for start in range(0, len(rows), args.batch_size):
             chunk = rows[start:start + args.batch_size]
             completions = [completion_text(r[args.completion_key]) for r in chunk]
-            results += score_batch(completions, [r[args.answer_key] for r in chunk], verifier=verifier,
+            infos = None if args.verifier is None else [{k: v for k, v in r.items() if k not in own} for r in chunk]
+            results += score_batch(completions, [r[args.answer_key] for r in chunk], verifier=verifier, infos=infos,
                                    workers=args.workers, timeout=args.timeout)
             bar.update(len(chunk))
     if args.output:

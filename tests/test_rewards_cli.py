@@ -146,3 +146,19 @@ def test_verify_escapes_bytes_from_argv_that_are_not_utf8(capsys):
     assert run(["verify", "--pred", "\udcff", "--gold", "2"]) == 1  # how Python hands over a byte 0xff in argv
     out = capsys.readouterr().out
     assert "\\udcff" in out and out.isascii()
+
+
+def test_score_with_a_reward_function_of_ones_own_passes_it_the_rows_other_fields(tmp_path, capsys):
+    """verl's rows and its compute_score signature (the project's verl adapter, importable in the worker processes):
+    a list of accepted answers as the gold, data_source from the row."""
+    rows = [{"completion": "\\boxed{four}", "answer": ["4", "four"], "data_source": "mine"},
+            {"completion": "\\boxed{5}", "answer": ["4"], "data_source": "mine"}]
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert run(["score", str(path), "--verifier", "rewards.adapters:compute_score", "--workers", "1"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"rows": 2, "mean_score": 0.5, "statuses": {"ok": 2}}
+    assert run(["score", str(path)]) == 2  # the math checker takes text or a number as the gold
+    assert "field 'answer' must be a string or a number, got an array" in capsys.readouterr().err
+    assert run(["score", str(path), "--verifier", "rewards.adapters:no_such_function"]) == 2
+    assert "rlvr score: --verifier: reward function 'rewards.adapters:no_such_function': 'rewards.adapters' has no" \
+        in capsys.readouterr().err
