@@ -53,7 +53,7 @@ COMMAND_HELP = {
     "score": "score a JSONL file of completions against gold answers",
     "envs": "list registered environments and their task kwargs",
     "train": "train a policy with GRPO, DAPO, RLOO, CISPO, GMPO, PPO, REINFORCE++, DPO or online DPO",
-    "eval": "greedy accuracy of a model on held-out problems of an env",
+    "eval": "greedy accuracy of a model on held-out problems of an env (--samples N: pass@k and maj@N)",
     "export": "write a run's model as a transformers directory (--merge: a LoRA adapter merged into its base)",
 }
 

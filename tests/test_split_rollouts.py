@@ -24,6 +24,17 @@ ROOT = Path(__file__).resolve().parents[1]
 RLVR = str(Path(sys.executable).with_name("rlvr"))
 
 
+@pytest.fixture(autouse=True)
+def one_thread_like_the_ranks():
+    """The ranks run with one thread each (OMP_NUM_THREADS=1, below); the one-process runs they must equal bitwise run
+    with one too, also when pytest is started without `make test`'s OMP_NUM_THREADS=1 (a matmul's sums are split
+    by thread count)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
     return saved_tiny_model(tmp_path_factory.mktemp("tiny") / "model", hidden_size=32, num_layers=1, num_heads=2)

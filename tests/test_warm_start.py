@@ -20,7 +20,7 @@ from algos.config import load_config
 from algos.rollout.multiturn import Episode
 from algos.run import warm_start as sft
 from algos.run.directory import WARM_START_DIR
-from algos.run.evaluation import greedy_rollouts, procedural_eval_indices
+from algos.run.evaluation import eval_rollouts, procedural_eval_indices
 from algos.run.reporting import read_metrics, without_wall_times
 from algos.run.warm_start import IGNORE_INDEX, demonstration_row
 from algos.system.paths import latest_checkpoint
@@ -208,7 +208,7 @@ def tool_call_rate(trainer) -> float:
     """The share of held-out problems on which greedy episodes call the calculator (and the call runs)."""
     run = trainer.run
     calls = [(result.tool_calls - result.tool_errors > 0).float()
-             for result in greedy_rollouts(run.model, run.tokenizer, run.config, trainer.backend, run.device,
+             for result in eval_rollouts(run.model, run.tokenizer, run.config, trainer.backend, run.device,
                                            run.eval_set[0], procedural_eval_indices(run.config))]
     return torch.cat(calls).mean().item()
 
