@@ -15,7 +15,7 @@ from algos.rollout import HFRollout
 from algos.rollout.scripted import ScriptedRollout
 from algos.run.evaluation import answer_votes, evaluate_sampled, reported_ks
 from rlvr_cli import main
-from rlvr_env.testing import build_char_tokenizer, build_tiny_model
+from rlvr_env.testing import saved_tiny_model
 
 
 def test_pass_at_k_by_hand():
@@ -75,11 +75,7 @@ def eval_config(model_dir, **overrides):
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny")
-    tokenizer = build_char_tokenizer()
-    build_tiny_model(tokenizer, hidden_size=16, num_layers=1, num_heads=2).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    return saved_tiny_model(tmp_path_factory.mktemp("tiny"), hidden_size=16, num_layers=1, num_heads=2)
 
 
 def test_scripted_samples_score_what_was_written(tiny_dir):
