@@ -246,6 +246,9 @@ class RunConfig:
     tensorboard: bool = True  # when tensorboard is installed
     plots: bool = True  # PNG curves at the end (matplotlib)
     progress: bool = True  # live tqdm bar with key metrics
+    # Rows of each step's first generation round written to output_dir/completions.jsonl: prompt, completion, answer,
+    # score, status, reward components (TRL's log_completions, verl's rollout_data_dir); 0 = none.
+    log_completions: int = 4
     # A fresh run in an output_dir holding an earlier run's checkpoints deletes them (as HF Trainer's
     # overwrite_output_dir); false = refuse to start there (resume it, or pick another output_dir).
     overwrite_output_dir: bool = False
@@ -266,6 +269,7 @@ class RunConfig:
         require(self.metric_for_best_model in (None, *BEST_MODEL_METRICS), "run.metric_for_best_model",
                 f"must be one of {BEST_MODEL_METRICS} (held-out scores) or null, got {self.metric_for_best_model!r}")
         require(self.save_every >= 0, "run.save_every", "must be >= 0")
+        require(self.log_completions >= 0, "run.log_completions", "must be >= 0 (0 = none)")
         require(self.keep_last >= 1, "run.keep_last", "must be >= 1")
         require(self.eval_every >= 0, "run.eval_every", "must be >= 0")
 

@@ -1,6 +1,7 @@
 """The GRPO/DAPO loop's guarantees: exact resume after SIGKILL, NaN guard, dynamic-sampling bound,
 process supervision."""
 
+import json
 import math
 import re
 import signal
@@ -16,12 +17,13 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
+import rlvr_env
 from algos.algorithms.grpo import DAPO_PRESET, GRPOConfig, GRPOTrainer, train
 from algos.config import load_config
 from algos.core import POLICY_LOSSES
 from algos.core.advantages import group_advantages, process_advantages
 from algos.run import loop
-from algos.run.reporting import read_metrics, without_wall_times
+from algos.run.reporting import COMPLETIONS_FILE, read_metrics, without_wall_times
 from algos.system.paths import latest_checkpoint, list_checkpoints
 from rlvr_env.testing import saved_tiny_model
 
@@ -74,6 +76,10 @@ def test_sigkilled_run_resumes_to_the_same_parameters_bitwise(tiny_model_dir, tm
     assert want.keys() == got.keys()
     assert all(torch.equal(want[k], got[k]) for k in want)
     assert without_wall_times(read_metrics(tmp_path / "killed")) == without_wall_times(read_metrics(tmp_path / "full"))
+    # what the model wrote: the resumed run drew steps 3-4 again from their seeds, over what the killed one had written
+    written = read_metrics(tmp_path / "full", COMPLETIONS_FILE)
+    assert [r["step"] for r in written] == [1] * 4 + [2] * 4 + [3] * 4 + [4] * 4
+    assert read_metrics(tmp_path / "killed", COMPLETIONS_FILE) == written
 
 
 @pytest.mark.parametrize("tensorboard", [False, True])
@@ -103,6 +109,26 @@ def test_a_runs_summary_names_its_directory_and_curves_and_its_step_times_are_ea
     assert 0 < steps[-1]["time/eval_s"] < elapsed - sum(record["step_time_s"] for record in steps)
     assert (records[0]["world_size"], records[0]["distributed_strategy"]) == (1, "none")  # one process: no strategy ran
     assert any((tmp_path / "tensorboard").glob("events.*")) == tensorboard
+
+
+def test_log_completions_writes_each_steps_first_rows_as_they_were_scored(tiny_model_dir, tmp_path):
+    config = load_config(GRPOConfig, overrides=overrides(tiny_model_dir, tmp_path, **{
+        "run.steps": "2", "grpo.num_iterations": "1", "run.log_completions": "3"}))
+    train(config)
+    written = read_metrics(tmp_path, COMPLETIONS_FILE)
+    assert [(r["step"], r["row"], r["group"]) for r in written] == [(1, 0, 0), (1, 1, 0), (1, 2, 0), (2, 0, 0), (2, 1, 0),
+                                                                   (2, 2, 0)]  # groups of 4 rows
+    task = rlvr_env.make_task("Arithmetic", **json.loads(TASK))
+    for record in written:
+        assert set(record) == {"step", "row", "group", "prompt", "completion", "answer", "score", "status", "components",
+                               "truncated"}
+        rescored = task.verifier(record["completion"], answer=record["answer"])
+        assert (record["score"], record["status"], record["components"]) == (
+            pytest.approx(rescored.score), rescored.status, pytest.approx(rescored.details["components"]))
+    assert written[0]["prompt"] == written[1]["prompt"] == written[2]["prompt"]  # one group's rows: one prompt
+    config.run.log_completions, config.run.output_dir = 0, str(tmp_path / "none")
+    train(config)
+    assert not (tmp_path / "none" / COMPLETIONS_FILE).exists()
 
 
 def test_eval_samples_logs_pass_at_k_and_majority_beside_the_greedy_accuracy(tiny_model_dir, tmp_path):

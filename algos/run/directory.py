@@ -41,7 +41,7 @@ KEYS_AT_THEIR_DEFAULT_BEFORE = frozenset({"env.chat_template_kwargs"})
 RESUME_OVERRIDES = frozenset({
     "run.steps", "run.save_every", "run.keep_last", "run.eval_every", "run.progress", "run.tensorboard", "run.plots",
     "run.overwrite_output_dir", "run.full_determinism", "model.device", "model.autocast", "env.eval_batch_size",
-    "env.eval_samples",
+    "env.eval_samples", "run.log_completions",
     # A second evaluation under another prompt only reports; which evaluation's policy is kept as best_model only
     # saves a copy.
     "env.transfer_eval_kwargs", "env.transfer_eval_chat_template", "run.metric_for_best_model",

@@ -41,7 +41,7 @@ from algos.run.evaluation import (
     transfer_eval_config,
     warn_if_eval_reads_training_data,
 )
-from algos.run.reporting import MetricsLogger, SilentLogger
+from algos.run.reporting import CompletionLog, MetricsLogger, SilentLogger
 from algos.run.resolve import resolve_run_config
 from algos.run.setup import RunSetup
 from algos.system.distributed import init_distributed, run_on_main, split_learners, split_mode, whole_weights
@@ -130,11 +130,14 @@ def setup_run(
     env = make_env(config, tokenizer, num_envs=count // world.size * group_size, device=device, task=task, model=model)
     if world.is_main:
         warn_if_eval_reads_training_data(config, task)
+    draws_rank_0s_batches = world.rank == 0 and world.rollout_rank in (None, 0)
+    completions = CompletionLog(config.run.output_dir, config.run.log_completions) if (
+        config.run.log_completions and draws_rank_0s_batches) else None
     return RunSetup(
         config=config, device=device, model=model, tokenizer=tokenizer, ref_model=ref_model, env=env,
         backend=backend if backend is not None else make_rollout_backend(config), eval_set=eval_set,
         scaler=grad_scaler(config.model, device), output_dir=Path(config.run.output_dir), checkpoint=checkpoint,
-        world=world, schedule=StepSchedule(config.env.schedule, "env.schedule"),
+        world=world, schedule=StepSchedule(config.env.schedule, "env.schedule"), completions=completions,
     )
 
 

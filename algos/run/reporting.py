@@ -14,6 +14,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 METRICS_FILE = "metrics.jsonl"
+COMPLETIONS_FILE = "completions.jsonl"
 PLOT_FILE = "curves.png"
 # Shown in the progress bar when present (short names keep the bar on one line).
 PROGRESS_KEYS = {"reward_mean": "reward", "accuracy": "acc", "entropy": "ent", "kl": "kl", "eval_accuracy": "eval",
@@ -49,10 +50,10 @@ def without_wall_times(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{key: value for key, value in record.items() if not key.endswith("_s")} for record in records]
 
 
-def read_metrics(output_dir: str | Path) -> list[dict[str, Any]]:
-    """All records of a run's metrics.jsonl, in order. A cut-off last line (a write that a full disk
-    or a power loss stopped halfway) is skipped with a warning; a bad line before it is an error."""
-    path = Path(output_dir) / METRICS_FILE
+def read_metrics(output_dir: str | Path, name: str = METRICS_FILE) -> list[dict[str, Any]]:
+    """All records of a run's metrics.jsonl (or its ``name``: COMPLETIONS_FILE), in order. A cut-off last line (a write
+    that a full disk or a power loss stopped halfway) is skipped with a warning; a bad line before it is an error."""
+    path = Path(output_dir) / name
     if not path.is_file():
         return []
     lines = [line for line in path.read_text().splitlines() if line.strip()]
@@ -78,6 +79,43 @@ def step_line(step: int, total_steps: int, record: dict[str, Any], keys: dict[st
     return " | ".join(parts)
 
 
+def rewrite_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
+    """``path`` holding ``records`` only, written aside and renamed over it: a kill leaves either file whole."""
+    partial = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with partial.open("w") as fh:
+        fh.write("".join(json.dumps(r) + "\n" for r in records))
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(partial, path)
+
+
+class CompletionLog:
+    """completions.jsonl: the first ``rows`` rows of each step's first generation round, what the model wrote and how it
+    scored (TRL's log_completions, verl's rollout_data_dir). The first step a process draws drops the records from it
+    on, so a killed-and-resumed run, which draws those steps again from the same seeds, leaves the file an
+    uninterrupted run writes."""
+
+    def __init__(self, output_dir: str | Path, rows: int) -> None:
+        self.path, self.rows, self._file = Path(output_dir) / COMPLETIONS_FILE, rows, None
+
+    def write(self, step: int, rollout) -> None:
+        """Records of ``rollout``'s (a Rollout of step ``step``) first rows."""
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            rewrite_jsonl(self.path, [r for r in read_metrics(self.path.parent, COMPLETIONS_FILE) if r["step"] < step])
+            self._file = self.path.open("a")
+        components = {name: values.tolist() for name, values in rollout.reward_components.items()}
+        for row in range(min(self.rows, len(rollout.completions))):
+            problem = rollout.problems[row]
+            record = {"step": step, "row": row, "group": int(rollout.group_ids[row]), "prompt": problem.prompt,
+                      "completion": rollout.completions[row], "answer": problem.answer,
+                      "score": _json_safe(rollout.scores[row]), "status": rollout.statuses[row],
+                      "components": {name: _json_safe(values[row]) for name, values in components.items()},
+                      "truncated": bool(rollout.truncated[row])}
+            self._file.write(json.dumps(record, default=str) + "\n")
+        self._file.flush()
+
+
 class MetricsLogger:
     """Logs one dict of scalars per step. Resuming at `start_step` drops records after it,
     so a killed-and-resumed run leaves the same metrics.jsonl as an uninterrupted one. ``headline``: the algorithm's
@@ -99,13 +137,7 @@ class MetricsLogger:
         self.output_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.output_dir / METRICS_FILE
         kept = [r for r in read_metrics(self.output_dir) if r.get("step", 0) <= start_step] if start_step else []
-        # Written aside and renamed over the old file: a kill here leaves either file whole, never an empty one.
-        partial = self.path.with_name(f".{METRICS_FILE}.tmp-{os.getpid()}")
-        with partial.open("w") as fh:
-            fh.write("".join(json.dumps(r) + "\n" for r in kept))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(partial, self.path)
+        rewrite_jsonl(self.path, kept)
         self._file = self.path.open("a")
         self._tb = None
         if tensorboard:

@@ -15,6 +15,7 @@ import torch
 from algos.model.lora import adapter_disabled
 from algos.rollout import RolloutBackend, row_seeds
 from algos.run import checkpoint as ckpt
+from algos.run.reporting import CompletionLog
 from algos.system.distributed import TrainingForward, World, whole_weights, wrap
 from algos.system.runtime import DTYPES, build_optimizer, build_scheduler
 from rlvr_env.curriculum import StepSchedule
@@ -41,6 +42,9 @@ class RunSetup:
     world: World
     schedule: StepSchedule  # env.schedule: the task's config at each step (a pure function of the step)
     modules: TrainingForward | None = None  # what the trainer trains (wrap): the policy, and PPO's critic
+    # run.log_completions' file, written by the one process that draws learner rank 0's batches (rollout rank 0 in
+    # split mode, where several rollout ranks take turns); None: no log
+    completions: CompletionLog | None = None
     forward: torch.nn.Module | None = None  # ``modules`` as DDP or FSDP2 wraps them (``modules`` in one process)
 
     def wrap(self, some_frozen: bool = False, **modules: torch.nn.Module) -> torch.nn.Module:
@@ -87,9 +91,13 @@ class RunSetup:
         problems, seeds = self.round_prompts(seed, r.prompts_per_step, r.group_size)
         self.env.reset(seed=seed, options={"group_size": r.group_size, "problem_indices": problems})
         if policy is not None:
-            return backend.generate(policy, self.env, seeds=seeds)
-        with whole_weights(self.forward):
-            return backend.generate(self.model, self.env, seeds=seeds)
+            result = backend.generate(policy, self.env, seeds=seeds)
+        else:
+            with whole_weights(self.forward):
+                result = backend.generate(self.model, self.env, seeds=seeds)
+        if self.completions is not None and round_index == 0:
+            self.completions.write(step, result)
+        return result
 
     def optimization(self, groups: list[dict[str, Any]] | None = None,
                      delays: tuple[int, ...] = ()) -> tuple[torch.optim.Optimizer, Any, int, dict[str, Any]]:
