@@ -16,7 +16,7 @@ from test_rollout_pipeline import final_weights, overrides  # the colocated test
 
 from algos.algorithms.grpo import GRPOConfig, train
 from algos.config import DistributedConfig, load_config
-from algos.run.reporting import read_metrics, without_wall_times
+from algos.run.reporting import COMPLETIONS_FILE, read_metrics, without_wall_times
 from algos.system.distributed import World, init_distributed
 from rlvr_env.testing import biased_addition_model, saved_tiny_model
 
@@ -99,6 +99,9 @@ def test_a_split_k0_run_ends_on_the_synchronous_runs_weights(tiny_model_dir, tmp
     train(load_config(GRPOConfig, overrides={**settings, "run.output_dir": str(tmp_path / "one")}))
     want = final_weights(tmp_path / "one")
     assert all(torch.equal(want[key], value) for key, value in final_weights(tmp_path / "split").items())
+    # the rollout rank writes what the model wrote (run.log_completions), as the one process does
+    written = read_metrics(tmp_path / "one", COMPLETIONS_FILE)
+    assert written and read_metrics(tmp_path / "split", COMPLETIONS_FILE) == written
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
