@@ -142,6 +142,9 @@ def register(subparsers) -> None:
     evaluate.add_argument("--model", help="local transformers directory or 'default' (config model.path)")
     evaluate.add_argument("--config", help="TOML or YAML file with config sections")
     evaluate.add_argument("--num-problems", type=int_at_least(1), help="held-out problems (config env.eval_size)")
+    evaluate.add_argument("--output", metavar="FILE.jsonl", default=None,
+                          help="write what the model wrote, a JSON record a row: problem (its position), sample, prompt, "
+                               "completion, answer, score, status, components, truncated")
     evaluate.add_argument("--samples", type=int_at_least(1), default=0, metavar="N",
                           help="sample N completions a problem (rollout.temperature, each row from its own seed) and "
                                "report pass@k and maj@N instead of greedy accuracy")
@@ -232,8 +235,10 @@ def _train(args) -> int:
 
 
 def _eval(args) -> int:
+    from pathlib import Path
+
     from algos.config import EvalConfig
-    from algos.system.distributed import current_world, leave
+    from algos.system.distributed import current_world, launched_world, leave
 
     _quiet_libraries()
     # A training run's config.yaml works as is: its training-only sections (optim, grpo, ppo) are set aside.
@@ -252,7 +257,13 @@ def _eval(args) -> int:
         # what "default", a checkpoint or a run directory names now (a run's latest checkpoint's model/), resolved once
         model_dir = str(resolve_model_path(config.model.path))
         score = partial(evaluate_sampled, samples=args.samples) if args.samples else evaluate
-        scores = evaluate_saved_model(config, model_dir, eval_set, score)
+        records = None if args.output is None else []
+        if args.output is not None and launched_world().rank == 0:  # before the process group: torchrun's rank
+            try:  # a path that cannot be written fails now, not after the evaluation
+                Path(args.output).write_text("")
+            except OSError as error:
+                raise ValueError(f"--output {args.output}: cannot write it ({error.strerror or error})") from None
+        scores = evaluate_saved_model(config, model_dir, eval_set, score, records)
     except (*USER_ERRORS, KeyboardInterrupt) as err:
         return _report(err)
     finally:
@@ -264,6 +275,8 @@ def _eval(args) -> int:
     problems = config.env.eval_size if indices is None else len(indices)
     sampling = {"samples": args.samples, "temperature": config.rollout.temperature, **scores} if args.samples else {
         "accuracy": scores}
+    if records is not None:
+        Path(args.output).write_text("".join(json.dumps(record, default=str) + "\n" for record in records))
     print(json.dumps({"env": config.env.id, "model": config.model.path, "model_dir": model_dir, "problems": problems,
                       "prompt": "zero-shot" if args.zero_shot else "config", **sampling}))
     return 0

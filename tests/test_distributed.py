@@ -246,16 +246,18 @@ def test_a_prompt_count_that_does_not_split_across_ranks_is_a_config_error(sft_m
 
 
 @pytest.mark.parametrize("sampling", [[], ["--samples", "3"]], ids=["greedy", "sampled"])
-def test_rlvr_eval_splits_the_problems_across_ranks_and_scores_as_one_process(sft_model, sampling):
+def test_rlvr_eval_splits_the_problems_across_ranks_and_scores_as_one_process(sft_model, sampling, tmp_path):
     """Sampled: each row's seed is fixed by its position among all the evaluation's rows, so 2 ranks draw the tokens
     1 process draws."""
     command = [RLVR, "eval", "--model", str(sft_model), "--env.kwargs", TASK_KWARGS, "--env.use_chat_template", "false",
                "--env.max_new_tokens", "6", "--num-problems", "25", "--env.eval_batch_size", "4", "--model.autocast", "null",
                *sampling]
-    one, two = (launch(command, ranks) for ranks in (1, 2))
+    one, two = (launch([*command, "--output", str(tmp_path / f"{ranks}.jsonl")], ranks) for ranks in (1, 2))
     assert len(two.stdout.strip().splitlines()) == 1  # rank 0 prints the result
     report = json.loads(one.stdout)
     assert json.loads(two.stdout) == report and report["accuracy" if not sampling else "pass@1"] > 0
+    written = (tmp_path / "1.jsonl").read_text()  # what the model wrote: every rank's rows, in the problems' order
+    assert len(written.splitlines()) == 25 * (3 if sampling else 1) and (tmp_path / "2.jsonl").read_text() == written
     if sampling:
         assert report["pass@1"] < report["pass@3"] < 1  # sampled at temperature 1: answers vary
 

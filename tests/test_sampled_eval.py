@@ -132,3 +132,22 @@ def test_rlvr_eval_samples_prints_pass_at_k_and_majority(tiny_dir, capsys):
     with pytest.raises(SystemExit):
         main(["eval", "--model", str(tiny_dir), "--samples", "0"])
     assert "argument --samples: must be >= 1, got 0" in capsys.readouterr().err
+
+
+def test_rlvr_eval_output_writes_what_the_model_wrote_a_row_a_record(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "evals.jsonl"
+    args = ["eval", "--model", str(tiny_dir), "--env.kwargs", "{digits: 1}", "--num-problems", "3", "--env.max_new_tokens",
+            "3", "--env.eval_batch_size", "2"]
+    assert main([*args, "--output", str(out)]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    greedy = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["problem"] for r in greedy] == [0, 1, 2] and "sample" not in greedy[0]
+    assert set(greedy[0]) == {"problem", "prompt", "completion", "answer", "score", "status", "components", "truncated"}
+    assert report["accuracy"] == sum(r["components"]["correct"] >= 1 for r in greedy) / 3
+    assert main([*args, "--output", str(out), "--samples", "2"]) == 0
+    sampled = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["problem"], r["sample"]) for r in sampled] == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0), (2, 1)]
+    assert [r["prompt"] for r in sampled[::2]] == [r["prompt"] for r in greedy]  # the same problems, in order
+    capsys.readouterr()
+    assert main([*args, "--output", str(tmp_path / "no_such_dir" / "x.jsonl")]) == 2
+    assert "--output " in capsys.readouterr().err

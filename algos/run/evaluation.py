@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from typing import Any
 
 import torch
 
 from algos.core.sampled_accuracy import majority_solved, pass_at_k
 from algos.model.loading import load_policy
 from algos.rollout import build_task, make_env, make_rollout_backend, row_seeds
+from algos.run.reporting import rollout_records
 from algos.run.resolve import resolve_run_config
-from algos.system.distributed import current_world, init_distributed, sum_over_ranks
+from algos.system.distributed import current_world, gather_objects, init_distributed, sum_over_ranks
 from algos.system.runtime import DTYPES, mixed_precision
 from rewards import extract_answer
 from rlvr_env.data import DatasetTask
@@ -139,14 +141,44 @@ def _own_share(config, eval_set) -> tuple:
     return task, every_index[first : (world.rank + 1) * len(every_index) // world.size], first
 
 
-def evaluate(model, tokenizer, config, backend, device: torch.device, eval_set=None) -> float:
+class EvalRecords:
+    """What an evaluation's model wrote, a record a row (rlvr eval --output): reporting.rollout_records' fields but
+    ``row`` and ``group``, with ``problem`` (its position among the evaluation's problems) and, sampled, ``sample``."""
+
+    def __init__(self, first_position: int, samples: int = 0) -> None:
+        self.rows, self.next_position, self.samples = [], first_position, samples
+
+    def add(self, result) -> None:
+        per_problem = max(self.samples, 1)
+        for record in rollout_records(result):
+            row = record.pop("row")
+            del record["group"]
+            where = {"problem": self.next_position + row // per_problem}
+            if self.samples:
+                where["sample"] = row % per_problem
+            self.rows.append({**where, **record})
+        self.next_position += len(result.completions) // per_problem
+
+    def every_ranks(self) -> list[dict[str, Any]]:
+        """Every rank's records in the problems' order (each rank holds a contiguous share); a collective."""
+        return [record for part in gather_objects(self.rows) for record in part]
+
+
+def evaluate(model, tokenizer, config, backend, device: torch.device, eval_set=None,
+             records: list[dict[str, Any]] | None = None) -> float:
     """Greedy accuracy on the held-out problems of ``eval_set`` (default: ``eval_task(config)``, built now),
     generated env.eval_batch_size rows at a time. Under torchrun each rank generates its share of the problems
-    (``model`` whole on every rank: algos.system.distributed.whole_weights) and the counts are summed."""
-    task, indices, _ = _own_share(config, eval_set)
-    solved = [torch.zeros(0, device=device)]
-    solved += [result.solved.float() for result in eval_rollouts(model, tokenizer, config, backend, device, task, indices)]
+    (``model`` whole on every rank: algos.system.distributed.whole_weights) and the counts are summed. ``records``
+    (a list) receives every rank's EvalRecords rows."""
+    task, indices, first = _own_share(config, eval_set)
+    solved, written = [torch.zeros(0, device=device)], None if records is None else EvalRecords(first)
+    for result in eval_rollouts(model, tokenizer, config, backend, device, task, indices):
+        solved.append(result.solved.float())
+        if written is not None:
+            written.add(result)
     right, total = sum_over_ranks(torch.cat(solved).sum().item(), len(indices))
+    if written is not None:
+        records += written.every_ranks()
     return right / total
 
 
@@ -168,35 +200,40 @@ def answer_votes(completions: list[str], samples: int) -> torch.Tensor:
     return torch.tensor(votes, dtype=torch.long).reshape(-1, samples)
 
 
-def evaluate_sampled(model, tokenizer, config, backend, device: torch.device, eval_set=None, *,
-                     samples: int) -> dict[str, float]:
+def evaluate_sampled(model, tokenizer, config, backend, device: torch.device, eval_set=None,
+                     records: list[dict[str, Any]] | None = None, *, samples: int) -> dict[str, float]:
     """``samples`` completions of each held-out problem, sampled as config.rollout samples (temperature, top_p,
     top_k) -> {"pass@k": the unbiased pass@k for each of reported_ks (pass@1: the share of samples solved),
-    "maj@N": the share of problems whose majority answer is solved}, the problems split across ranks as in
-    ``evaluate``."""
+    "maj@N": the share of problems whose majority answer is solved}, the problems split across ranks and
+    ``records`` filled as in ``evaluate``."""
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     task, indices, first = _own_share(config, eval_set)
     ks = reported_ks(samples)
     sums = torch.zeros(len(ks) + 1, dtype=torch.float64)  # pass@k for each k, then maj@N
+    written = None if records is None else EvalRecords(first, samples)
     for result in eval_rollouts(model, tokenizer, config, backend, device, task, indices, samples, first):
         solved = result.solved.reshape(-1, samples).cpu()
         sums[:-1] += torch.stack([pass_at_k(solved, k).sum() for k in ks])
         sums[-1] += majority_solved(answer_votes(result.completions, samples), solved).sum()
+        if written is not None:
+            written.add(result)
     *totals, problems = sum_over_ranks(*sums.tolist(), len(indices))
+    if written is not None:
+        records += written.every_ranks()
     names = [f"pass@{k}" for k in ks] + [f"maj@{samples}"]
     return {name: total / problems for name, total in zip(names, totals)}
 
 
-def evaluate_saved_model(config, path, eval_set=None, score=evaluate):
+def evaluate_saved_model(config, path, eval_set=None, score=evaluate, records: list[dict[str, Any]] | None = None):
     """``score`` (greedy ``evaluate``, or ``evaluate_sampled`` with its samples bound) of a saved model directory, in
     the dtype and precision of config.model; ``eval_set`` as in ``evaluate``. The config is resolved as a training
     run's is (resolve_run_config, with model.path = ``path``): precision measured on that model's shapes,
-    rollout.backend "auto" as training picks it; ``config`` itself is left as it is."""
+    rollout.backend "auto" as training picks it; ``config`` itself is left as it is. ``records`` as in ``evaluate``."""
     world = init_distributed(config.distributed, config.model.device)
     saved = dataclasses.replace(config, model=dataclasses.replace(config.model, path=str(path)))
     run = resolve_run_config(saved, world)
     model, tokenizer = load_policy(run.config.model.path, dtype=DTYPES[run.config.model.dtype], device=run.device)
     with mixed_precision(run.config.model, run.device):
         return score(model, tokenizer, run.config, make_rollout_backend(run.config), device=run.device,
-                     eval_set=eval_set)
+                     eval_set=eval_set, records=records)

@@ -89,6 +89,19 @@ def rewrite_jsonl(path: Path, records: list[dict[str, Any]]) -> None:
     os.replace(partial, path)
 
 
+def rollout_records(rollout, rows: int | None = None) -> list[dict[str, Any]]:
+    """One JSON-ready record for each of ``rollout``'s first ``rows`` rows (None: all): what the model wrote for which
+    question and how it scored (``row``, ``group``, ``prompt``: the task's question, ``completion``, ``answer``,
+    ``score``, ``status``, ``components``, ``truncated``)."""
+    components = {name: values.tolist() for name, values in rollout.reward_components.items()}
+    count = len(rollout.completions) if rows is None else min(rows, len(rollout.completions))
+    return [{"row": row, "group": int(rollout.group_ids[row]), "prompt": rollout.problems[row].prompt,
+             "completion": rollout.completions[row], "answer": rollout.problems[row].answer,
+             "score": _json_safe(rollout.scores[row]), "status": rollout.statuses[row],
+             "components": {name: _json_safe(values[row]) for name, values in components.items()},
+             "truncated": bool(rollout.truncated[row])} for row in range(count)]
+
+
 class CompletionLog:
     """completions.jsonl: the first ``rows`` rows of each step's first generation round, what the model wrote and how it
     scored (TRL's log_completions, verl's rollout_data_dir). The first step a process draws drops the records from it
@@ -104,15 +117,8 @@ class CompletionLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             rewrite_jsonl(self.path, [r for r in read_metrics(self.path.parent, COMPLETIONS_FILE) if r["step"] < step])
             self._file = self.path.open("a")
-        components = {name: values.tolist() for name, values in rollout.reward_components.items()}
-        for row in range(min(self.rows, len(rollout.completions))):
-            problem = rollout.problems[row]
-            record = {"step": step, "row": row, "group": int(rollout.group_ids[row]), "prompt": problem.prompt,
-                      "completion": rollout.completions[row], "answer": problem.answer,
-                      "score": _json_safe(rollout.scores[row]), "status": rollout.statuses[row],
-                      "components": {name: _json_safe(values[row]) for name, values in components.items()},
-                      "truncated": bool(rollout.truncated[row])}
-            self._file.write(json.dumps(record, default=str) + "\n")
+        for record in rollout_records(rollout, self.rows):
+            self._file.write(json.dumps({"step": step, **record}, default=str) + "\n")
         self._file.flush()
 
 
