@@ -82,7 +82,7 @@ class RunSetup:
         completions each, of the task as env.schedule sets it for ``step``, drawn by ``backend`` from ``policy``
         (default: the policy, its whole weights under FSDP2; algos/run/rollout_pipeline.py passes its own copy) -> the
         backend's Rollout. Seeds come from (run.seed, step, round_index) alone (round_seed), so a resume draws the
-        same."""
+        same. Round 0's first rows go to completions.jsonl (run.log_completions) where this process keeps it."""
         r = self.config.rollout
         scheduled = self.schedule.at(step)
         if scheduled:
