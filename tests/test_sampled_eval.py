@@ -151,3 +151,22 @@ def test_rlvr_eval_output_writes_what_the_model_wrote_a_row_a_record(tiny_dir, t
     capsys.readouterr()
     assert main([*args, "--output", str(tmp_path / "no_such_dir" / "x.jsonl")]) == 2
     assert "--output " in capsys.readouterr().err
+
+
+def test_sampled_evaluation_of_a_given_set_and_of_one_sample(tiny_dir):
+    """An eval_set given (here 2 problems of 2-digit sums, where the config says 1-digit) is the one evaluated;
+    one sample a problem reports pass@1 and maj@1; none is refused."""
+    import rlvr_env
+    from algos.model.loading import load_policy
+
+    model, tokenizer = load_policy(tiny_dir, device="cpu")
+    task = rlvr_env.make_task("Arithmetic", digits=2)
+    records = []
+    scores = evaluate_sampled(model, tokenizer, eval_config(tiny_dir), HFRollout(), torch.device("cpu"),
+                              eval_set=(task, [4, 9]), records=records, samples=1)
+    assert set(scores) == {"pass@1", "maj@1"}
+    assert [(r["problem"], r["sample"]) for r in records] == [(0, 0), (1, 0)]
+    assert all(type(r["problem"]) is int for r in records)
+    assert [r["prompt"] for r in records] == [task.problem(i, 12345).prompt for i in (4, 9)]  # env.eval_seed's
+    with pytest.raises(ValueError, match="samples must be >= 1, got 0"):
+        evaluate_sampled(model, tokenizer, eval_config(tiny_dir), HFRollout(), torch.device("cpu"), samples=0)
