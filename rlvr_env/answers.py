@@ -88,6 +88,24 @@ class BoxedFormat:
         return VerifyResult(1.0 if _FILLED_BOXED.search(completion) else 0.0)
 
 
+@dataclass(frozen=True)
+class AnyAnswer:
+    """``verifier`` against each of several accepted answers (a tuple ``answer``; one answer is checked as it is): the
+    first best-scoring result, so a completion is right when it equals any of them (verl's list ground truths)."""
+
+    verifier: Any
+
+    @property
+    def in_process_safe(self) -> bool:
+        return getattr(self.verifier, "in_process_safe", False)
+
+    def __call__(self, completion: str, *, answer: Any, **info: Any) -> VerifyResult:
+        if not isinstance(answer, tuple):
+            return self.verifier(completion, answer=answer, **info)
+        results = [self.verifier(completion, answer=gold, **info) for gold in answer]
+        return max(results, key=lambda result: result.score)
+
+
 def answer_reward(correct_weight: float, format_weight: float, fallback_last_number: bool, literal_answer: bool = False,
                   boxed_only: bool = False):
     """The weighted sum reported as components "correct" and (when weighted) "format"."""

@@ -39,6 +39,26 @@ def test_plain_rows_are_asked_through_the_template_and_scored_by_the_math_verifi
     assert env.step("\\boxed{2}")[1] == 0.0
 
 
+def test_a_list_of_accepted_answers_scores_a_completion_equal_to_any(tmp_path):
+    """verl's rows may list the answers a question accepts; the math verifier takes the best of them."""
+    rows = [{"prompt": "Name 2 + 2.", "answer": ["4", "four", 4.0]}, {"prompt": "x", "answer": []}]
+    path = write_jsonl(tmp_path / "rows.jsonl", rows[:1])
+    task = rlvr_env.make_task("Dataset", data_path=path, format_weight=0.5)
+    problem = task.problem(0, 0)
+    assert problem.answer == ("4", "four", "4.0")
+    scores = [task.verifier(text, answer=problem.answer).score for text in ("\\boxed{four}", "\\boxed{4}", "\\boxed{5}")]
+    assert scores == [1.5, 1.5, 0.5]  # right by the second gold, by the first; wrong (the box's format credit only)
+    assert task.gold_completion(problem) == "The answer is \\boxed{4}."  # the first accepted answer
+    assert task.verifier(task.gold_completion(problem), answer=problem.answer).score == 1.5
+    env = gym.make("rlvr/Dataset-v0", data_path=path)
+    env.reset(seed=0)
+    assert env.step("so \\boxed{four}")[1] == 1.0
+    with pytest.raises(DataFileError, match=r":2: field 'answer' is an empty list of accepted answers"):
+        rlvr_env.make_task("Dataset", data_path=write_jsonl(tmp_path / "bad.jsonl", rows))
+    with pytest.raises(DataFileError, match=r"worse\.jsonl:1: field 'answer' must be a non-empty string or a number, got None"):
+        rlvr_env.make_task("Dataset", data_path=write_jsonl(tmp_path / "worse.jsonl", [{"prompt": "x", "answer": [None]}]))
+
+
 def test_trl_conversational_rows_with_worked_solutions(tmp_path):
     rows = [{"prompt": QUESTION, "solution": "Two and two make \\boxed{4}."},
             {"prompt": QUESTION, "solution": "So $x = \\boxed{2}$ and $y = \\boxed{3}$."},
@@ -89,8 +109,10 @@ def test_the_trainer_renders_chat_rows_with_the_models_template(tmp_path):
     ([{"prompt": [{"role": "user", "text": "x"}], "answer": "1"}], {}, r":1: field 'prompt' turn 0 must be"),
     ([{"prompt": [*QUESTION, {"role": "assistant", "content": "4"}], "answer": "4"}], {},
      r"must start \(after a system turn\) and end with a user turn, got roles \['user', 'assistant'\]"),
-    ([{"prompt": "x", "answer": [1, 2]}], {}, r":1: field 'answer' must be a non-empty string or a number"),
+    ([{"prompt": "x", "answer": [1, [2]]}], {}, r":1: field 'answer' must be a non-empty string or a number"),
     ([{"prompt": "x", "answer": "no box"}], {"answer_in_boxed": True}, r":1: field 'answer' has no final \\boxed"),
+    ([{"prompt": "x", "answer": None}], {"answer_in_boxed": True},
+     r"rows\.jsonl:1: field 'answer' must be a non-empty string or a number, got None"),
     ([{"prompt": "x", "answer": "an empty \\boxed{}"}], {"answer_in_boxed": True}, r":1: field 'answer' has no final"),
     ([{"prompt": "x", "answer": "   "}], {}, r"rows\.jsonl:1: field 'answer' must be a non-empty string or a number"),
     ([{"prompt": "x", "answer": None}], {"verifier": "rewards:math_verifier"}, r"rows\.jsonl:1: field 'answer' is null"),

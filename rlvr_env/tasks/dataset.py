@@ -25,7 +25,7 @@ from typing import Any
 from rewards import WeightedSum
 from rewards.extract import final_boxed
 from rewards.imported import ImportedVerifier
-from rlvr_env.answers import BoxedFormat, answer_reward, validate_answer_weights
+from rlvr_env.answers import AnyAnswer, BoxedFormat, answer_reward, validate_answer_weights
 from rlvr_env.data import DataFileError, DatasetTask
 from rlvr_env.prompting import chat_turns
 from rlvr_env.task import Problem, Task, TaskConfig, validate_flags, validate_prompt_template
@@ -41,7 +41,7 @@ class DatasetConfig(TaskConfig):
 
     data_path: str | None = None
     prompt_field: str = "prompt"  # text, or chat turns [{role, content}, ...] (TRL's conversational rows, verl's)
-    answer_field: str = "answer"  # the reference answer: a string or a number
+    answer_field: str = "answer"  # the reference answer: a string or a number, or a list of accepted ones
     answer_in_boxed: bool = False  # the answer field is a worked solution: its final \boxed{} is the answer
     # A field holding a worked solution (TRL's "solution", MATH's) that the warm start imitates (the gold completion);
     # null: "The answer is \boxed{<answer>}."
@@ -121,22 +121,31 @@ def chat_prompt(value: Any, field: str, path: Path, line: int) -> tuple[dict[str
 
 
 def reference_answer(value: Any, config: DatasetConfig, path: Path, line: int) -> Any:
-    """The row's answer as the verifier's gold: a non-empty string or a number; a solution's final \\boxed{} with
-    ``answer_in_boxed``. A verifier of your own gets any value but null as it is."""
+    """The row's answer as the verifier's gold: a non-empty string or a number, or a list of them (any of them is right:
+    a tuple); a solution's final \\boxed{} with ``answer_in_boxed``. A verifier of your own gets any value but null as
+    it is."""
     field = config.answer_field
-    if config.verifier != "math" and not config.answer_in_boxed:
+    if config.answer_in_boxed:
+        boxed = final_boxed(scalar_answer(value, field, path, line), or_is_list=True)  # \boxed{3} or \boxed{-3}: both
+        if boxed is None:  # a blank box is none
+            raise DataFileError(f"{path}:{line}: field {field!r} has no final \\boxed{{...}} answer (answer_in_boxed)")
+        return boxed[0]
+    if config.verifier != "math":
         if value is None:
             raise DataFileError(f"{path}:{line}: field {field!r} is null")
         return value
+    if not isinstance(value, list):
+        return scalar_answer(value, field, path, line)
+    if not value:
+        raise DataFileError(f"{path}:{line}: field {field!r} is an empty list of accepted answers")
+    return tuple(scalar_answer(item, field, path, line) for item in value)
+
+
+def scalar_answer(value: Any, field: str, path: Path, line: int) -> str:
+    """One answer as text: a non-blank string or a number, or a DataFileError naming the row and the field."""
     if isinstance(value, bool) or not isinstance(value, (str, int, float)) or not str(value).strip():
         raise DataFileError(f"{path}:{line}: field {field!r} must be a non-empty string or a number, got {value!r}")
-    answer = str(value).strip()
-    if config.answer_in_boxed:
-        boxed = final_boxed(answer, or_is_list=True)  # a blank box is none; \boxed{3} or \boxed{-3} lists both
-        if boxed is None:
-            raise DataFileError(f"{path}:{line}: field {field!r} has no final \\boxed{{...}} answer (answer_in_boxed)")
-        answer = boxed[0]
-    return answer
+    return str(value).strip()
 
 
 def worked_solution(record: dict[str, Any], field: str, path: Path, line: int) -> str:
@@ -190,11 +199,13 @@ class DatasetRowsTask(DatasetTask, Task):
     @property
     def verifier(self):
         cfg = self.config
-        if cfg.verifier == "math":
-            return answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number, boxed_only=cfg.boxed_only)
+        if cfg.verifier == "math":  # a row may accept several answers (AnyAnswer)
+            return AnyAnswer(answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number,
+                                           boxed_only=cfg.boxed_only))
         parts = [("correct", ImportedVerifier(cfg.verifier), cfg.correct_weight)]
         return WeightedSum(parts + [("format", BoxedFormat(), cfg.format_weight)] if cfg.format_weight else parts)
 
     def gold_completion(self, problem: Problem) -> str:
         """The row's worked solution (demonstration_field), else the bare boxed answer."""
-        return problem.metadata.get("demonstration") or f"The answer is \\boxed{{{problem.answer}}}."
+        first = problem.answer[0] if isinstance(problem.answer, tuple) else problem.answer
+        return problem.metadata.get("demonstration") or f"The answer is \\boxed{{{first}}}."
