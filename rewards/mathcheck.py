@@ -17,15 +17,34 @@ import importlib.util
 import math
 import numbers
 import re
+from collections.abc import Hashable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
-from .compare import TooLarge, equivalent, exact_scalar_equal
+from .compare import TooLarge, canonical, equivalent, exact_scalar_equal, exact_value
 from .extract import SHORT_ANSWER_CHARS, extract_answer
 from .latex import MAX_ANSWER_CHARS, ParseError, normalize, parse_answer
 from .result import ERROR, NO_ANSWER, OK, TIMEOUT, VerifyResult
 from .sandbox import CheckTimeout, WorkerError, run_limited
+
+
+def answer_key(answer: str) -> Hashable:
+    """A key two answers share when they are written alike up to form, for counting votes (maj@N): numbers by exact
+    value (1/2, \\frac{1}{2} and 0.5 alike), sums, products and sets in any order (the equality test's canonical
+    form); an answer outside the grammar by its normal form. In this process and cheap: the parser's bounds and exact
+    arithmetic under its size guard, never the symbolic worker, so x^2-1 and (x-1)(x+1) stay two answers."""
+    text = str(answer)[:MAX_ANSWER_CHARS]
+    try:
+        tree = parse_answer(text)
+    except Exception:  # model output never raises: outside the grammar (or a parser bug), the text is the key
+        return ("text", normalize(text))
+    try:
+        value = exact_value(tree)
+    except Exception:  # too large under the guard, a division by zero: no value, the tree's shape is the key
+        value = None
+    return ("num", value) if value is not None else canonical(tree)
+
 
 # Integers are most answers (arithmetic, GSM8K, counting); bounded so int() stays cheap.
 _PLAIN_INTEGER = re.compile(r"[-+]?\d{1,64}")

@@ -18,6 +18,13 @@ from rlvr_cli import main
 from rlvr_env.testing import saved_tiny_model
 
 
+@pytest.mark.parametrize("answer", ["1/0", "2^{2^{40}}", "\\frac{", "x" * 5000, "((((((((((((1))))))))))))"])
+def test_an_answers_vote_key_never_raises(answer):
+    from rewards.mathcheck import answer_key
+
+    assert hash(answer_key(answer)) is not None  # a key, whatever the model wrote
+
+
 def test_pass_at_k_by_hand():
     solved = torch.tensor([[1, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1], [0, 1, 1, 0]], dtype=torch.bool)
     assert pass_at_k(solved, 1).tolist() == [0.25, 0.0, 1.0, 0.5]  # the share solved
@@ -62,9 +69,12 @@ def test_majority_vote_is_counting_the_answers_with_ties_to_the_first_given():
         assert majority_solved(votes, solved).tolist() == expected
 
 
-def test_answers_vote_as_written_within_their_problem():
-    completions = ["\\boxed{1/2}", "so \\boxed{ 1 / 2 }", "\\boxed{0.5}", "", "\\boxed{7}", "\\boxed{7}"]
-    assert answer_votes(completions, 3).tolist() == [[0, 0, 1], [-1, 0, 0]]
+def test_answers_vote_by_value_within_their_problem():
+    completions = ["\\boxed{1/2}", "so \\boxed{ \\frac{1}{2} }", "\\boxed{0.5}", "", "\\boxed{7}", "\\boxed{8}",
+                   "\\boxed{x + 1}", "\\boxed{1+x}", "\\boxed{x^2-1}", "\\boxed{(x-1)(x+1)}", "\\boxed{Paris}",
+                   "The answer is paris."]
+    # by value and in any order; a factored polynomial only the symbolic check equates; text in its normal form
+    assert answer_votes(completions, 3).tolist() == [[0, 0, 0], [-1, 0, 1], [0, 0, 1], [0, 1, 1]]
     assert reported_ks(1) == [1] and reported_ks(8) == [1, 2, 4, 8] and reported_ks(6) == [1, 2, 4, 6]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Hashable
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from algos.run.resolve import resolve_run_config
 from algos.system.distributed import current_world, gather_objects, init_distributed, sum_over_ranks
 from algos.system.runtime import DTYPES, mixed_precision
 from rewards import extract_answer
+from rewards.mathcheck import answer_key
 from rlvr_env.data import DatasetTask
 from rlvr_env.token_vector_env import draw_problem_indices
 
@@ -189,14 +191,15 @@ def reported_ks(samples: int) -> list[int]:
 
 
 def answer_votes(completions: list[str], samples: int) -> torch.Tensor:
-    """Long[P, N]: each sample's answer (rewards.extract_answer, spaces removed) as an id within its problem, -1 for
-    none. Answers are grouped as written (lighteval's maj@k does the same): "1/2" and "0.5" are two answers."""
+    """Long[P, N]: each sample's answer (rewards.extract_answer) as an id within its problem, -1 for none. Answers
+    that rewards.mathcheck.answer_key makes alike are one answer ("1/2", "\\frac{1}{2}" and "0.5"; "x+1" and "1+x");
+    forms only the symbolic check would equate stay apart."""
     votes = []
     for start in range(0, len(completions), samples):
-        seen: dict[str, int] = {}
+        seen: dict[Hashable, int] = {}
         for completion in completions[start : start + samples]:
             answer = extract_answer(completion)
-            votes.append(-1 if answer is None else seen.setdefault("".join(answer.split()), len(seen)))
+            votes.append(-1 if answer is None else seen.setdefault(answer_key(answer), len(seen)))
     return torch.tensor(votes, dtype=torch.long).reshape(-1, samples)
 
 

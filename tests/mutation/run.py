@@ -117,7 +117,7 @@ MODULES: dict[str, list[str]] = {
                                           "tests/test_grpo_loop.py", "tests/test_ppo.py"],
     "algos/run/checkpoint.py": ["tests/test_checkpoint.py", "tests/test_grpo_machinery.py", *CORE_USERS, *RESUME],
     "rewards/extract.py": VERIFIER_TESTS,
-    "rewards/mathcheck.py": [*VERIFIER_TESTS, "tests/test_math_verify_backend.py"],
+    "rewards/mathcheck.py": [*VERIFIER_TESTS, "tests/test_math_verify_backend.py", "tests/test_sampled_eval.py"],
     "rewards/compare.py": VERIFIER_TESTS,
     "rewards/latex.py": VERIFIER_TESTS,
     "rlvr_env/tasks/countdown.py": TASK_TESTS,
