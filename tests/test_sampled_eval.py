@@ -25,6 +25,13 @@ def test_an_answers_vote_key_never_raises(answer):
     assert hash(answer_key(answer)) is not None  # a key, whatever the model wrote
 
 
+def test_numbers_past_the_size_guard_keep_keys_of_their_own():
+    from rewards.mathcheck import answer_key
+
+    assert answer_key("2^{2^{40}}") != answer_key("3^{2^{40}}")  # no value under the guard: their shapes differ
+    assert answer_key("2^{2^{40}}") == answer_key("2^{2^{40}}")
+
+
 def test_pass_at_k_by_hand():
     solved = torch.tensor([[1, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1], [0, 1, 1, 0]], dtype=torch.bool)
     assert pass_at_k(solved, 1).tolist() == [0.25, 0.0, 1.0, 0.5]  # the share solved
