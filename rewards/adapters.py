@@ -45,7 +45,7 @@ def strip_trailing_special_tokens(text: str) -> str:
     return text[:end]
 
 
-def _passable_info(info: dict) -> dict:
+def passable_info(info: dict) -> dict:
     """`info` without reserved names or non-string keys, safe to pass on as **info."""
     return {k: v for k, v in info.items() if isinstance(k, str) and k not in RESERVED_INFO_KEYS}
 
@@ -116,7 +116,7 @@ class TRLReward:
             columns = sorted(k for k in kwargs if k not in self._TRL_KWARGS)
             raise KeyError(f"reward needs the dataset column {self.answer_column!r}; the batch has columns {columns}")
         answers = kwargs[self.answer_column]
-        columns = _passable_info({k: v for k, v in kwargs.items() if k not in self._TRL_KWARGS})
+        columns = passable_info({k: v for k, v in kwargs.items() if k not in self._TRL_KWARGS})
         columns.pop(self.answer_column, None)
         infos = [{k: v[i] for k, v in columns.items()} for i in range(len(completions))]
         extra = {} if self.timeout is None else {"timeout": self.timeout}
@@ -162,7 +162,7 @@ def _verl_scores(data_sources: Sequence, solution_strs: Sequence, ground_truths:
     rows, responses, golds, infos = [], [], [], []
     for row, (response, answers, source, extra_info) in enumerate(
             zip(solution_strs, accepted, data_sources, extra_infos)):
-        info = {**(_passable_info(extra_info) if isinstance(extra_info, dict) else {}), "data_source": source}
+        info = {**(passable_info(extra_info) if isinstance(extra_info, dict) else {}), "data_source": source}
         response = strip_trailing_special_tokens(response) if isinstance(response, str) else response
         for gold in answers:  # one check per accepted answer, all in one batch
             rows.append(row)

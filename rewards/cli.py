@@ -181,7 +181,7 @@ def _score(args: argparse.Namespace) -> int:
 def _score_file(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from .adapters import completion_text
+    from .adapters import completion_text, passable_info
     from .batch import score_batch
     from .imported import ImportedVerifier
     from .mathcheck import MathVerifier
@@ -192,7 +192,7 @@ def _score_file(args: argparse.Namespace) -> int:
         raise BadInput(f"--verifier: {exc}" if args.verifier else str(exc)) from None
     rows = _read_rows(args.path, args.completion_key, args.answer_key, any_answer=args.verifier is not None)
     # a function of one's own reads the row's other fields (verl's data_source and extra_info, a task's test cases)
-    own = {args.completion_key, args.answer_key, "completion", "answer", "timeout"}
+    own = {args.completion_key, args.answer_key}
     if args.output:
         _write_rows(args.output, [])  # a bad --output fails now, not after scoring the whole file
     results = []
@@ -200,7 +200,8 @@ def _score_file(args: argparse.Namespace) -> int:
         for start in range(0, len(rows), args.batch_size):
             chunk = rows[start:start + args.batch_size]
             completions = [completion_text(r[args.completion_key]) for r in chunk]
-            infos = None if args.verifier is None else [{k: v for k, v in r.items() if k not in own} for r in chunk]
+            infos = None if args.verifier is None else [passable_info({k: v for k, v in r.items() if k not in own})
+                                                        for r in chunk]
             results += score_batch(completions, [r[args.answer_key] for r in chunk], verifier=verifier, infos=infos,
                                    workers=args.workers, timeout=args.timeout)
             bar.update(len(chunk))
