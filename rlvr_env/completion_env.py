@@ -125,8 +125,7 @@ class CompletionEnv(gym.Env):
         if not isinstance(action, str):
             raise TypeError(f"action must be the completion text (str), got {type(action).__name__}")
         truncated = len(action) > self.max_completion_chars
-        result = self.task.verifier(action[: self.max_completion_chars], answer=self.problem.answer,
-                                    **self.task.verifier_info(self.problem))
+        result = self.task.verify(action[: self.max_completion_chars], self.problem)
         info = outcome_info(self.task, self.problem, result)
         if truncated:
             info.update(verifier_status="truncated", prefix_status=result.status)

@@ -174,7 +174,7 @@ class MultiTurnEnv(gym.Env):
             self.messages.append({"role": "user", "content": reply.content[: self.max_message_chars]})
             reward = float(reply.reward)
         else:
-            final = self.task.verifier(message, answer=self.problem.answer, **self.task.verifier_info(self.problem))
+            final = self.task.verify(message, self.problem)
             reward += float(final.score)
         out_of_budget = final is None and (self.turn >= self.task.config.max_turns or self._over_context())
         info = self._info()

@@ -131,6 +131,11 @@ class Task:
         reads more of the problem (Dataset's ``info_fields``)."""
         return {}
 
+    def verify(self, completion: str, problem: Problem) -> VerifyResult:
+        """``completion`` scored as an answer to ``problem``, the way every view scores one (one completion at a time;
+        TokenVectorEnv passes the same answers and info to rewards.score_batch)."""
+        return self.verifier(completion, answer=problem.answer, **self.verifier_info(problem))
+
     def gold_completion(self, problem: Problem) -> str:
         """A completion that must score 1.0 (the gold self-test)."""
         raise NotImplementedError

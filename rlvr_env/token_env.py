@@ -134,7 +134,7 @@ class TokenEnv(gym.Env):
             )
         if not ended:
             return self._observation(), reward, False, False, {}
-        result = self.task.verifier(completion, answer=self.problem.answer, **self.task.verifier_info(self.problem))
+        result = self.task.verify(completion, self.problem)
         info = {"completion": completion, **outcome_info(self.task, self.problem, result)}
         self.problem = None
         return self._observation(), reward + float(result.score), terminated, truncated, info
