@@ -226,3 +226,39 @@ def test_a_run_that_logged_none_of_the_plotted_keys_draws_nothing(tmp_path):
     write_lines(tmp_path, json.dumps({"step": 1, "warm_start/loss": 2.0}))
     assert plot_metrics(tmp_path) is None and not (tmp_path / PLOT_FILE).exists()
     assert plot_metrics(tmp_path, keys=("warm_start/loss",)) == tmp_path / PLOT_FILE
+
+
+def scored_rollout(step: int, rows: int = 3):
+    """A rollout's fields that rollout_records reads, each row's values telling its step and row apart."""
+    from fractions import Fraction
+    from types import SimpleNamespace
+
+    from rlvr_env import Problem
+
+    return SimpleNamespace(
+        completions=[f"step {step} row {row}" for row in range(rows)],
+        problems=[Problem(f"question {row // 2}", Fraction(step, row + 1)) for row in range(rows)],
+        group_ids=torch.arange(rows) // 2, scores=torch.tensor([1.0, float("nan"), 0.5][:rows]),
+        statuses=["ok", "error", "ok"][:rows], reward_components={"correct": torch.tensor([1.0, 0.0, 0.5][:rows])},
+        truncated=torch.tensor([False, True, False][:rows]))
+
+
+def test_completions_log_writes_each_rows_record_and_a_resume_redraws_from_its_first_step(tmp_path):
+    from algos.run.reporting import COMPLETIONS_FILE, CompletionLog, read_metrics, rollout_records
+
+    assert [r["row"] for r in rollout_records(scored_rollout(1))] == [0, 1, 2]  # every row, unless told how many
+
+    first = CompletionLog(tmp_path / "run" / "nested", rows=2)  # its directory made on the first write
+    for step in (1, 2, 3):
+        first.write(step, scored_rollout(step))
+    written = read_metrics(tmp_path / "run" / "nested", COMPLETIONS_FILE)
+    assert written[:2] == [
+        {"step": 1, "row": 0, "group": 0, "prompt": "question 0", "completion": "step 1 row 0", "answer": "1",
+         "score": 1.0, "status": "ok", "components": {"correct": 1.0}, "truncated": False},
+        {"step": 1, "row": 1, "group": 0, "prompt": "question 0", "completion": "step 1 row 1", "answer": "1/2",
+         "score": None, "status": "error", "components": {"correct": 0.0}, "truncated": True},
+    ]  # the first 2 rows; an answer JSON cannot hold as its text, a NaN score as null
+    assert [r["step"] for r in written] == [1, 1, 2, 2, 3, 3]
+    resumed = CompletionLog(tmp_path / "run" / "nested", rows=2)  # a run resumed from step 1's checkpoint
+    resumed.write(2, scored_rollout(2))
+    assert read_metrics(tmp_path / "run" / "nested", COMPLETIONS_FILE) == written[:4]
