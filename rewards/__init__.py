@@ -10,12 +10,12 @@ from .batch import score_batch
 from .code import CodeLimits, CodeVerifier, code_verifier, run_code
 from .extract import extract_answer
 from .mathcheck import DEFAULT_TIMEOUT_S, MathVerifier, math_equal, math_verifier
-from .result import ERROR, NO_ANSWER, OK, STATUSES, TIMEOUT, Verifier, VerifyResult
+from .result import ERROR, NO_ANSWER, OK, STATUSES, TIMEOUT, Verifier, VerifierErrorWarning, VerifyResult, error_reason
 from .shaping import FormatReward, WeightedSum, format_reward, overlong_filter_mask, soft_overlong_penalty
 
 __all__ = [
     "DEFAULT_TIMEOUT_S", "ERROR", "NO_ANSWER", "OK", "STATUSES", "TIMEOUT", "CodeLimits", "CodeVerifier",
-    "FormatReward", "MathVerifier", "Verifier", "VerifyResult", "WeightedSum", "adapters", "code_verifier", "extract_answer",
-    "format_reward", "math_equal", "math_verifier", "overlong_filter_mask", "run_code", "score_batch",
-    "soft_overlong_penalty",
+    "FormatReward", "MathVerifier", "Verifier", "VerifierErrorWarning", "VerifyResult", "WeightedSum", "adapters",
+    "code_verifier", "error_reason", "extract_answer", "format_reward", "math_equal", "math_verifier",
+    "overlong_filter_mask", "run_code", "score_batch", "soft_overlong_penalty",
 ]

@@ -187,7 +187,8 @@ def _score_file(args: argparse.Namespace) -> int:
     from .mathcheck import MathVerifier
 
     try:
-        verifier = MathVerifier(backend=args.backend) if args.verifier is None else ImportedVerifier(args.verifier)
+        verifier = (MathVerifier(backend=args.backend) if args.verifier is None
+                    else ImportedVerifier(args.verifier, answer_column=args.answer_key))
     except (ImportError, ValueError) as exc:
         raise BadInput(f"--verifier: {exc}" if args.verifier else str(exc)) from None
     rows = _read_rows(args.path, args.completion_key, args.answer_key, any_answer=args.verifier is not None)

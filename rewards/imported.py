@@ -1,20 +1,27 @@
 """A reward function of your own, named by its import path ("package.module:function"), as a verifier.
 
-Two signatures are taken as they are written:
+Three signatures are taken as they are written:
 
 - this project's: ``function(completion, *, answer, **info)``;
 - verl's ``compute_score(data_source, solution_str, ground_truth, extra_info=None)`` (recognised by its
-  ``solution_str`` parameter): ``data_source`` and ``extra_info`` come from ``info`` when given.
+  ``solution_str`` parameter): ``data_source`` and ``extra_info`` come from ``info`` when given;
+- TRL's batched reward function ``reward_func(completions, **kwargs) -> list`` (recognised by its ``completions``
+  parameter), called as GRPOTrainer calls it, on a batch of one: ``completions``, ``prompts`` (``info``'s
+  ``"prompt"``, when given) and every other column by name as one-item lists, the answer under ``answer_column``.
+  Completions are chat messages (``[{"role": "assistant", "content": ...}]``) when the prompt is chat turns, text
+  otherwise: TRL's rule. An async one is run to completion.
 
 It may return a VerifyResult, a number (a bool counts as 0 or 1), or verl's dict with a ``"score"`` (its other keys
-kept as details). Whatever it raises or returns otherwise is a result with status "error", never an exception: the
-function reads model output. It carries only its path, so it pickles by reference into score_batch's worker
-processes, where it runs under their time limit; the module must be importable there (an installed package, or
-the working directory on PYTHONPATH).
+kept as details); a TRL function, a list of one of those (its None, TRL's "does not apply", is an error here).
+Whatever it raises or returns otherwise is a result with status "error", never an exception: the function reads
+model output. It carries only its path, so it pickles by reference into score_batch's worker processes, where it
+runs under their time limit; the module must be importable there (an installed package, or the working directory
+on PYTHONPATH).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import importlib
 import inspect
@@ -47,12 +54,43 @@ def import_function(spec: str) -> Callable:
     return target
 
 
-def is_verl_style(function: Callable) -> bool:
-    """Whether ``function`` takes verl's compute_score arguments (it names a ``solution_str``)."""
+def convention(function: Callable) -> str:
+    """How ``function`` is called: "verl" (it names a ``solution_str``: verl's compute_score), "trl" (it names
+    ``completions``: TRL's batched reward function), else "rlvr" (this project's verifier signature)."""
     try:
-        return "solution_str" in inspect.signature(function).parameters
+        parameters = inspect.signature(function).parameters
     except (TypeError, ValueError):  # a builtin without a signature
-        return False
+        return "rlvr"
+    return "verl" if "solution_str" in parameters else "trl" if "completions" in parameters else "rlvr"
+
+
+def trl_batch(function: Callable, completion: str, answer: Any, answer_column: str, info: dict[str, Any]) -> dict:
+    """GRPOTrainer's keyword arguments for one row: [completion], [prompt] (``info["prompt"]``) and each column as a
+    one-item list; the completion as chat messages when the prompt is chat turns. Only the names ``function`` takes,
+    unless it takes ``**kwargs``."""
+    info = dict(info)
+    prompt = info.pop("prompt", None)
+    conversational = isinstance(prompt, (list, tuple))
+    batch = {"completions": [[{"role": "assistant", "content": completion}] if conversational else completion],
+             **{name: [value] for name, value in {**info, answer_column: answer}.items()}}
+    if prompt is not None:
+        batch["prompts"] = [list(prompt) if conversational else prompt]
+    parameters = inspect.signature(function).parameters
+    if any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters.values()):
+        return batch
+    return {name: value for name, value in batch.items() if name in parameters}
+
+
+def call_trl(function: Callable, batch: dict) -> Any:
+    """The one reward a TRL reward function gives a batch of one row (awaited when it is async)."""
+    rewards = function(**batch)
+    if inspect.isawaitable(rewards):
+        rewards = asyncio.run(rewards)
+    if isinstance(rewards, (list, tuple)) and len(rewards) == 1:
+        if rewards[0] is None:
+            raise ValueError("it returned [None], TRL's 'does not apply to this row': a reward here scores every row")
+        return rewards[0]
+    raise ValueError(f"it returned {str(rewards)[:200]}, not a list of one reward for the one completion")
 
 
 def as_result(value: Any) -> VerifyResult:
@@ -71,23 +109,37 @@ def as_result(value: Any) -> VerifyResult:
 @dataclass(frozen=True)
 class ImportedVerifier:
     """The reward function ``spec`` names, called as a verifier: ``(completion, *, answer, **info) -> VerifyResult``.
-    Built only from an importable spec (ValueError otherwise)."""
+    Built only from an importable spec (ValueError otherwise). ``answer_column``: the column a TRL reward function
+    reads the answer from (the dataset's answer field's name: TRL's ``solution`` in its own examples)."""
 
     spec: str
+    answer_column: str = "answer"
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, str):
             raise ValueError(f"a reward function is named 'package.module:function', got {self.spec!r}")
         import_function(self.spec)
 
+    @property
+    def convention(self) -> str:
+        """"rlvr", "verl" or "trl": how the function is called (``convention``)."""
+        return convention(import_function(self.spec))
+
     def __call__(self, completion: str, *, answer: Any = None, **info: Any) -> VerifyResult:
         function = import_function(self.spec)
+        style = convention(function)
         try:
-            if is_verl_style(function):
+            if style == "verl":
                 value = function(data_source=info.get("data_source"), solution_str=completion, ground_truth=answer,
                                  extra_info=info.get("extra_info"))
+            elif style == "trl":
+                value = call_trl(function, trl_batch(function, completion, answer, self.answer_column, info))
             else:
                 value = function(completion, answer=answer, **info)
         except Exception as error:  # the function reads model output: whatever it raises is this row's error
-            return VerifyResult(0.0, ERROR, {"reason": f"{type(error).__name__}: {str(error)[:300]}"})
+            reason = f"{type(error).__name__}: {str(error)[:300]}"
+            text_completions = not isinstance(info.get("prompt"), (list, tuple))
+            if style == "trl" and text_completions and isinstance(error, (TypeError, IndexError)):  # text read as messages
+                reason += " (completions were text, as TRL passes them for a text prompt; chat-turn prompts get messages)"
+            return VerifyResult(0.0, ERROR, {"reason": reason})
         return as_result(value)

@@ -33,6 +33,16 @@ class VerifyResult:
         return float(self.score)
 
 
+def error_reason(result: VerifyResult) -> str | None:
+    """Why ``result`` could not be scored as asked: its own ``reason``, else its first component's (WeightedSum)."""
+    reason = result.details.get("reason")
+    return reason if reason is not None else next(iter(result.details.get("reasons", {}).values()), None)
+
+
+class VerifierErrorWarning(UserWarning):
+    """Every completion of a batch scored status "error": a verifier that cannot run (its reason is in the message)."""
+
+
 @runtime_checkable
 class Verifier(Protocol):
     def __call__(self, completion: str, *, answer: Any, **info: Any) -> VerifyResult: ...

@@ -112,7 +112,8 @@ _STATUS_PRIORITY = (ERROR, TIMEOUT, NO_ANSWER, OK)  # the combined status is the
 
 
 class WeightedSum:
-    """sum(weight * component score); details["components"] keeps each component's own score and status."""
+    """sum(weight * component score); details["components"] and ["statuses"] keep each component's own score and
+    status, ["reasons"] the reason of each component that gave one (why it could not score)."""
 
     def __init__(self, components: Sequence[tuple[str, Verifier, float]]):
         checked = []
@@ -133,12 +134,15 @@ class WeightedSum:
         self.in_process_safe = all(getattr(v, "in_process_safe", False) for _, v, _ in checked)
 
     def __call__(self, completion: str, *, answer: Any = None, **info: Any) -> VerifyResult:
-        total, scores, statuses = 0.0, {}, {}
+        total, scores, statuses, reasons = 0.0, {}, {}, {}
         for name, verifier, weight in self.components:
             result = verifier(completion, answer=answer, **info)
             if not isinstance(result, VerifyResult):  # the plain-float convenience form
                 result = VerifyResult(float(result))
             total += weight * result.score
             scores[name], statuses[name] = result.score, result.status
+            if "reason" in result.details:
+                reasons[name] = result.details["reason"]
         status = next(s for s in _STATUS_PRIORITY if s in statuses.values())
-        return VerifyResult(total, status, {"components": scores, "statuses": statuses})
+        details = {"components": scores, "statuses": statuses}
+        return VerifyResult(total, status, {**details, "reasons": reasons} if reasons else details)

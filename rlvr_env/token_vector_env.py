@@ -20,6 +20,7 @@ import copy
 import numbers
 import sys
 import types
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -138,6 +139,7 @@ class TokenVectorEnv(VectorEnv):
         self._steps = 0
         self._statuses: list[str | None] = [None] * num_envs
         self._num_finished = num_envs  # nothing to step before the first reset
+        self._warned_verifier_error = False
 
     def _set_observation_space(self, prompt_width: int) -> None:
         """The Box width follows each batch's prompt width P (set at reset): P + max_new_tokens."""
@@ -412,6 +414,17 @@ class TokenVectorEnv(VectorEnv):
             for name, value in result.details.get("components", {}).items():
                 self._components.setdefault(name, [0.0] * self.num_envs)[row] = float(value)
         self._num_finished += len(row_list)
+        self._warn_if_the_verifier_cannot_run(results)
+
+    def _warn_if_the_verifier_cannot_run(self, results: list[rewards.VerifyResult]) -> None:
+        """Once per env: a batch whose every row scored status "error" has a verifier that cannot run (a reward
+        function called the wrong way, a missing package), not wrong answers; training on its zeros teaches nothing."""
+        if self._warned_verifier_error or not self.all_done or any(s != rewards.ERROR for s in self._statuses):
+            return
+        self._warned_verifier_error = True
+        warnings.warn(f"the verifier could not score any of the {len(self._statuses)} completions of this batch "
+                      f"(status 'error', reward 0); the last said: {rewards.error_reason(results[-1])}",
+                      rewards.VerifierErrorWarning, stacklevel=2)
 
     def results(self) -> RolloutResult:
         if not self.all_done or None in self._statuses:

@@ -162,3 +162,16 @@ def test_score_with_a_reward_function_of_ones_own_passes_it_the_rows_other_field
     assert run(["score", str(path), "--verifier", "rewards.adapters:no_such_function"]) == 2
     assert "rlvr score: --verifier: reward function 'rewards.adapters:no_such_function': 'rewards.adapters' has no" \
         in capsys.readouterr().err
+
+
+def test_score_with_trls_own_reward_function_reads_the_rows_as_grpo_trainer_passes_them(tmp_path, capsys):
+    """TRL's accuracy_reward on TRL-shaped rows: chat prompts (so the completions reach it as messages, as in
+    GRPOTrainer) and the gold in the --answer-key column, which is the name it reads."""
+    prompt = [{"role": "user", "content": "A third?"}]
+    rows = [{"prompt": prompt, "completion": [{"role": "assistant", "content": "\\boxed{\\frac{1}{3}}"}], "solution": "1/3"},
+            {"prompt": prompt, "completion": [{"role": "assistant", "content": "\\boxed{3}"}], "solution": "1/3"}]
+    path = tmp_path / "c.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    argv = ["score", str(path), "--verifier", "trl.rewards:accuracy_reward", "--answer-key", "solution"]
+    assert run([*argv, "--workers", "1"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"rows": 2, "mean_score": 0.5, "statuses": {"ok": 2}}

@@ -7,6 +7,7 @@ import pytest
 from rewards import (
     VerifyResult,
     WeightedSum,
+    error_reason,
     format_reward,
     math_verifier,
     overlong_filter_mask,
@@ -109,6 +110,14 @@ def test_weighted_sum_keeps_each_component():
     missing = combined("<think>hmm</think> I am not sure and will keep thinking about the whole problem for a while.",
                        answer="4")
     assert missing.status == "no_answer" and missing.details["components"]["correct"] == 0.0
+    assert "reasons" not in result.details  # only a component that could not score says why
+
+    def broken(completion, *, answer, **info):
+        return VerifyResult(0.0, "error", {"reason": "no such tool"})
+
+    failing = WeightedSum([("correct", math_verifier, 1.0), ("tool", broken, 1.0)])("\\boxed{4}", answer="4")
+    assert (failing.score, failing.status, failing.details["reasons"]) == (1.0, "error", {"tool": "no such tool"})
+    assert error_reason(failing) == "no such tool" and error_reason(VerifyResult(1.0)) is None
     assert pickle.loads(pickle.dumps(combined))("\\boxed{4}", answer="4").score == pytest.approx(1.0)
     with pytest.raises(ValueError, match="unique"):
         WeightedSum([("a", math_verifier, 1.0), ("a", math_verifier, 1.0)])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 
 import gymnasium as gym
 import pytest
@@ -174,6 +175,22 @@ def source_reward(completion, *, answer, source):
     return source == "mine"  # a bool scores 0 or 1
 
 
+def trl_length_reward(completions, solution, **kwargs):  # TRL's batched signature: lists in, a list out
+    return [min(len(completion) / target, 1.0) for completion, target in zip(completions, solution)]
+
+
+def trl_seen_reward(completions, prompts, source):  # no **kwargs: only the names it takes are passed
+    return [float(source[0] == "mine" and prompts[0] == "asked") * len(completions)]
+
+
+async def trl_async_reward(completions, **kwargs):
+    return [1.0 if completions[0][0]["content"] == "ok" else 0.0]
+
+
+def trl_too_many_rewards(completions, **kwargs):
+    return [1.0, 1.0]
+
+
 def test_an_imported_reward_function_is_called_its_own_way_and_never_raises():
     from rewards import VerifyResult
     from rewards.imported import ImportedVerifier
@@ -190,6 +207,76 @@ def test_an_imported_reward_function_is_called_its_own_way_and_never_raises():
     assert ImportedVerifier("test_task_dataset:source_reward")("x", answer=1, source="mine") == VerifyResult(1.0, "ok", {})
 
 
+def test_a_trl_reward_function_gets_a_batch_of_one_as_grpo_trainer_passes_it():
+    """TRL's reward_func(completions, prompts, **columns): one-item lists, the answer under its column's name, the
+    completion as chat messages when the prompt is chat turns (TRL's rule), an async one awaited; whatever else it
+    returns, or raises, is the row's error."""
+    from rewards import VerifyResult
+    from rewards.imported import ImportedVerifier
+
+    length = ImportedVerifier("test_task_dataset:trl_length_reward", answer_column="solution")
+    assert length.convention == "trl" and length("abc", answer=6) == VerifyResult(0.5, "ok", {})
+    named = ImportedVerifier("test_task_dataset:trl_seen_reward")
+    assert named("x", answer=1, prompt="asked", source="mine", unused="left out").score == 1.0
+    assert named("x", answer=1, prompt="other", source="mine").score == 0.0
+    chat = ImportedVerifier("test_task_dataset:trl_async_reward")
+    assert chat("ok", answer=1, prompt=[{"role": "user", "content": "q"}]).score == 1.0
+    text_prompt = chat("ok", answer=1, prompt="q")
+    assert text_prompt.status == "error" and text_prompt.details["reason"].startswith("TypeError: string indices")
+    assert "completions were text, as TRL passes them for a text prompt" in text_prompt.details["reason"]
+    assert ImportedVerifier("test_task_dataset:trl_too_many_rewards")("x", answer=1) == VerifyResult(0.0, "error", {
+        "reason": "ValueError: it returned [1.0, 1.0], not a list of one reward for the one completion"})
+    missing = ImportedVerifier("test_task_dataset:trl_length_reward")("abc", answer=6)  # its answer column is "solution"
+    assert missing.status == "error" and "missing 1 required positional argument: 'solution'" in missing.details["reason"]
+
+
+def test_trls_own_reward_functions_score_conversational_rows_through_every_view(tmp_path):
+    """TRL's accuracy_reward (math-verify) and think_format_reward as they ship, on TRL's conversational rows: its
+    None for a gold it cannot parse ("does not apply") is the row's error, with its reason; scored in score_batch's
+    worker process too."""
+    from rewards import WeightedSum, error_reason, score_batch
+    from rewards.imported import ImportedVerifier
+
+    rows = [{"prompt": QUESTION, "solution": "\\frac{1}{3}"}, {"prompt": QUESTION, "solution": "no maths here"}]
+    kwargs = {"data_path": write_jsonl(tmp_path / "trl.jsonl", rows), "answer_field": "solution",
+              "verifier": "trl.rewards:accuracy_reward"}
+    task = rlvr_env.make_task("Dataset", **kwargs)
+    problem = task.problem(0, 0)
+    assert task.verifier_info(problem) == {"prompt": QUESTION}  # TRL's prompts: the row's turns
+    assert task.verify("So \\boxed{\\frac{1}{3}}", problem).score == 1.0
+    assert task.verify("So \\boxed{\\frac{1}{2}}", problem).score == 0.0
+    unparsed = task.verify("So \\boxed{1}", task.problem(1, 0))
+    assert unparsed.status == "error" and "does not apply to this row" in error_reason(unparsed)
+
+    env = gym.make("rlvr/Dataset-v0", **kwargs)
+    env.reset(seed=0, options={"problem_index": 0})
+    assert env.step("\\boxed{1/3}")[1] == 1.0
+
+    both = WeightedSum([("think", ImportedVerifier("trl.rewards:think_format_reward"), 1.0),
+                        ("correct", task.verifier, 1.0)])
+    scored = score_batch(["<think>\nso\n</think>\n\\boxed{1/3}", "\\boxed{1/3}"], [problem.answer] * 2,
+                         verifier=both, infos=[task.verifier_info(problem)] * 2, workers=1)
+    assert [r.score for r in scored] == [2.0, 1.0] and [r.status for r in scored] == ["ok", "ok"]
+
+
+def test_a_batch_the_verifier_cannot_score_at_all_is_a_warning_that_says_why(tmp_path):
+    """TRL's accuracy_reward reads chat messages; on text prompts TRL (and so this project) passes text, so it raises on
+    every row: the rollout says so once, with the reason, instead of training on zeros in silence."""
+    from rewards import VerifierErrorWarning
+
+    path = write_jsonl(tmp_path / "text.jsonl", [{"prompt": "What is 2 + 2?", "solution": "4"}])
+    task = rlvr_env.make_task("Dataset", data_path=path, answer_field="solution", verifier="trl.rewards:accuracy_reward")
+    tokenizer = build_char_tokenizer()
+    env = rlvr_env.TokenVectorEnv(task, tokenizer, num_envs=2, max_new_tokens=4, score_workers=0)
+    nothing = torch.full((2, 4), tokenizer.eos_token_id)
+    env.reset(seed=0)
+    with pytest.warns(VerifierErrorWarning, match="could not score any of the 2 completions") as caught:
+        assert env.finish_with(nothing).statuses == ["error", "error"]
+    assert "completions were text, as TRL passes them for a text prompt" in str(caught[0].message)
+    env.reset(seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per env
+        assert env.finish_with(nothing).statuses == ["error", "error"]
 @pytest.mark.parametrize(("spec", "message"), [
     ("no_colon", "a reward function is named 'package.module:function', got 'no_colon'"),
     (["a:b"], "a reward function is named 'package.module:function', got ['a:b']"),

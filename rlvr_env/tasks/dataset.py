@@ -12,8 +12,9 @@ A prompt written as chat turns is the conversation the model reads (its own syst
 ``system_prompt``, then the config's ``few_shot`` pairs); a prompt written as text goes through
 ``prompt_template``. Completions are scored by the math verifier (``rewards.math_verifier``: the final
 ``\\boxed{}`` or "the answer is", compared as maths, text as text), as in MATH, or by a reward function of your own
-(``verifier: "package.module:function"``, this project's signature or verl's ``compute_score``:
-rewards.imported), which gets the row's ``info_fields`` as keyword info.
+(``verifier: "package.module:function"``, this project's signature, verl's ``compute_score`` or TRL's batched
+reward function: rewards.imported), which gets the row's ``info_fields`` as keyword info (a TRL function: as
+columns, with the answer under the answer field's name and the row's prompt as ``prompts``).
 """
 
 from __future__ import annotations
@@ -53,8 +54,9 @@ class DatasetConfig(TaskConfig):
     fallback_last_number: bool = False  # an answer without a marker is read as its last number (numeric answers)
     boxed_only: bool = False  # only a \boxed{} answer counts
     # "math": the math verifier, as MATH scores. "package.module:function": your own reward function, called as
-    # function(completion, answer=..., **info) or as verl's compute_score(data_source, solution_str, ground_truth,
-    # extra_info); its answer is the row's answer field as it is (text, a number, a list or a mapping).
+    # function(completion, answer=..., **info), as verl's compute_score(data_source, solution_str, ground_truth,
+    # extra_info) or as TRL's reward_func(completions, prompts, **columns) (e.g. "trl.rewards:accuracy_reward");
+    # its answer is the row's answer field as it is (text, a number, a list or a mapping).
     verifier: str = "math"
     # Row fields your verifier gets as keyword info, each under its last dotted part (verl's: [data_source, extra_info]).
     info_fields: tuple[str, ...] = ()
@@ -194,7 +196,17 @@ class DatasetRowsTask(DatasetTask, Task):
         return [*lead, *(dict(turn) for turn in question[1:])]
 
     def verifier_info(self, problem: Problem) -> dict[str, Any]:
-        return dict(problem.metadata.get("info", {}))
+        """The row's ``info_fields``; for a TRL reward function also its ``prompt`` (chat turns, or the text asked),
+        which TRL passes as ``prompts`` and which makes the completions chat messages when it is turns."""
+        info = dict(problem.metadata.get("info", {}))
+        if self.config.verifier != "math" and self._imported_verifier().convention == "trl":
+            turns = problem.metadata.get("messages")
+            info["prompt"] = problem.prompt if turns is None else [dict(turn) for turn in turns]
+        return info
+
+    def _imported_verifier(self) -> ImportedVerifier:
+        """The configured reward function, reading the answer from the column the answer field names."""
+        return ImportedVerifier(self.config.verifier, answer_column=self.config.answer_field.split(".")[-1])
 
     @property
     def verifier(self):
@@ -202,7 +214,7 @@ class DatasetRowsTask(DatasetTask, Task):
         if cfg.verifier == "math":  # a row may accept several answers (AnyAnswer)
             return AnyAnswer(answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number,
                                            boxed_only=cfg.boxed_only))
-        parts = [("correct", ImportedVerifier(cfg.verifier), cfg.correct_weight)]
+        parts = [("correct", self._imported_verifier(), cfg.correct_weight)]
         return WeightedSum(parts + [("format", BoxedFormat(), cfg.format_weight)] if cfg.format_weight else parts)
 
     def gold_completion(self, problem: Problem) -> str:
