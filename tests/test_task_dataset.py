@@ -140,6 +140,15 @@ def test_a_bad_row_is_named_by_file_line_and_field(tmp_path, rows, kwargs, messa
     ({"boxed_only": "no"}, "boxed_only must be true or false"),
     ({"prompt_template": "no placeholder"}, r"prompt_template must contain \{prompt\}"),
     ({"answer_in_boxed": "yes"}, "answer_in_boxed must be true or false"),
+    ({"reward_functions": "rewards:math_verifier"}, "reward_functions must be a list of 'package.module:function'"),
+    ({"reward_functions": ["rewards:math_verifier", "nowhere_at_all:f"]}, r"reward_functions\[1\]: .*cannot import"),
+    ({"reward_functions": ["rewards:math_verifier", "rewards.mathcheck:math_verifier"]},
+     r"reward_functions\[1\] 'rewards.mathcheck:math_verifier': its component name 'math_verifier' is taken"),
+    ({"reward_functions": ["test_task_dataset:format"]}, r"reward_functions\[0\] .*'format' is taken"),
+    ({"reward_functions": ["rewards:math_verifier"], "reward_weights": [1.0, 2.0]},
+     "reward_weights has 2 weights for 1 reward_functions: give one each, or none"),
+    ({"reward_functions": ["rewards:math_verifier"], "reward_weights": [True]}, "reward_weights must be a list of finite"),
+    ({"reward_functions": ["rewards:math_verifier"], "reward_weights": "1"}, "reward_weights must be a list of finite"),
 ])
 def test_bad_config_is_named(tmp_path, kwargs, message):
     path = write_jsonl(tmp_path / "rows.jsonl", [{"prompt": "x", "answer": "1"}])
@@ -257,6 +266,30 @@ def test_trls_own_reward_functions_score_conversational_rows_through_every_view(
     scored = score_batch(["<think>\nso\n</think>\n\\boxed{1/3}", "\\boxed{1/3}"], [problem.answer] * 2,
                          verifier=both, infos=[task.verifier_info(problem)] * 2, workers=1)
     assert [r.score for r in scored] == [2.0, 1.0] and [r.status for r in scored] == ["ok", "ok"]
+
+
+def format(completion, *, answer, **info):  # a reward function whose name the boxed-format component has
+    return 1.0
+
+
+def test_more_reward_functions_add_to_the_score_as_trls_reward_funcs_and_weights(tmp_path):
+    """TRL's reward_funcs=[accuracy_reward, think_format_reward], reward_weights=[1.0, 0.5]: the first is the verifier
+    ("correct", which accuracy reads), the others reward_functions, each its own component; beside the math verifier
+    too, with info_fields then reaching them."""
+    rows = [{"prompt": QUESTION, "solution": "4", "source": "mine"}]
+    path = write_jsonl(tmp_path / "trl.jsonl", rows)
+    trl = rlvr_env.make_task("Dataset", data_path=path, answer_field="solution", verifier="trl.rewards:accuracy_reward",
+                             reward_functions=["trl.rewards:think_format_reward"], reward_weights=[0.5])
+    problem = trl.problem(0, 0)
+    result = trl.verify("<think>\n2 + 2\n</think>\n\\boxed{4}", problem)
+    assert result.score == 1.5 and result.details["components"] == {"correct": 1.0, "think_format_reward": 1.0}
+    assert trl.verify("\\boxed{4}", problem).details["components"] == {"correct": 1.0, "think_format_reward": 0.0}
+
+    beside_math = rlvr_env.make_task("Dataset", data_path=path, answer_field="solution", format_weight=0.25,
+                                     reward_functions=["test_task_dataset:source_reward"], info_fields=["source"])
+    result = beside_math.verify("\\boxed{4}", beside_math.problem(0, 0))
+    assert result.score == 2.25 and result.details["components"] == {"correct": 1.0, "format": 1.0, "source_reward": 1.0}
+    assert "prompt" not in beside_math.verifier_info(beside_math.problem(0, 0))  # no TRL function: no prompts
 
 
 def test_a_batch_the_verifier_cannot_score_at_all_is_a_warning_that_says_why(tmp_path):

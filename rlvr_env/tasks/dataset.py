@@ -19,6 +19,7 @@ columns, with the answer under the answer field's name and the row's prompt as `
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from typing import Any
 from rewards import WeightedSum
 from rewards.extract import final_boxed
 from rewards.imported import ImportedVerifier
-from rlvr_env.answers import AnyAnswer, BoxedFormat, answer_reward, validate_answer_weights
+from rlvr_env.answers import AnyAnswer, BoxedFormat, LenientAnswer, validate_answer_weights
 from rlvr_env.data import DataFileError, DatasetTask
 from rlvr_env.prompting import chat_turns
 from rlvr_env.task import Problem, Task, TaskConfig, validate_flags, validate_prompt_template
@@ -60,10 +61,17 @@ class DatasetConfig(TaskConfig):
     verifier: str = "math"
     # Row fields your verifier gets as keyword info, each under its last dotted part (verl's: [data_source, extra_info]).
     info_fields: tuple[str, ...] = ()
+    # More reward functions ("package.module:function", any signature `verifier` takes), added to the score, each
+    # reported as a component under its function's name: TRL's reward_funcs after the correctness one.
+    reward_functions: tuple[str, ...] = ()
+    # One weight for each of reward_functions (TRL's reward_weights); empty: 1.0 each.
+    reward_weights: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.info_fields = tuple(self.info_fields) if isinstance(self.info_fields, list) else self.info_fields
+        for name in ("info_fields", "reward_functions", "reward_weights"):
+            if isinstance(getattr(self, name), list):
+                setattr(self, name, tuple(getattr(self, name)))
 
     def validate(self) -> None:
         super().validate()
@@ -81,12 +89,40 @@ class DatasetConfig(TaskConfig):
                 raise ValueError(f"verifier must be 'math' or 'package.module:function': {error}") from None
         if not isinstance(self.info_fields, tuple) or not all(map(is_field_name, self.info_fields)):
             raise ValueError(f"info_fields must be a list of field names, got {self.info_fields!r}")
-        if self.info_fields and self.verifier == "math":
+        if self.info_fields and self.verifier == "math" and not self.reward_functions:
             raise ValueError("info_fields go to a verifier of your own (verifier: 'package.module:function'); the math "
                              "verifier reads none")
+        self._validate_reward_functions()
         validate_answer_weights(self.correct_weight, self.format_weight)
         validate_flags(answer_in_boxed=self.answer_in_boxed, fallback_last_number=self.fallback_last_number,
                        boxed_only=self.boxed_only)
+
+
+    def _validate_reward_functions(self) -> None:
+        if not isinstance(self.reward_functions, tuple):
+            raise ValueError(f"reward_functions must be a list of 'package.module:function', got {self.reward_functions!r}")
+        names = {"correct", "format"}  # the verifier's components
+        for index, spec in enumerate(self.reward_functions):
+            try:
+                ImportedVerifier(spec)
+            except ValueError as error:
+                raise ValueError(f"reward_functions[{index}]: {error}") from None
+            if component_name(spec) in names:
+                raise ValueError(f"reward_functions[{index}] {spec!r}: its component name {component_name(spec)!r} is "
+                                 f"taken (by 'correct', 'format' or an earlier function); wrap it under another name")
+            names.add(component_name(spec))
+        weights = self.reward_weights
+        if not isinstance(weights, tuple) or any(isinstance(w, bool) or not isinstance(w, (int, float))
+                                                 or not math.isfinite(w) for w in weights):
+            raise ValueError(f"reward_weights must be a list of finite numbers, got {weights!r}")
+        if weights and len(weights) != len(self.reward_functions):
+            raise ValueError(f"reward_weights has {len(weights)} weights for {len(self.reward_functions)} "
+                             f"reward_functions: give one each, or none (1.0 each)")
+
+
+def component_name(spec: str) -> str:
+    """The name a reward function's score is reported under: its own ("pkg.mod:Class.method" -> "method")."""
+    return spec.rpartition(":")[2].rpartition(".")[2]
 
 
 def is_field_name(value: Any) -> bool:
@@ -196,26 +232,37 @@ class DatasetRowsTask(DatasetTask, Task):
         return [*lead, *(dict(turn) for turn in question[1:])]
 
     def verifier_info(self, problem: Problem) -> dict[str, Any]:
-        """The row's ``info_fields``; for a TRL reward function also its ``prompt`` (chat turns, or the text asked),
+        """The row's ``info_fields``; with a TRL reward function also its ``prompt`` (chat turns, or the text asked),
         which TRL passes as ``prompts`` and which makes the completions chat messages when it is turns."""
         info = dict(problem.metadata.get("info", {}))
-        if self.config.verifier != "math" and self._imported_verifier().convention == "trl":
+        if any(function.convention == "trl" for function in self._imported_functions()):
             turns = problem.metadata.get("messages")
             info["prompt"] = problem.prompt if turns is None else [dict(turn) for turn in turns]
         return info
 
-    def _imported_verifier(self) -> ImportedVerifier:
-        """The configured reward function, reading the answer from the column the answer field names."""
-        return ImportedVerifier(self.config.verifier, answer_column=self.config.answer_field.split(".")[-1])
+    def _imported(self, spec: str) -> ImportedVerifier:
+        """A configured reward function, reading the answer from the column the answer field names."""
+        return ImportedVerifier(spec, answer_column=self.config.answer_field.split(".")[-1])
+
+    def _imported_functions(self) -> list[ImportedVerifier]:
+        specs = self.config.reward_functions if self.config.verifier == "math" else (self.config.verifier,
+                                                                                      *self.config.reward_functions)
+        return [self._imported(spec) for spec in specs]
 
     @property
     def verifier(self):
+        """"correct" (the math verifier, the best over a row's accepted answers, or your own), "format" when weighted,
+        then each of reward_functions under its own name."""
         cfg = self.config
-        if cfg.verifier == "math":  # a row may accept several answers (AnyAnswer)
-            return AnyAnswer(answer_reward(cfg.correct_weight, cfg.format_weight, cfg.fallback_last_number,
-                                           boxed_only=cfg.boxed_only))
-        parts = [("correct", self._imported_verifier(), cfg.correct_weight)]
-        return WeightedSum(parts + [("format", BoxedFormat(), cfg.format_weight)] if cfg.format_weight else parts)
+        correct = (AnyAnswer(LenientAnswer(cfg.fallback_last_number, boxed_only=cfg.boxed_only))
+                   if cfg.verifier == "math" else self._imported(cfg.verifier))
+        parts = [("correct", correct, cfg.correct_weight)]
+        if cfg.format_weight:
+            parts.append(("format", BoxedFormat(), cfg.format_weight))
+        weights = cfg.reward_weights or (1.0,) * len(cfg.reward_functions)
+        parts += [(component_name(spec), self._imported(spec), weight)
+                  for spec, weight in zip(cfg.reward_functions, weights)]
+        return WeightedSum(parts)
 
     def gold_completion(self, problem: Problem) -> str:
         """The row's worked solution (demonstration_field), else the bare boxed answer."""
