@@ -145,6 +145,8 @@ def test_a_bad_row_is_named_by_file_line_and_field(tmp_path, rows, kwargs, messa
     ({"reward_functions": ["rewards:math_verifier", "rewards.mathcheck:math_verifier"]},
      r"reward_functions\[1\] 'rewards.mathcheck:math_verifier': its component name 'math_verifier' is taken"),
     ({"reward_functions": ["test_task_dataset:format"]}, r"reward_functions\[0\] .*'format' is taken"),
+    ({"reward_functions": ["test_task_dataset:correct"]}, r"reward_functions\[0\] .*'correct' is taken"),
+    ({"reward_functions": ["rewards:math_verifier"], "reward_weights": [float("inf")]}, "reward_weights must be a list"),
     ({"reward_functions": ["rewards:math_verifier"], "reward_weights": [1.0, 2.0]},
      "reward_weights has 2 weights for 1 reward_functions: give one each, or none"),
     ({"reward_functions": ["rewards:math_verifier"], "reward_weights": [True]}, "reward_weights must be a list of finite"),
@@ -192,6 +194,10 @@ def trl_seen_reward(completions, prompts, source):  # no **kwargs: only the name
     return [float(source[0] == "mine" and prompts[0] == "asked") * len(completions)]
 
 
+def trl_shape_reward(completions, prompts, **kwargs):  # 1.0 for exactly GRPOTrainer's conversational shapes
+    return [float(completions == [[{"role": "assistant", "content": "ok"}]] and type(prompts[0]) is list)]
+
+
 async def trl_async_reward(completions, **kwargs):
     return [1.0 if completions[0][0]["content"] == "ok" else 0.0]
 
@@ -228,6 +234,11 @@ def test_a_trl_reward_function_gets_a_batch_of_one_as_grpo_trainer_passes_it():
     named = ImportedVerifier("test_task_dataset:trl_seen_reward")
     assert named("x", answer=1, prompt="asked", source="mine", unused="left out").score == 1.0
     assert named("x", answer=1, prompt="other", source="mine").score == 0.0
+    shape = ImportedVerifier("test_task_dataset:trl_shape_reward")
+    assert shape("ok", answer=1, prompt=({"role": "user", "content": "q"},)).score == 1.0  # turns as a list, as TRL's
+    assert [ImportedVerifier(spec).convention for spec in ("test_task_dataset:length_reward", "rewards:math_verifier",
+                                                           "test_task_dataset:verl_reward", "builtins:max")] == [
+        "rlvr", "rlvr", "verl", "rlvr"]  # a builtin without a signature is called this project's way
     chat = ImportedVerifier("test_task_dataset:trl_async_reward")
     assert chat("ok", answer=1, prompt=[{"role": "user", "content": "q"}]).score == 1.0
     text_prompt = chat("ok", answer=1, prompt="q")
@@ -268,8 +279,18 @@ def test_trls_own_reward_functions_score_conversational_rows_through_every_view(
     assert [r.score for r in scored] == [2.0, 1.0] and [r.status for r in scored] == ["ok", "ok"]
 
 
-def format(completion, *, answer, **info):  # a reward function whose name the boxed-format component has
+def format(completion, *, answer, **info):  # reward functions named as the verifier's own components
     return 1.0
+
+
+def correct(completion, *, answer, **info):
+    return 1.0
+
+
+class Rewards:
+    @staticmethod
+    def trl_truth(completions, ground_truth, **kwargs):  # verl's nested answer field, read by its last part
+        return [float(completions[0] == ground_truth[0])]
 
 
 def test_more_reward_functions_add_to_the_score_as_trls_reward_funcs_and_weights(tmp_path):
@@ -290,6 +311,11 @@ def test_more_reward_functions_add_to_the_score_as_trls_reward_funcs_and_weights
     result = beside_math.verify("\\boxed{4}", beside_math.problem(0, 0))
     assert result.score == 2.25 and result.details["components"] == {"correct": 1.0, "format": 1.0, "source_reward": 1.0}
     assert "prompt" not in beside_math.verifier_info(beside_math.problem(0, 0))  # no TRL function: no prompts
+
+    nested = write_jsonl(tmp_path / "verl.jsonl", [{"prompt": "2 + 2?", "reward_model": {"ground_truth": "4"}}])
+    verl = rlvr_env.make_task("Dataset", data_path=nested, answer_field="reward_model.ground_truth",
+                              reward_functions=["test_task_dataset:Rewards.trl_truth"])
+    assert verl.verify("4", verl.problem(0, 0)).details["components"] == {"correct": 1.0, "trl_truth": 1.0}
 
 
 def test_a_batch_the_verifier_cannot_score_at_all_is_a_warning_that_says_why(tmp_path):

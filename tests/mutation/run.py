@@ -125,7 +125,7 @@ MODULES: dict[str, list[str]] = {
     "rlvr_env/tasks/gsm8k.py": [*TASK_TESTS, "tests/test_env_data_files.py"],
     "rlvr_env/tasks/competition_math.py": [*TASK_TESTS, "tests/test_env_data_files.py"],
     "rlvr_env/tasks/dataset.py": [*TASK_TESTS, "tests/test_task_dataset.py"],
-    "rewards/imported.py": ["tests/test_task_dataset.py"],
+    "rewards/imported.py": ["tests/test_task_dataset.py", "tests/test_rewards_cli.py"],
     "rlvr_env/tasks/guess_number.py": [*TASK_TESTS, "tests/test_env_multiturn.py", "tests/test_task_guess_number.py"],
     "rewards/run_cgroup.py": ["tests/test_code_sandbox_limits.py"],
     "rewards/shaping.py": ["tests/test_rewards_shaping.py", "tests/test_grpo_loop.py", *GRPO_REFERENCE],
