@@ -22,6 +22,7 @@ on PYTHONPATH).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import importlib
 import inspect
@@ -81,11 +82,22 @@ def trl_batch(function: Callable, completion: str, answer: Any, answer_column: s
     return {name: value for name, value in batch.items() if name in parameters}
 
 
+def run_to_completion(awaitable: Any) -> Any:
+    """``awaitable``'s result, from synchronous code: in a thread of its own when this one runs an event loop (a
+    notebook's, an async server's), where asyncio.run refuses to start a second."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop here
+        return asyncio.run(awaitable)
+    with concurrent.futures.ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, awaitable).result()
+
+
 def call_trl(function: Callable, batch: dict) -> Any:
     """The one reward a TRL reward function gives a batch of one row (awaited when it is async)."""
     rewards = function(**batch)
     if inspect.isawaitable(rewards):
-        rewards = asyncio.run(rewards)
+        rewards = run_to_completion(rewards)
     if isinstance(rewards, (list, tuple)) and len(rewards) == 1:
         if rewards[0] is None:
             raise ValueError("it returned [None], TRL's 'does not apply to this row': a reward here scores every row")

@@ -3,6 +3,7 @@ row is named by file, line and field."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import warnings
@@ -241,6 +242,11 @@ def test_a_trl_reward_function_gets_a_batch_of_one_as_grpo_trainer_passes_it():
         "rlvr", "rlvr", "verl", "rlvr"]  # a builtin without a signature is called this project's way
     chat = ImportedVerifier("test_task_dataset:trl_async_reward")
     assert chat("ok", answer=1, prompt=[{"role": "user", "content": "q"}]).score == 1.0
+
+    async def from_a_running_loop():  # a notebook's: asyncio.run cannot start a second loop in its thread
+        return chat("ok", answer=1, prompt=[{"role": "user", "content": "q"}])
+
+    assert asyncio.run(from_a_running_loop()) == VerifyResult(1.0, "ok", {})
     text_prompt = chat("ok", answer=1, prompt="q")
     assert text_prompt.status == "error" and text_prompt.details["reason"].startswith("TypeError: string indices")
     assert "completions were text, as TRL passes them for a text prompt" in text_prompt.details["reason"]

@@ -97,7 +97,6 @@ class DatasetConfig(TaskConfig):
         validate_flags(answer_in_boxed=self.answer_in_boxed, fallback_last_number=self.fallback_last_number,
                        boxed_only=self.boxed_only)
 
-
     def _validate_reward_functions(self) -> None:
         if not isinstance(self.reward_functions, tuple):
             raise ValueError(f"reward_functions must be a list of 'package.module:function', got {self.reward_functions!r}")
