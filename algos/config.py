@@ -374,13 +374,16 @@ class AlarmConfig:
     # Rollouts behind: under rollout.max_staleness >= 1, the learner waited for its batch (async/learner_wait_s) more
     # than this share of the step, on a step whose batch could have been drawn ahead (the first cannot).
     rollout_wait: float = 0.5
+    # A verifier that cannot run (a reward function called the wrong way, a package missing in its workers): the share
+    # of completions scored status "error" (status/error) at or above this. Model output alone rarely errs.
+    verifier_errors: float = 0.5
 
     def validate(self) -> None:
         for name in ("entropy_collapse", "reward_stall", "zero_std_groups", "clip_spike", "truncation", "eval_drop",
-                     "rollout_wait"):
+                     "rollout_wait", "verifier_errors"):
             require(getattr(self, name) >= 0, f"alarms.{name}", "must be >= 0 (0 turns the alarm off)")
         require(self.window >= 1, "alarms.window", "must be >= 1")
-        for name in ("entropy_collapse", "zero_std_groups", "truncation", "rollout_wait"):
+        for name in ("entropy_collapse", "zero_std_groups", "truncation", "rollout_wait", "verifier_errors"):
             require(getattr(self, name) <= 1, f"alarms.{name}", "is a fraction: must be <= 1")
 
 

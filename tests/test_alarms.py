@@ -35,6 +35,13 @@ def test_groups_without_signal_truncation_and_clip_spikes():
     assert fired(clips[:3] + [{"clip_frac_low": 0.04, "clip_frac_high": 0.0}]) == [[], [], [], []]  # under 0.05
 
 
+def test_a_verifier_that_cannot_run_is_told_from_wrong_answers():
+    assert fired([{"status/error": 0.1, "status/no_answer": 1.0}, {"status/error": 0.75}]) == [[], ["verifier_errors"]]
+    assert fired([{"status/error": 1.0}], verifier_errors=0) == [[]]  # 0 turns it off
+    with pytest.raises(ValueError, match=r"config alarms.verifier_errors: is a fraction: must be <= 1"):
+        load_config(GRPOConfig, overrides={"alarms.verifier_errors": "1.5"})
+
+
 def test_reward_up_while_held_out_accuracy_falls_is_flagged_as_reward_hacking():
     records = [{"reward_mean": 0.2, "eval_accuracy": 0.5}, {"reward_mean": 0.4}, {"reward_mean": 0.6, "eval_accuracy": 0.4}]
     assert fired(records, window=2) == [[], [], ["reward_hacking"]]
@@ -93,6 +100,9 @@ def test_each_alarm_says_what_it_saw_and_the_key_to_turn():
     assert message([{"reward_mean": 0.25, "eval_accuracy": 0.5}, {"reward_mean": 0.75, "eval_accuracy": 0.25}]) == [
         "step 2: reward_mean rose 0.5 over 1 steps while held-out accuracy fell to 0.25 from 0.5 (alarms.eval_drop): "
         "the reward is being gamed"]
+    assert message([{"status/error": 0.5}]) == [  # at the threshold: fires
+        "step 1: 50% of completions scored status 'error', not wrong but unscored (alarms.verifier_errors = 0.5): the "
+        "verifier cannot run; its reason is in the VerifierErrorWarning, or `rlvr score --output`'s details"]
     assert message([{"async/learner_wait_s": 0.9, "step_time_s": 1.0, "async/staleness": 1.0}]) == [
         "step 1: the learner waited 0.9 s of the step's 1 s for its batch (alarms.rollout_wait = 0.5): the rollouts are "
         "the bottleneck; raise rollout.max_staleness, or sample fewer or shorter rows"]

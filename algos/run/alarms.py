@@ -59,6 +59,11 @@ class HealthMonitor:
             alarms.append(Alarm("truncation", f"step {step}: {truncated:.0%} of completions reach env.max_new_tokens "
                                 f"(alarms.truncation = {cfg.truncation:g}): raise env.max_new_tokens or penalise length "
                                 "(grpo.soft_overlong)"))
+        errors = _number(metrics.get("status/error"))
+        if cfg.verifier_errors and errors is not None and errors >= cfg.verifier_errors:
+            alarms.append(Alarm("verifier_errors", f"step {step}: {errors:.0%} of completions scored status 'error', "
+                                f"not wrong but unscored (alarms.verifier_errors = {cfg.verifier_errors:g}): the verifier "
+                                "cannot run; its reason is in the VerifierErrorWarning, or `rlvr score --output`'s details"))
         waited, step_time = _number(metrics.get("async/learner_wait_s")), _number(metrics.get("step_time_s"))
         drawn_ahead = (_number(metrics.get("async/staleness")) or 0) >= 1
         if cfg.rollout_wait and drawn_ahead and waited is not None and step_time and waited > cfg.rollout_wait * step_time:

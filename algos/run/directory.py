@@ -55,6 +55,7 @@ RESUME_OVERRIDES = frozenset({
     # Alarms only watch the run.
     "run.stop_on_alarm", "alarms.entropy_collapse", "alarms.reward_stall", "alarms.window", "alarms.zero_std_groups",
     "alarms.clip_spike", "alarms.truncation", "alarms.eval_drop", "alarms.rollout_wait",
+    "alarms.verifier_errors",
     # How far rollouts run ahead: a checkpoint's batches in flight, drawn under another value, are dropped (counted
     # in async/dropped_batches) and drawn again from its weights (algos/run/rollout_pipeline.py).
     "rollout.max_staleness",
