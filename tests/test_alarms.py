@@ -113,6 +113,7 @@ def test_the_rollout_wait_alarm_skips_a_batch_that_could_not_be_drawn_ahead_and_
                   {"async/learner_wait_s": 0.5, "step_time_s": 1.0, "async/staleness": 1.0},  # exactly half: quiet
                   {"async/learner_wait_s": 0.6, "step_time_s": 1.0, "async/staleness": 2.0}]) == [[], [], ["rollout_wait"]]
     assert fired([{"async/learner_wait_s": 0.9, "step_time_s": 1.0, "async/staleness": 1.0}], rollout_wait=0) == [[]]
+    assert fired([{"async/learner_wait_s": 0.5, "step_time_s": 2.0, "async/staleness": 1.0}]) == [[]]  # a quarter
 
 
 def test_alarm_edges_are_strict_where_the_docs_say_below_or_above():
