@@ -256,6 +256,45 @@ def test_a_trl_reward_function_gets_a_batch_of_one_as_grpo_trainer_passes_it():
     assert missing.status == "error" and "missing 1 required positional argument: 'solution'" in missing.details["reason"]
 
 
+TRL_CALLS: list[dict] = []
+
+
+def recording_reward(completions, **kwargs):  # what it was called with, kept; a TRL reward function's signature
+    TRL_CALLS.append({"completions": completions, **kwargs})
+    return [0.5] * len(completions)
+
+
+def test_a_trl_reward_function_gets_what_grpo_trainer_passes_it_for_the_same_row(tmp_path):
+    """A real TRL GRPOTrainer step on conversational rows with extra columns, and the same rows as rlvr/Dataset-v0
+    (the columns as info_fields): for the same completion, the function gets the same prompts, completions and
+    columns, each one row of TRL's batch (TRL's own trainer_state, log hooks and completion ids aside)."""
+    from datasets import Dataset
+    from trl import GRPOConfig as TRLConfig
+    from trl import GRPOTrainer as TRLTrainer
+
+    from rlvr_env.testing import build_tiny_model
+
+    rows = [{"prompt": [{"role": "user", "content": "3+4="}], "solution": "7", "source": "mine", "level": 2}]
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_model(tokenizer, hidden_size=32, num_layers=1, num_heads=2)
+    seven = tokenizer.convert_tokens_to_ids("7")
+    args = TRLConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=2, num_generations=2,
+                     max_completion_length=1, max_steps=1, use_cpu=True, report_to="none", save_strategy="no",
+                     generation_kwargs={"suppress_tokens": [i for i in range(len(tokenizer)) if i != seven]})
+    TRL_CALLS.clear()
+    TRLTrainer(model=model, reward_funcs=[recording_reward], args=args, train_dataset=Dataset.from_list(rows),
+               processing_class=tokenizer).train()
+    trl_row = {name: values[0] for name, values in TRL_CALLS[0].items() if isinstance(values, list)}
+    del trl_row["completion_ids"]  # token ids: a verifier reads text
+
+    TRL_CALLS.clear()
+    task = rlvr_env.make_task("Dataset", data_path=write_jsonl(tmp_path / "rows.jsonl", rows), answer_field="solution",
+                              verifier="test_task_dataset:recording_reward", info_fields=["source", "level"])
+    assert task.verify(trl_row["completions"][0]["content"], task.problem(0, 0)).score == 0.5
+    assert {name: values[0] for name, values in TRL_CALLS[0].items()} == trl_row
+    assert trl_row["completions"] == [{"role": "assistant", "content": "7"}] and trl_row["solution"] == "7"
+
+
 def test_trls_own_reward_functions_score_conversational_rows_through_every_view(tmp_path):
     """TRL's accuracy_reward (math-verify) and think_format_reward as they ship, on TRL's conversational rows: its
     None for a gold it cannot parse ("does not apply") is the row's error, with its reason; scored in score_batch's
