@@ -16,7 +16,8 @@ kept as details); a TRL function, a list of one of those (its None, TRL's "does 
 Whatever it raises or returns otherwise is a result with status "error", never an exception: the function reads
 model output. It carries only its path, so it pickles by reference into score_batch's worker processes, where it
 runs under their time limit; the module must be importable there (an installed package, or the working directory
-on PYTHONPATH).
+on PYTHONPATH). ``kwargs`` are passed to it on every call, as verl's ``custom_reward_function.reward_kwargs`` are
+(a TRL function gets them as they are, not as columns).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import importlib
 import inspect
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .result import ERROR, OK, VerifyResult
@@ -63,6 +64,11 @@ def convention(function: Callable) -> str:
     except (TypeError, ValueError):  # a builtin without a signature
         return "rlvr"
     return "verl" if "solution_str" in parameters else "trl" if "completions" in parameters else "rlvr"
+
+
+# The arguments each convention's call sets itself, which keyword arguments of one's own may not name.
+OWN_ARGUMENTS = {"rlvr": {"completion", "answer"}, "verl": {"data_source", "solution_str", "ground_truth", "extra_info"},
+                 "trl": {"completions", "prompts"}}
 
 
 def trl_batch(function: Callable, completion: str, answer: Any, answer_column: str, info: dict[str, Any]) -> dict:
@@ -126,11 +132,18 @@ class ImportedVerifier:
 
     spec: str
     answer_column: str = "answer"
+    kwargs: dict[str, Any] = field(default_factory=dict)  # passed on every call (verl's reward_kwargs)
 
     def __post_init__(self) -> None:
         if not isinstance(self.spec, str):
             raise ValueError(f"a reward function is named 'package.module:function', got {self.spec!r}")
         import_function(self.spec)
+        if not isinstance(self.kwargs, dict) or not all(isinstance(name, str) for name in self.kwargs):
+            raise ValueError(f"reward function {self.spec!r}: its keyword arguments are a mapping of names to values, "
+                             f"got {self.kwargs!r}")
+        own = OWN_ARGUMENTS[self.convention] | ({self.answer_column} if self.convention == "trl" else set())
+        if taken := sorted(own & set(self.kwargs)):
+            raise ValueError(f"reward function {self.spec!r}: keyword argument {taken[0]!r} is one the call sets itself")
 
     @property
     def convention(self) -> str:
@@ -143,11 +156,12 @@ class ImportedVerifier:
         try:
             if style == "verl":
                 value = function(data_source=info.get("data_source"), solution_str=completion, ground_truth=answer,
-                                 extra_info=info.get("extra_info"))
+                                 extra_info=info.get("extra_info"), **self.kwargs)
             elif style == "trl":
-                value = call_trl(function, trl_batch(function, completion, answer, self.answer_column, info))
+                value = call_trl(function, {**trl_batch(function, completion, answer, self.answer_column, info),
+                                            **self.kwargs})
             else:
-                value = function(completion, answer=answer, **info)
+                value = function(completion, answer=answer, **{**info, **self.kwargs})
         except Exception as error:  # the function reads model output: whatever it raises is this row's error
             reason = f"{type(error).__name__}: {str(error)[:300]}"
             text_completions = not isinstance(info.get("prompt"), (list, tuple))

@@ -141,6 +141,13 @@ def test_a_bad_row_is_named_by_file_line_and_field(tmp_path, rows, kwargs, messa
     ({"boxed_only": "no"}, "boxed_only must be true or false"),
     ({"prompt_template": "no placeholder"}, r"prompt_template must contain \{prompt\}"),
     ({"answer_in_boxed": "yes"}, "answer_in_boxed must be true or false"),
+    ({"verifier_kwargs": {"strict": True}}, "verifier_kwargs go to a verifier of your own"),
+    ({"verifier": "test_task_dataset:length_reward", "verifier_kwargs": ["strict"]},
+     r"verifier_kwargs: .*its keyword arguments are a mapping of names to values, got \['strict'\]"),
+    ({"verifier": "test_task_dataset:verl_reward", "verifier_kwargs": {"extra_info": {}}},
+     "verifier_kwargs: .*keyword argument 'extra_info' is one the call sets itself"),
+    ({"verifier": "test_task_dataset:trl_length_reward", "verifier_kwargs": {"answer": "4"}},
+     "verifier_kwargs: .*keyword argument 'answer' is one the call sets itself"),  # the TRL function's answer column
     ({"reward_functions": "rewards:math_verifier"}, "reward_functions must be a list of 'package.module:function'"),
     ({"reward_functions": ["rewards:math_verifier", "nowhere_at_all:f"]}, r"reward_functions\[1\]: .*cannot import"),
     ({"reward_functions": ["rewards:math_verifier", "rewards.mathcheck:math_verifier"]},
@@ -201,6 +208,26 @@ def trl_shape_reward(completions, prompts, **kwargs):  # 1.0 for exactly GRPOTra
 
 async def trl_async_reward(completions, **kwargs):
     return [1.0 if completions[0][0]["content"] == "ok" else 0.0]
+
+
+def verl_scaled_reward(data_source, solution_str, ground_truth, extra_info=None, scale=1.0):
+    return scale * float(solution_str == ground_truth)
+
+
+def trl_scaled_reward(completions, answer, scale, **kwargs):
+    return [scale * float(completions[0] == answer[0])]
+
+
+def test_verifier_kwargs_reach_the_function_on_every_call_as_verls_reward_kwargs(tmp_path):
+    """verl's custom_reward_function.reward_kwargs: keyword arguments of the verifier's own, in each convention (a TRL
+    function's as they are, not as a column)."""
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"prompt": "2 + 2?", "answer": "4", "source": "a"}])
+    for spec in ("test_task_dataset:verl_scaled_reward", "test_task_dataset:trl_scaled_reward"):
+        task = rlvr_env.make_task("Dataset", data_path=path, verifier=spec, verifier_kwargs={"scale": 0.25})
+        assert task.verify("4", task.problem(0, 0)).score == 0.25
+    own = rlvr_env.make_task("Dataset", data_path=path, verifier="test_task_dataset:source_reward",
+                             verifier_kwargs={"source": "mine"})  # this project's signature: beside the row's info
+    assert own.verify("4", own.problem(0, 0)).score == 1.0
 
 
 def trl_too_many_rewards(completions, **kwargs):

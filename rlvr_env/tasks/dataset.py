@@ -20,7 +20,7 @@ columns, with the answer under the answer field's name and the row's prompt as `
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,8 @@ class DatasetConfig(TaskConfig):
     # extra_info) or as TRL's reward_func(completions, prompts, **columns) (e.g. "trl.rewards:accuracy_reward");
     # its answer is the row's answer field as it is (text, a number, a list or a mapping).
     verifier: str = "math"
+    # Keyword arguments your verifier gets on every call (verl's custom_reward_function.reward_kwargs).
+    verifier_kwargs: dict[str, Any] = field(default_factory=dict)
     # Row fields your verifier gets as keyword info, each under its last dotted part (verl's: [data_source, extra_info]).
     info_fields: tuple[str, ...] = ()
     # More reward functions ("package.module:function", any signature `verifier` takes), added to the score, each
@@ -87,6 +89,13 @@ class DatasetConfig(TaskConfig):
                 ImportedVerifier(self.verifier)
             except ValueError as error:
                 raise ValueError(f"verifier must be 'math' or 'package.module:function': {error}") from None
+            try:
+                ImportedVerifier(self.verifier, self.answer_field.split(".")[-1], self.verifier_kwargs)
+            except ValueError as error:
+                raise ValueError(f"verifier_kwargs: {error}") from None
+        elif self.verifier_kwargs:
+            raise ValueError("verifier_kwargs go to a verifier of your own (verifier: 'package.module:function'); the "
+                             "math verifier takes none")
         if not isinstance(self.info_fields, tuple) or not all(map(is_field_name, self.info_fields)):
             raise ValueError(f"info_fields must be a list of field names, got {self.info_fields!r}")
         if self.info_fields and self.verifier == "math" and not self.reward_functions:
@@ -239,9 +248,9 @@ class DatasetRowsTask(DatasetTask, Task):
             info["prompt"] = problem.prompt if turns is None else [dict(turn) for turn in turns]
         return info
 
-    def _imported(self, spec: str) -> ImportedVerifier:
+    def _imported(self, spec: str, kwargs: dict[str, Any] | None = None) -> ImportedVerifier:
         """A configured reward function, reading the answer from the column the answer field names."""
-        return ImportedVerifier(spec, answer_column=self.config.answer_field.split(".")[-1])
+        return ImportedVerifier(spec, answer_column=self.config.answer_field.split(".")[-1], kwargs=kwargs or {})
 
     def _imported_functions(self) -> list[ImportedVerifier]:
         specs = self.config.reward_functions if self.config.verifier == "math" else (self.config.verifier,
@@ -254,7 +263,7 @@ class DatasetRowsTask(DatasetTask, Task):
         then each of reward_functions under its own name."""
         cfg = self.config
         correct = (AnyAnswer(LenientAnswer(cfg.fallback_last_number, boxed_only=cfg.boxed_only))
-                   if cfg.verifier == "math" else self._imported(cfg.verifier))
+                   if cfg.verifier == "math" else self._imported(cfg.verifier, cfg.verifier_kwargs))
         parts = [("correct", correct, cfg.correct_weight)]
         if cfg.format_weight:
             parts.append(("format", BoxedFormat(), cfg.format_weight))
