@@ -228,6 +228,10 @@ def test_verifier_kwargs_reach_the_function_on_every_call_as_verls_reward_kwargs
     own = rlvr_env.make_task("Dataset", data_path=path, verifier="test_task_dataset:source_reward",
                              verifier_kwargs={"source": "mine"})  # this project's signature: beside the row's info
     assert own.verify("4", own.problem(0, 0)).score == 1.0
+    from rewards.imported import ImportedVerifier
+
+    verl = ImportedVerifier("test_task_dataset:verl_scaled_reward", answer_column="scale", kwargs={"scale": 2.0})
+    assert verl("4", answer="4").score == 2.0  # the answer column is a TRL function's only
 
 
 def trl_too_many_rewards(completions, **kwargs):
