@@ -1,4 +1,4 @@
-"""Loading local dataset files (JSON Lines, or parquet through `pyarrow`).
+"""Loading local dataset files (JSON Lines, or parquet through `pyarrow`; one file, or a glob of a split's shards).
 
 Nothing downloads: a dataset task reads a file whose path comes from a kwarg or
 an environment variable, and every error names the path, the line and the field.
@@ -6,6 +6,8 @@ an environment variable, and every error names the path, the line and the field.
 
 from __future__ import annotations
 
+import dataclasses
+import glob
 import os
 from pathlib import Path
 from typing import Any
@@ -18,16 +20,26 @@ class DataFileError(ValueError):
     """A dataset file is missing or malformed; the message names path, line and field."""
 
 
-def resolve_path(path: str | os.PathLike | None, env_var: str, task_name: str) -> Path:
-    """``path`` if given, else the environment variable ``env_var``; it must exist."""
+def resolve_paths(path: str | os.PathLike | None, env_var: str, task_name: str) -> list[Path]:
+    """The data files ``path`` names, else the environment variable ``env_var``: one file, or the files a glob pattern
+    matches, in sorted order (a downloaded dataset's shards, ``data/train-*.parquet``)."""
     chosen = path if path is not None else os.environ.get(env_var)
     if not chosen:
         raise DataFileError(f"{task_name} needs a local data file: pass data_path=... or set {env_var}")
-    resolved = Path(chosen).expanduser()
+    source = "data_path" if path is not None else env_var
+    expanded = os.path.expanduser(os.fspath(chosen))
+    if any(character in expanded for character in "*?["):
+        matches = sorted(Path(match) for match in glob.glob(expanded) if Path(match).is_file())
+        if not matches:
+            raise DataFileError(f"{task_name} data files {expanded!r} (from {source}): the pattern matches no file")
+        return matches
+    resolved = Path(expanded)
+    if resolved.is_dir():
+        raise DataFileError(f"{task_name} data file {str(resolved)!r} (from {source}) is a directory: name its files, "
+                            f"e.g. {str(resolved / 'train-*.parquet')!r} (a split's shards)")
     if not resolved.is_file():
-        source = "data_path" if path is not None else env_var
         raise DataFileError(f"{task_name} data file {str(resolved)!r} (from {source}) does not exist or is not a file")
-    return resolved
+    return [resolved]
 
 
 def read_records(path: Path) -> list[tuple[int, dict[str, Any]]]:
@@ -93,10 +105,17 @@ class DatasetTask:
         return True
 
     def _load(self, config) -> list[Problem]:
-        path = resolve_path(config.data_path, self.env_var, type(self).__name__)
-        problems = self.parse(read_records(path), path, config)
+        """The problems of every file ``data_path`` names, in order; each one's ``index`` is its place among them (and
+        its ``file`` is said when there are several)."""
+        paths = resolve_paths(config.data_path, self.env_var, type(self).__name__)
+        problems: list[Problem] = []
+        for path in paths:
+            source = {"file": str(path)} if len(paths) > 1 else {}
+            problems += [dataclasses.replace(problem, metadata={"index": len(problems) + offset, **source, **problem.metadata})
+                         for offset, problem in enumerate(self.parse(read_records(path), path, config))]
         if not problems:
-            raise DataFileError(f"{path}: no problems left after the filters in {config}")
+            where = paths[0] if len(paths) == 1 else f"{len(paths)} files ({paths[0]}, ...)"
+            raise DataFileError(f"{where}: no problems left after the filters in {config}")
         return problems
 
     @property

@@ -179,6 +179,33 @@ def test_problems_carry_their_index_and_file_line(tmp_path):
     assert algebra.problem(0, 0).metadata == {"index": 0, "line": 2, "level": 2, "type": "Algebra"}
 
 
+def test_a_glob_reads_a_splits_shards_in_order_and_names_each_rows_file(tmp_path):
+    """A downloaded dataset's layout (data/train-00000-of-00002.parquet, ...): the pattern's files in sorted order, each
+    problem's index its place among all of them; a bad row is named by its own shard; a test split beside it stays out."""
+    data = tmp_path / "data"
+    data.mkdir()
+    second = {"question": "What is 3 + 3?", "answer": "#### 6"}
+    write_jsonl(data / "train-00001-of-00002.jsonl", [second])
+    write_jsonl(data / "train-00000-of-00002.jsonl", [GSM8K_ROW, GSM8K_ROW])
+    write_jsonl(data / "test-00000-of-00001.jsonl", [{"question": "held out", "answer": "#### 1"}])
+    gsm8k = rlvr_env.make_task("GSM8K", data_path=str(data / "train-*.jsonl"))
+    assert len(gsm8k) == 3 and gsm8k.problem(2, 0).answer == "6"
+    assert [gsm8k.problem(i, 0).metadata for i in range(3)] == [
+        {"index": 0, "file": str(data / "train-00000-of-00002.jsonl"), "line": 1},
+        {"index": 1, "file": str(data / "train-00000-of-00002.jsonl"), "line": 2},
+        {"index": 2, "file": str(data / "train-00001-of-00002.jsonl"), "line": 1}]
+    write_jsonl(data / "train-00001-of-00002.jsonl", [second, {"question": "no answer"}])
+    with pytest.raises(DataFileError, match=r"train-00001-of-00002\.jsonl:2: missing field 'answer'"):
+        rlvr_env.make_task("GSM8K", data_path=str(data / "train-*.jsonl"))
+    with pytest.raises(DataFileError, match=r"GSM8KTask data files '.*valid-\*\.jsonl' \(from data_path\): the pattern "
+                                             r"matches no file"):
+        rlvr_env.make_task("GSM8K", data_path=str(data / "valid-*.jsonl"))
+    with pytest.raises(DataFileError, match=r"is a directory: name its files, e.g. '.*train-\*\.parquet'"):
+        rlvr_env.make_task("GSM8K", data_path=str(data))
+    rows = rlvr_env.make_task("Dataset", data_path=str(data / "t*-00000-*.jsonl"), prompt_field="question")
+    assert [rows.problem(i, 0).prompt for i in range(2)] == ["held out", GSM8K_ROW["question"]]  # sorted: test-, then train-
+
+
 @pytest.mark.parametrize("settings, message", [
     ({"levels": 3}, "levels must be a list of integers in 1..5, got 3"),
     ({"levels": [7]}, r"levels must be a list of integers in 1..5, got \(7,\)"),

@@ -71,7 +71,7 @@ class CodeTask(DatasetTask, MultiTurnTask):
             setup = record.get("test_setup_code") or ""
             prompt = config.prompt_template.format(text=text, tests="\n".join(tests))
             answer = {"tests": tuple(tests), "setup": setup}
-            problems.append(Problem(prompt, answer, {"index": len(problems), "line": line, "code": record.get("code")}))
+            problems.append(Problem(prompt, answer, {"line": line, "code": record.get("code")}))
         return problems
 
     @property

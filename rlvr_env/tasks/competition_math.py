@@ -87,7 +87,7 @@ class MATHTask(DatasetTask, Task):
                         "and field 'answer' is missing or empty"
                     )
             prompt = config.prompt_template.format(problem=text)
-            problems.append(Problem(prompt, answer, {"index": len(problems), "line": line, "level": level, "type": kind}))
+            problems.append(Problem(prompt, answer, {"line": line, "level": level, "type": kind}))
         return problems
 
     @property

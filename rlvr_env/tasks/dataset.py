@@ -212,7 +212,7 @@ class DatasetRowsTask(DatasetTask, Task):
         for line, record in records:
             prompt = field_value(record, config.prompt_field, path, line)
             answer = reference_answer(field_value(record, config.answer_field, path, line), config, path, line)
-            metadata: dict[str, Any] = {"index": len(problems), "line": line}
+            metadata: dict[str, Any] = {"line": line}
             if config.demonstration_field:
                 metadata["demonstration"] = worked_solution(record, config.demonstration_field, path, line)
             if config.info_fields:

@@ -62,7 +62,7 @@ class GSM8KTask(DatasetTask, AnswerTask):
             if answer is None:
                 raise DataFileError(f"{path}:{line}: field 'answer' has no final '#### <number>'")
             prompt = config.prompt_template.format(question=question)
-            problems.append(Problem(prompt, answer, {"index": len(problems), "line": line}))
+            problems.append(Problem(prompt, answer, {"line": line}))
         return problems
 
     def gold_completion(self, problem: Problem) -> str:
