@@ -206,6 +206,35 @@ def test_a_glob_reads_a_splits_shards_in_order_and_names_each_rows_file(tmp_path
     assert [rows.problem(i, 0).prompt for i in range(2)] == ["held out", GSM8K_ROW["question"]]  # sorted: test-, then train-
 
 
+def test_a_file_task_from_its_config_object_its_bounds_and_what_its_errors_name(tmp_path, monkeypatch):
+    from rlvr_env.tasks.competition_math import MATHConfig
+    from rlvr_env.tasks.gsm8k import GSM8KConfig
+
+    path = write_jsonl(tmp_path / "q.jsonl", [GSM8K_ROW])
+    task = rlvr_env.make_task("GSM8K", config=GSM8KConfig(data_path=path))
+    assert len(task) == 1 and task.configure(data_path=path) is False  # unchanged: nothing reloaded
+    with pytest.raises(IndexError, match="problem index 1 out of range for 1 problems"):
+        task.problem(1, 0)
+    monkeypatch.setenv("RLVR_GSM8K_PATH", str(tmp_path / "gone-*.jsonl"))
+    with pytest.raises(DataFileError, match=r"\(from RLVR_GSM8K_PATH\): the pattern matches no file"):
+        rlvr_env.make_task("GSM8K")
+    with pytest.raises(DataFileError, match=f"data file {str(tmp_path)!r} \\(from data_path\\) is a directory"):
+        rlvr_env.make_task("GSM8K", data_path=str(tmp_path))
+    with pytest.raises(DataFileError, match=r":1: missing field 'answer' \(fields: level, question\)$"):
+        rlvr_env.make_task("GSM8K", data_path=write_jsonl(tmp_path / "bad.jsonl", [{"question": "q", "level": 1}]))
+    parquet = pytest.importorskip("pyarrow.parquet")
+    import pyarrow
+
+    parquet.write_table(pyarrow.table({"question": pyarrow.array([], pyarrow.string())}), tmp_path / "empty.parquet")
+    with pytest.raises(DataFileError, match=r"empty\.parquet: no records$"):
+        rlvr_env.make_task("GSM8K", data_path=str(tmp_path / "empty.parquet"))
+    math_rows = [json.loads(line) for line in MATH_TINY.read_text().splitlines() if line.strip()]
+    for shard in ("a", "b"):
+        write_jsonl(tmp_path / f"math-{shard}.jsonl", math_rows)
+    with pytest.raises(DataFileError, match=r"^2 files \(.*math-a\.jsonl, \.\.\.\): no problems left after the filters"):
+        rlvr_env.make_task("MATH", config=MATHConfig(data_path=str(tmp_path / "math-*.jsonl"), types=("Nothing",)))
+
+
 @pytest.mark.parametrize("settings, message", [
     ({"levels": 3}, "levels must be a list of integers in 1..5, got 3"),
     ({"levels": [7]}, r"levels must be a list of integers in 1..5, got \(7,\)"),

@@ -125,6 +125,7 @@ MODULES: dict[str, list[str]] = {
     "rlvr_env/tasks/gsm8k.py": [*TASK_TESTS, "tests/test_env_data_files.py"],
     "rlvr_env/tasks/competition_math.py": [*TASK_TESTS, "tests/test_env_data_files.py"],
     "rlvr_env/tasks/dataset.py": [*TASK_TESTS, "tests/test_task_dataset.py"],
+    "rlvr_env/data.py": [*TASK_TESTS, "tests/test_env_data_files.py", "tests/test_task_dataset.py"],
     "rewards/imported.py": ["tests/test_task_dataset.py", "tests/test_rewards_cli.py"],
     "rlvr_env/tasks/guess_number.py": [*TASK_TESTS, "tests/test_env_multiturn.py", "tests/test_task_guess_number.py"],
     "rewards/run_cgroup.py": ["tests/test_code_sandbox_limits.py"],
